@@ -1,0 +1,41 @@
+"""Developer sessions. `nox` runs tests, lint and typecheck."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+PYTHON = "3.11"
+TEST_TOOLS = ["hypothesis>=6.100", "pytest>=8", "pytest-cov>=5", "coverage[toml]>=7.10"]
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The offline suite, with the branch-coverage floor on src (95%)."""
+    session.install("-e", ".", *TEST_TOOLS)
+    session.run(
+        "pytest",
+        "--cov=mathrl",
+        "--cov-branch",
+        "--cov-report=term-missing:skip-covered",
+        "--cov-fail-under=95",
+        *session.posargs,
+    )
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on src and fakes."""
+    session.install("-e", ".", "mypy>=1.10")
+    session.run("mypy", "--strict", "src", "fakes")

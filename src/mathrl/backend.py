@@ -1,0 +1,186 @@
+"""The `Backend` protocol: the only door between the GRPO loop and a model.
+
+This module is the contract a new backend is written from. It holds types and
+protocols only; `mathrl.mint_backend` implements it over MinT and
+`mathrl_fakes.FakeBackend` implements it in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mathrl.grpo import Datum
+
+
+class BackendError(Exception):
+    """A backend call failed. The message says which call and why."""
+
+
+class TransientBackendError(BackendError):
+    """A backend call failed in a way that may succeed if retried unchanged."""
+
+
+class BackendUnreachable(BackendError):
+    """The service did not answer before the deadline. The message names the URL."""
+
+
+class CredentialsRejected(BackendError):
+    """The service refused the API key. The message never contains the key."""
+
+
+class Tokenizer(Protocol):
+    """The tokenizer the sampler and the learner share."""
+
+    @property
+    def eos_token_id(self) -> int:
+        """The end-of-sequence token id; sampling always stops after it."""
+        ...
+
+    @property
+    def vocab_size(self) -> int:
+        """How many token ids the model can emit (for the `Model:` line)."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Return the token ids of `text`."""
+        ...
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """Return the text of `tokens`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SampleParams:
+    """How to sample: at most `max_tokens` tokens at `temperature`.
+
+    Generation stops after the end-of-sequence token, after any string in
+    `stop` appears at the end of the text so far, or at `max_tokens`. The stop
+    token or string is part of the returned completion. Temperature 0 is
+    greedy decoding. The same `seed` on the same sampler and prompt gives the
+    same completions, so a retried request reproduces its samples.
+    """
+
+    max_tokens: int
+    temperature: float
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One sampled continuation: its tokens and the sampler's logprob of each."""
+
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    """What one forward_backward + optim_step pair reports."""
+
+    loss: float
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+class Sampler(Protocol):
+    """A sampling client pinned to one saved set of weights."""
+
+    async def sample(
+        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
+    ) -> list[Completion]:
+        """Sample `num_samples` completions of one prompt, in one request.
+
+        One call is one round trip. Calls are independent: the loop keeps
+        every prompt's call of a step in flight at once (`asyncio.gather`),
+        and a backend must allow that. Each completion carries exactly one
+        logprob per token, the log-probability under the distribution it was
+        drawn from (at `params.temperature`). A backend whose service returns
+        no logprobs raises `BackendError` rather than inventing them.
+        """
+        ...
+
+
+class Backend(Protocol):
+    """A trainable policy, as the GRPO loop uses it.
+
+    Contract for implementers:
+
+    - **Tokenizer.** `tokenizer` is available once the backend is built, and
+      is the learner's tokenizer (prompts are encoded with it).
+    - **Submit, then wait.** The three training-side methods are coroutines
+      that return once the call is *submitted*, handing back an awaitable of
+      its result. Calls on the training side complete in the order they were
+      submitted, so `submit_train_step(...)` immediately followed by
+      `submit_save_for_sampler(...)` saves the trained weights, and both cost
+      a single round trip together.
+    - **Training.** `submit_train_step` runs the importance-sampling loss
+      (`loss = -sum_t exp(logp_theta_t - logprobs_t) * advantages_t`, summed
+      over tokens and datums) as forward_backward, then one Adam step at
+      `learning_rate` as optim_step, submitted back to back. It raises
+      `ValueError` at submission for misuse the service would refuse: no
+      datums, a datum whose inputs disagree in length (the message names the
+      lengths), token ids outside the vocabulary, or a learning rate that is
+      not a finite positive number.
+    - **Saving.** `submit_save_for_sampler(name)` persists the weights as they
+      are after every training call submitted before it, and its result is a
+      path that `create_sampler` accepts, in this process or another one.
+    - **Sampling.** `create_sampler(path)` costs one round trip and returns a
+      `Sampler` for exactly those weights; later training does not change it.
+      It raises `BackendError` for a path it cannot load.
+    - **Failures.** A failure that may pass on retry raises
+      `TransientBackendError`; anything else raises `BackendError` or
+      `ValueError`. Neither may leave the training side half-applied.
+    """
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    async def submit_train_step(
+        self, datums_D: Sequence[Datum], learning_rate: float
+    ) -> Awaitable[TrainResult]:
+        """Submit forward_backward then optim_step; await the result for both."""
+        ...
+
+    async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
+        """Submit a save of the current weights; await the result for its path."""
+        ...
+
+    async def create_sampler(self, path: str) -> Sampler:
+        """Return a sampler for the weights saved at `path`."""
+        ...
+
+
+def check_train_step(datums_D: Sequence[Datum], learning_rate: float, vocab_size: int) -> None:
+    """Raise ValueError for a train step the service would refuse.
+
+    Backends call it before submitting anything, so a refused step leaves the
+    training side untouched. The messages name what is wrong and what was got.
+    """
+    check_learning_rate(learning_rate)
+    check_datums(datums_D, vocab_size)
+
+
+def check_learning_rate(learning_rate: float) -> None:
+    """Raise ValueError unless the learning rate is a finite number > 0."""
+    if not (math.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"learning_rate must be a finite number > 0 (got {learning_rate!r})")
+
+
+def check_datums(datums_D: Sequence[Datum], vocab_size: int) -> None:
+    """Raise ValueError for datums forward_backward would refuse."""
+    if not datums_D:
+        raise ValueError("forward_backward needs at least one datum (got 0)")
+    for i, datum in enumerate(datums_D):
+        lengths = datum.lengths()
+        if len(set(lengths.values())) != 1:
+            shown = ", ".join(f"{k}={v}" for k, v in lengths.items())
+            raise ValueError(f"datum {i}: inputs must have equal lengths (got {shown})")
+        if not datum.target_tokens:
+            raise ValueError(f"datum {i}: inputs must not be empty")
+        for token in (*datum.model_input, *datum.target_tokens):
+            if not 0 <= token < vocab_size:
+                raise ValueError(f"datum {i}: token id {token} is outside 0..{vocab_size - 1}")

@@ -1,0 +1,102 @@
+"""The GRPO arithmetic: group-relative advantages, constant-group skipping, datums.
+
+Pure functions over plain lists. The loop calls them; the tests check them
+property by property. Nothing here knows the task, the backend or mint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Datum:
+    """One training example for the importance-sampling loss.
+
+    Backend-neutral twin of `mint.types.Datum`. All four fields have the same
+    length N; position i is about predicting `target_tokens[i]` after
+    `model_input[: i + 1]`. `logprobs` are the sampler's, `advantages` are
+    zero on positions that predict prompt tokens.
+    """
+
+    model_input: tuple[int, ...]
+    target_tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    advantages: tuple[float, ...]
+
+    def lengths(self) -> dict[str, int]:
+        """The length of each input, by name (for error messages)."""
+        return {
+            "model_input": len(self.model_input),
+            "target_tokens": len(self.target_tokens),
+            "logprobs": len(self.logprobs),
+            "advantages": len(self.advantages),
+        }
+
+
+def is_constant_group(rewards_G: Sequence[float]) -> bool:
+    """True when every member of the group earned the same reward.
+
+    Compares rewards, not `reward - mean`: the seed's float test on the
+    difference misses groups like [0.1, 0.1, 0.1], whose differences are
+    about -1.4e-17 rather than 0.
+    """
+    return all(r == rewards_G[0] for r in rewards_G)
+
+
+def group_advantages(rewards_G: Sequence[float]) -> list[float]:
+    """Return each reward minus the group mean (GRPO without std scaling).
+
+    A constant group gets exactly 0.0 for every member, so it carries no
+    signal and the loop drops it. Rewards must be finite.
+    """
+    for r in rewards_G:
+        if not math.isfinite(r):
+            raise ValueError(f"rewards must be finite (got {r!r} in {list(rewards_G)!r})")
+    if is_constant_group(rewards_G):
+        return [0.0] * len(rewards_G)
+    mean = math.fsum(rewards_G) / len(rewards_G)
+    return [r - mean for r in rewards_G]
+
+
+def build_datum(
+    prompt_T: Sequence[int],
+    completion_T: Sequence[int],
+    completion_logprobs_T: Sequence[float] | None,
+    advantage: float,
+) -> Datum | None:
+    """Build the importance-sampling datum for one sampled completion.
+
+    `full = prompt + completion`; the model reads `full[:-1]` and is scored on
+    `full[1:]`. The len(prompt) - 1 positions that predict prompt tokens get
+    logprob 0 and advantage 0, so they add nothing to the loss.
+
+    Returns None for an empty completion (there is nothing to train on).
+    Raises ValueError for an empty prompt, or when the sampler's logprobs are
+    missing or do not match the completion token for token: substituting
+    zeros would silently turn the importance ratio into p_theta itself.
+    """
+    if not prompt_T:
+        raise ValueError("a datum needs a non-empty prompt (got 0 prompt tokens)")
+    if not completion_T:
+        return None
+    if completion_logprobs_T is None:
+        raise ValueError(
+            "the sampler returned no logprobs for a completion of "
+            f"{len(completion_T)} tokens; the importance-sampling loss needs them"
+        )
+    if len(completion_logprobs_T) != len(completion_T):
+        raise ValueError(
+            f"completion has {len(completion_T)} tokens but {len(completion_logprobs_T)} "
+            "sampler logprobs; they must match one to one"
+        )
+    full_T = (*prompt_T, *completion_T)
+    n_prompt_targets = len(prompt_T) - 1
+    return Datum(
+        model_input=full_T[:-1],
+        target_tokens=full_T[1:],
+        logprobs=(0.0,) * n_prompt_targets + tuple(completion_logprobs_T),
+        advantages=(0.0,) * n_prompt_targets + (advantage,) * len(completion_T),
+    )

@@ -1,0 +1,96 @@
+"""group_advantages, constant-group skipping and build_datum."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import assume, given
+
+import strategies as st_
+from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
+
+
+@given(st_.reward_groups)
+def test_advantages_sum_to_about_zero(rewards_G: list[float]) -> None:
+    advantages_G = group_advantages(rewards_G)
+    assert len(advantages_G) == len(rewards_G)
+    scale = max(abs(r) for r in rewards_G) or 1.0
+    assert abs(math.fsum(advantages_G)) <= 1e-9 * scale * len(rewards_G)
+
+
+@given(st_.rewards, st_.reward_groups)
+def test_a_constant_group_gets_exact_zeros_and_is_dropped(r: float, shape: list[float]) -> None:
+    rewards_G = [r] * len(shape)
+    assert is_constant_group(rewards_G)
+    assert group_advantages(rewards_G) == [0.0] * len(rewards_G)
+
+
+@given(st_.reward_groups)
+def test_a_non_constant_group_is_kept_and_has_signal(rewards_G: list[float]) -> None:
+    assume(len(set(rewards_G)) > 1)
+    assert not is_constant_group(rewards_G)
+    assert any(a != 0.0 for a in group_advantages(rewards_G))
+
+
+@given(st_.binary_reward_groups)
+def test_binary_rewards_above_the_mean_get_positive_advantage(rewards_G: list[float]) -> None:
+    for r, a in zip(rewards_G, group_advantages(rewards_G), strict=True):
+        assert (a > 0) == (r == 1.0) or is_constant_group(rewards_G)
+
+
+def test_advantage_worked_examples() -> None:
+    # mean 0.5 -> advantages +0.5, -0.5, +0.5, -0.5
+    assert group_advantages([1.0, 0.0, 1.0, 0.0]) == [0.5, -0.5, 0.5, -0.5]
+    # mean 0.25 -> 0.75, -0.25, -0.25, -0.25
+    assert group_advantages([1.0, 0.0, 0.0, 0.0]) == [0.75, -0.25, -0.25, -0.25]
+    # The seed's check: 0.1 - mean([0.1] * 3) is -1.4e-17, not 0. Ours is exact.
+    assert 0.1 - sum([0.1] * 3) / 3 != 0.0
+    assert group_advantages([0.1, 0.1, 0.1]) == [0.0, 0.0, 0.0]
+    assert is_constant_group([0.1, 0.1, 0.1])
+    with pytest.raises(ValueError, match="finite"):
+        group_advantages([0.0, math.nan])
+
+
+@given(st_.prompts_T, st_.completions(), st_.rewards)
+def test_datum_alignment(
+    prompt_T: list[int], completion: tuple[list[int], list[float]], advantage: float
+) -> None:
+    tokens_T, logprobs_T = completion
+    datum = build_datum(prompt_T, tokens_T, logprobs_T, advantage)
+    if not tokens_T:
+        assert datum is None
+        return
+    assert datum is not None
+    n = len(prompt_T) + len(tokens_T) - 1
+    assert set(datum.lengths().values()) == {n}
+    full = [*prompt_T, *tokens_T]
+    assert list(datum.model_input) == full[:-1]
+    assert list(datum.target_tokens) == full[1:]
+    n_prompt = len(prompt_T) - 1
+    assert datum.advantages[:n_prompt] == (0.0,) * n_prompt
+    assert datum.logprobs[:n_prompt] == (0.0,) * n_prompt
+    assert datum.advantages[n_prompt:] == (advantage,) * len(tokens_T)
+    assert list(datum.logprobs[n_prompt:]) == logprobs_T
+
+
+def test_datum_worked_example() -> None:
+    # prompt [1, 2, 3] + completion [4, 5] -> full [1, 2, 3, 4, 5]
+    # inputs [1, 2, 3, 4], targets [2, 3, 4, 5]; two prompt positions carry zeros.
+    datum = build_datum([1, 2, 3], [4, 5], [-0.1, -0.2], 0.5)
+    assert datum == Datum(
+        model_input=(1, 2, 3, 4),
+        target_tokens=(2, 3, 4, 5),
+        logprobs=(0.0, 0.0, -0.1, -0.2),
+        advantages=(0.0, 0.0, 0.5, 0.5),
+    )
+
+
+def test_datum_refuses_missing_or_misaligned_logprobs() -> None:
+    with pytest.raises(ValueError, match="no logprobs"):
+        build_datum([1], [2, 3], None, 1.0)
+    with pytest.raises(ValueError, match="2 tokens but 1 sampler logprobs"):
+        build_datum([1], [2, 3], [-0.5], 1.0)
+    with pytest.raises(ValueError, match="non-empty prompt"):
+        build_datum([], [2], [-0.5], 1.0)
+    assert build_datum([1], [], None, 1.0) is None  # empty completion: no datum

@@ -1,0 +1,168 @@
+"""The GRPO loop on the fake: skipping, learning, counting, and a serial twin."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mathrl.backend import Completion, SampleParams, TrainResult
+from mathrl.config import Config
+from mathrl.grpo import Datum, build_datum, group_advantages
+from mathrl.loop import checkpoint_name, request_seed, run_grpo, sample_params
+from mathrl.math_task import AdditionProblem, MathAdapter
+from mathrl_fakes import FakeBackend, FakeSampler
+
+FakeFactory = Callable[..., FakeBackend]
+
+
+class ConstantRewardAdapter(MathAdapter):
+    """Every completion earns 0.5, so every group is constant."""
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        return 0.5
+
+
+@dataclass
+class Recorder:
+    """Wraps a FakeBackend and keeps what the loop sampled and trained on."""
+
+    inner: FakeBackend
+    samples: list[list[Completion]] = field(default_factory=list)
+    trained: list[list[Datum]] = field(default_factory=list)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.inner.tokenizer
+
+    async def submit_train_step(
+        self, datums_D: Sequence[Datum], learning_rate: float
+    ) -> Awaitable[TrainResult]:
+        self.trained.append(list(datums_D))
+        return await self.inner.submit_train_step(datums_D, learning_rate)
+
+    async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
+        return await self.inner.submit_save_for_sampler(name)
+
+    async def create_sampler(self, path: str) -> RecordingSampler:
+        return RecordingSampler(self, await self.inner.create_sampler(path))
+
+
+@dataclass
+class RecordingSampler:
+    recorder: Recorder
+    inner: FakeSampler
+
+    async def sample(
+        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
+    ) -> list[Completion]:
+        completions = await self.inner.sample(prompt_T, num_samples, params)
+        self.recorder.samples.append(completions)
+        return completions
+
+
+def test_constant_rewards_give_no_datums_and_no_training(fake_backend_factory: FakeFactory) -> None:
+    backend = fake_backend_factory()
+    result = run_grpo(backend, ConstantRewardAdapter(), Config(steps=3, backend="fake"))
+    assert [m.datums for m in result.steps] == [0, 0, 0]
+    assert [m.constant_groups for m in result.steps] == [10, 10, 10]
+    assert all(m.loss is None for m in result.steps)
+    assert backend.log.count("forward_backward") == 0
+    assert backend.log.count("optim_step") == 0
+    # Only the initial weights were ever saved, and they are the final path.
+    assert result.saved_path.endswith(checkpoint_name(Config(), 0) + ".json")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_run_learns_at_the_cli_defaults(fake_backend_factory: FakeFactory, seed: int) -> None:
+    config = Config(steps=20, seed=seed, backend="fake")
+    result = run_grpo(fake_backend_factory(seed=seed), MathAdapter(), config)
+    accuracy = [m.accuracy for m in result.steps]
+    assert accuracy[0] <= 0.70
+    assert sum(accuracy[15:]) / 5 >= sum(accuracy[:5]) / 5 + 0.20
+    assert all(m.loss is not None for m in result.steps if m.datums)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 2**31),
+    batch=st.integers(1, 6),
+    group=st.integers(2, 5),
+    max_tokens=st.integers(1, 6),
+    temperature=st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+)
+def test_datums_are_the_non_empty_completions_of_non_constant_groups(
+    fake_backend_factory: FakeFactory,
+    seed: int,
+    batch: int,
+    group: int,
+    max_tokens: int,
+    temperature: float,
+) -> None:
+    config = Config(steps=2, seed=seed, batch=batch, group=group, max_tokens=max_tokens,
+                    temperature=temperature)  # fmt: skip
+    recorder = Recorder(fake_backend_factory(seed=seed))
+    adapter = MathAdapter()
+    result = run_grpo(recorder, adapter, config)
+    trained = iter(recorder.trained)
+    for m, step in zip(result.steps, range(1, 3), strict=True):
+        problems = adapter.build_dataset(seed, step, batch)
+        groups = recorder.samples[(step - 1) * batch : step * batch]
+        expected = 0
+        for problem, completions_G in zip(problems, groups, strict=True):
+            rewards_G = [
+                adapter.compute_reward(recorder.tokenizer.decode(c.tokens), problem)
+                for c in completions_G
+            ]
+            if len(set(rewards_G)) > 1:
+                expected += sum(1 for c in completions_G if c.tokens)
+        assert m.datums == expected
+        assert m.groups == batch
+        if expected:
+            assert len(next(trained)) == expected
+
+
+async def serial_reference_run(backend: FakeBackend, config: Config) -> list[list[Datum]]:
+    """The loop as the seed writes it: every call awaited in turn, nothing overlapped."""
+    adapter = MathAdapter()
+    tok = backend.tokenizer
+    datums_by_step: list[list[Datum]] = []
+    path = await (await backend.submit_save_for_sampler(checkpoint_name(config, 0)))
+    for step in range(1, config.steps + 1):
+        sampler = await backend.create_sampler(path)
+        datums: list[Datum] = []
+        for i, problem in enumerate(adapter.build_dataset(config.seed, step, config.batch)):
+            prompt = tok.encode(adapter.make_prompt(problem))
+            params = sample_params(config, request_seed(config.seed, step, i))
+            completions = await sampler.sample(prompt, config.group, params)
+            rewards = [adapter.compute_reward(tok.decode(c.tokens), problem) for c in completions]
+            if all(r == rewards[0] for r in rewards):
+                continue
+            for c, adv in zip(completions, group_advantages(rewards), strict=True):
+                datum = build_datum(prompt, c.tokens, c.logprobs, adv)
+                if datum is not None:
+                    datums.append(datum)
+        datums_by_step.append(datums)
+        if datums:
+            await (await backend.submit_train_step(datums, config.lr))
+            path = await (await backend.submit_save_for_sampler(checkpoint_name(config, step)))
+    return datums_by_step
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_the_loop_matches_a_serial_reference_loop(
+    fake_backend_factory: FakeFactory, seed: int
+) -> None:
+    config = Config(steps=6, seed=seed, batch=8, group=4)
+    recorder = Recorder(fake_backend_factory(seed=seed))
+    run_grpo(recorder, MathAdapter(), config)
+    reference = asyncio.run(serial_reference_run(fake_backend_factory(seed=seed), config))
+    assert [d for d in reference if d] == recorder.trained
+    assert sum(map(len, reference)) > 0

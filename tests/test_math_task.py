@@ -1,0 +1,112 @@
+"""Problems, parse_answer and reward: properties, then worked examples."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import sys
+
+from hypothesis import given
+
+import strategies as st_
+from mathrl.math_task import (
+    FEWSHOT,
+    AdditionProblem,
+    MathAdapter,
+    heldout_problems,
+    make_problems,
+    parse_answer,
+    problem_rng,
+    reward,
+)
+
+QUESTION = re.compile(r"Q: What is (\d+) \+ (\d+)\?\nA:")
+
+
+@given(st_.seeds, st_.steps)
+def test_every_question_states_the_numbers_whose_sum_is_its_answer(seed: int, step: int) -> None:
+    for problem in MathAdapter().build_dataset(seed, step, 20):
+        match = QUESTION.fullmatch(problem.question)
+        assert match is not None
+        a, b = map(int, match.groups())
+        assert 0 <= a <= 99
+        assert 0 <= b <= 99
+        assert a + b == problem.answer
+
+
+@given(st_.seeds, st_.steps)
+def test_problems_depend_only_on_seed_and_step(seed: int, step: int) -> None:
+    first = MathAdapter().build_dataset(seed, step, 10)
+    random.seed(12345)  # the global RNG must not matter
+    assert MathAdapter().build_dataset(seed, step, 10) == first
+
+
+def test_problems_are_stable_across_processes() -> None:
+    # String seeds go through SHA-512, not hash(), so PYTHONHASHSEED cannot move them.
+    code = "from mathrl.math_task import *; print(make_problems(problem_rng(3, 4), 5))"
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": str(h)},
+        ).stdout
+        for h in (1, 2)
+    }
+    assert outputs == {f"{make_problems(problem_rng(3, 4), 5)}\n"}
+
+
+def test_heldout_problems_come_from_another_stream() -> None:
+    assert heldout_problems(0, 50) != make_problems(problem_rng(0, 0), 50)
+    assert heldout_problems(0, 50) == heldout_problems(0, 50)
+
+
+@given(st_.problems)
+def test_prompt_is_the_seed_prompt(problem: AdditionProblem) -> None:
+    prompt = MathAdapter().make_prompt(problem)
+    assert prompt == f"{FEWSHOT}Q: What is {problem.a} + {problem.b}?\nA:"
+
+
+@given(st_.any_text)
+def test_parse_answer_never_raises(text: str) -> None:
+    result = parse_answer(text)
+    assert result is None or isinstance(result, int)
+
+
+@given(st_.integer_free_text, st_.integers_in_text, st_.any_text)
+def test_parse_answer_finds_the_first_integer(before: str, n: int, after: str) -> None:
+    # `after` may hold more integers, or digits that extend n; keep n delimited.
+    text = f"{before}{n} {after}"
+    assert parse_answer(text) == n
+
+
+@given(st_.problems, st_.any_text)
+def test_reward_is_zero_or_one(problem: AdditionProblem, text: str) -> None:
+    assert reward(text, problem.answer) in (0.0, 1.0)
+
+
+@given(st_.problems)
+def test_the_reference_completion_earns_full_reward(problem: AdditionProblem) -> None:
+    adapter = MathAdapter()
+    assert adapter.compute_reward(adapter.reference_completion(problem), problem) == 1.0
+
+
+def test_worked_examples() -> None:
+    # The seed's rule: first "-?digits" in the text.
+    assert parse_answer(" 57\n") == 57
+    assert parse_answer(" 5 7") == 5  # the first integer wins
+    assert parse_answer("x-12y") == -12
+    assert parse_answer(" twelve") is None
+    assert parse_answer("") is None
+    # 4,301 digits exceed int()'s default limit; parse_answer still reads them.
+    assert parse_answer("9" * 4301) == 10**4301 - 1
+    # 12 + 30 = 42: " 42" is right, " 41" and "" are wrong.
+    problem = AdditionProblem(12, 30)
+    assert reward(" 42", problem.answer) == 1.0
+    assert reward(" 41", problem.answer) == 0.0
+    assert reward("", problem.answer) == 0.0
+    # 2 right of 4 -> accuracy 0.5
+    assert MathAdapter().evaluate([1.0, 0.0, 1.0, 0.0]) == 0.5
+    assert MathAdapter().evaluate([]) == 0.0
