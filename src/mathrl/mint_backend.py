@@ -1,0 +1,416 @@
+"""MintBackend: the `Backend` protocol over MinT, the only module that imports mint.
+
+For: turning mathrl's calls and types into mint calls and `mint.types`;
+opening a connection under one deadline; turning SDK failures into
+`BackendError` one-liners that never contain the API key. Not for: retries
+(the SDK retries transient failures itself), GRPO logic, or printing.
+
+Setup is synchronous in the SDK (`ServiceClient()` contacts the server in its
+constructor and retries for minutes), so `open_backend` runs it in a daemon
+thread and gives up after `config.connect_timeout` seconds: an abandoned
+daemon thread does not keep the process alive. (`asyncio.to_thread` would:
+its worker thread is not a daemon, so `asyncio.run` would wait for it.)
+
+Stop sequences: `SampleParams.stop` holds strings, and sampling must also stop
+at EOS. `SamplingParams.stop` takes strings or token ids, never both, so with
+stop strings we send them plus the EOS token's text (`decode([eos])`), and
+without any we send `[eos_token_id]`. We always send the EOS stop rather than
+trust a server default we cannot see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+# Imported for its side effects: it lets MinT's `sk-` keys through tinker's key
+# check. mindlab-toolkit ships no type information (no py.typed), so the typed
+# names come from tinker, which mint re-exports unchanged.
+import mint  # noqa: F401
+import tinker
+from tinker import types
+
+from mathrl.backend import (
+    BackendError,
+    BackendUnreachable,
+    Completion,
+    CredentialsRejected,
+    SampleParams,
+    TrainResult,
+    TransientBackendError,
+    check_train_step,
+)
+from mathrl.config import Config
+from mathrl.grpo import Datum
+
+T = TypeVar("T")
+DEFAULT_BASE_URL = "https://mint.macaron.xin"
+"""mint 0.2.0's endpoint when MINT_BASE_URL is unset (mint's `_MINT_DEFAULT_BASE_URL`)."""
+LOSS_FN: types.LossFnType = "importance_sampling"
+
+
+class HFTokenizerLike(Protocol):
+    """The part of a Hugging Face tokenizer mathrl uses."""
+
+    @property
+    def eos_token_id(self) -> int | None: ...
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
+    def __len__(self) -> int: ...
+
+
+class SamplingClientLike(Protocol):
+    """The part of `mint.SamplingClient` mathrl uses."""
+
+    async def sample_async(
+        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+    ) -> types.SampleResponse: ...
+    def get_tokenizer(self) -> HFTokenizerLike: ...
+
+
+class TrainingClientLike(Protocol):
+    """The part of `mint.TrainingClient` mathrl uses."""
+
+    def get_tokenizer(self) -> HFTokenizerLike: ...
+    async def forward_backward_async(
+        self, data: list[types.Datum], loss_fn: types.LossFnType
+    ) -> Awaitable[types.ForwardBackwardOutput]: ...
+    async def optim_step_async(
+        self, adam_params: types.AdamParams
+    ) -> Awaitable[types.OptimStepResponse]: ...
+    async def save_weights_for_sampler_async(
+        self, name: str
+    ) -> Awaitable[types.SaveWeightsForSamplerResponse]: ...
+    async def create_sampling_client_async(self, model_path: str) -> SamplingClientLike: ...
+
+
+class ServiceClientLike(Protocol):
+    """The part of `mint.ServiceClient` mathrl uses."""
+
+    def create_lora_training_client(
+        self, base_model: str, rank: int = ..., seed: int | None = ...
+    ) -> TrainingClientLike: ...
+    def create_sampling_client(self, model_path: str | None = ...) -> SamplingClientLike: ...
+
+
+class HFTokenizer:
+    """A Hugging Face tokenizer as a `mathrl.backend.Tokenizer`.
+
+    `decode` skips special tokens, so a completion's EOS is not part of its text.
+    """
+
+    def __init__(self, hf: HFTokenizerLike) -> None:
+        if hf.eos_token_id is None:
+            raise BackendError("the model's tokenizer has no EOS token; sampling needs one")
+        self._hf = hf
+        self._eos = hf.eos_token_id
+        self.eos_text = hf.decode([self._eos])
+        """The EOS token as text, for stop strings."""
+
+    @property
+    def eos_token_id(self) -> int:
+        return self._eos
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._hf)  # get_info has no vocabulary size; the tokenizer's length is it
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._hf.encode(text))
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self._hf.decode(list(tokens), skip_special_tokens=True)
+
+
+def stop_sequences(stop: Sequence[str], tokenizer: HFTokenizer) -> list[str] | list[int]:
+    """`SamplingParams.stop` for `stop` strings plus EOS (see the module docstring)."""
+    if not stop:
+        return [tokenizer.eos_token_id]
+    if not tokenizer.eos_text:
+        raise BackendError("the EOS token decodes to no text, so it cannot join stop strings")
+    return list(dict.fromkeys([*stop, tokenizer.eos_text]))
+
+
+class MintSampler:
+    """A `mathrl.backend.Sampler` over one `mint.SamplingClient`."""
+
+    def __init__(
+        self, client: SamplingClientLike, tokenizer: HFTokenizer, secret: str | None = None
+    ) -> None:
+        self._client = client
+        self._tokenizer = tokenizer
+        self._secret = secret
+
+    async def sample(
+        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
+    ) -> list[Completion]:
+        sampling_params = types.SamplingParams(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            seed=params.seed,
+            stop=stop_sequences(params.stop, self._tokenizer),
+        )
+        with service_errors("calling sample", self._secret):
+            response = await self._client.sample_async(
+                prompt=types.ModelInput.from_ints(list(prompt_T)),
+                num_samples=num_samples,
+                sampling_params=sampling_params,
+            )
+        if len(response.sequences) != num_samples:
+            raise BackendError(
+                f"sample: asked for {num_samples} sequences, "
+                f"MinT returned {len(response.sequences)}"
+            )
+        return [_completion(i, seq) for i, seq in enumerate(response.sequences)]
+
+
+def _completion(index: int, seq: types.SampledSequence) -> Completion:
+    if seq.logprobs is None:
+        # Zeros here would turn the importance ratio into p_theta itself.
+        raise BackendError(
+            f"sample: MinT returned sequence {index} without logprobs; "
+            "the importance-sampling loss needs the sampler's logprobs"
+        )
+    if len(seq.logprobs) != len(seq.tokens):
+        raise BackendError(
+            f"sample: sequence {index} has {len(seq.tokens)} tokens "
+            f"but {len(seq.logprobs)} logprobs"
+        )
+    return Completion(tuple(seq.tokens), tuple(seq.logprobs))
+
+
+class MintBackend:
+    """`mathrl.backend.Backend` over a mint training client and its tokenizer.
+
+    Args:
+        training: a `mint.TrainingClient` (or anything with its methods).
+        tokenizer: the training client's Hugging Face tokenizer.
+        secret: the API key, scrubbed from every error message.
+    """
+
+    def __init__(
+        self, training: TrainingClientLike, tokenizer: HFTokenizerLike, secret: str | None = None
+    ) -> None:
+        self._training = training
+        self._tokenizer = HFTokenizer(tokenizer)
+        self._secret = secret
+
+    @property
+    def tokenizer(self) -> HFTokenizer:
+        return self._tokenizer
+
+    async def submit_train_step(
+        self, datums_D: Sequence[Datum], learning_rate: float
+    ) -> Awaitable[TrainResult]:
+        check_train_step(datums_D, learning_rate, self._tokenizer.vocab_size)
+        data_D = [to_mint_datum(d) for d in datums_D]
+        with service_errors("calling forward_backward", self._secret):
+            # Submitted back to back, awaited only after: one clock cycle for both.
+            forward = await self._training.forward_backward_async(data_D, LOSS_FN)
+        with service_errors("calling optim_step", self._secret):
+            step = await self._training.optim_step_async(
+                types.AdamParams(learning_rate=learning_rate)
+            )
+
+        async def both() -> TrainResult:
+            with service_errors("calling forward_backward", self._secret):
+                output = await forward
+            with service_errors("calling optim_step", self._secret):
+                optim = await step
+            if "loss:sum" not in output.metrics:
+                raise BackendError(f"forward_backward reported no loss:sum (got {output.metrics})")
+            metrics = {**output.metrics, **(optim.metrics or {})}
+            return TrainResult(loss=output.metrics["loss:sum"], metrics=metrics)
+
+        return _Later(both)
+
+    async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
+        with service_errors("calling save_weights_for_sampler", self._secret):
+            saving = await self._training.save_weights_for_sampler_async(name)
+
+        async def path() -> str:
+            with service_errors("calling save_weights_for_sampler", self._secret):
+                return (await saving).path
+
+        return _Later(path)
+
+    async def create_sampler(self, path: str) -> MintSampler:
+        with service_errors(f"calling create_sampling_client({path!r})", self._secret):
+            client = await self._training.create_sampling_client_async(model_path=path)
+        return MintSampler(client, self._tokenizer, self._secret)
+
+
+class _Later(Awaitable[T]):
+    """A result to await later. Unlike a bare coroutine, it is fine never to await it."""
+
+    def __init__(self, wait: Callable[[], Awaitable[T]]) -> None:
+        self._wait = wait
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._wait().__await__()
+
+
+def to_mint_datum(datum: Datum) -> types.Datum:
+    """The `mint.types.Datum` of one importance-sampling datum."""
+    n = len(datum.target_tokens)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(list(datum.model_input)),
+        loss_fn_inputs={
+            "target_tokens": types.TensorData(list(datum.target_tokens), "int64", [n]),
+            "logprobs": types.TensorData(list(datum.logprobs), "float32", [n]),
+            "advantages": types.TensorData(list(datum.advantages), "float32", [n]),
+        },
+    )
+
+
+@contextlib.contextmanager
+def service_errors(what: str, secret: str | None) -> Iterator[None]:
+    """Re-raise SDK errors raised while `what` as BackendErrors (one line, key scrubbed)."""
+    try:
+        yield
+    except tinker.TinkerError as exc:
+        raise translate_error(exc, what, secret) from None
+
+
+def translate_error(exc: tinker.TinkerError, what: str, secret: str | None) -> BackendError:
+    """The BackendError for an SDK error: rejected key, may-pass-on-retry, or other."""
+    detail = _one_line(exc, secret)
+    if isinstance(exc, tinker.AuthenticationError | tinker.PermissionDeniedError):
+        return CredentialsRejected(
+            f"MinT rejected the API key (MINT_API_KEY) while {what}: {detail}"
+        )
+    retryable = (
+        isinstance(exc, tinker.APIConnectionError)
+        or (isinstance(exc, tinker.APIStatusError) and _retryable_status(exc.status_code))
+        or (
+            isinstance(exc, tinker.RequestFailedError)
+            and exc.category is not types.RequestErrorCategory.User
+        )
+    )
+    if retryable:
+        return TransientBackendError(
+            f"MinT failed while {what}, and may succeed on retry: {detail}"
+        )
+    return BackendError(f"MinT failed while {what}: {detail}")
+
+
+def _one_line(exc: BaseException, secret: str | None) -> str:
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return detail.replace(secret, "***") if secret else detail
+
+
+def _retryable_status(status: int) -> bool:
+    return status in (408, 409, 429) or status >= 500  # the SDK's own retry rule
+
+
+async def open_backend(
+    config: Config,
+    env: Mapping[str, str],
+    *,
+    service_client: ServiceClientLike | None = None,
+    service_factory: Callable[..., ServiceClientLike] = tinker.ServiceClient,
+) -> MintBackend:
+    """Connect, create a LoRA training client and load its tokenizer, all by the deadline.
+
+    `service_client` injects a ready client; otherwise `service_factory`
+    (`mint.ServiceClient`) is called with the key and URL from `env`.
+    """
+
+    def build(service: ServiceClientLike, phase: list[str]) -> MintBackend:
+        phase.append(f"creating a LoRA training client for {config.base_model}")
+        training = service.create_lora_training_client(
+            config.base_model, rank=config.lora_rank, seed=config.seed
+        )
+        phase.append("loading the tokenizer")
+        return MintBackend(training, training.get_tokenizer(), env.get("MINT_API_KEY"))
+
+    return await _connect(config, env, build, service_client, service_factory)
+
+
+async def open_sampler(
+    config: Config,
+    env: Mapping[str, str],
+    model_path: str,
+    *,
+    service_client: ServiceClientLike | None = None,
+    service_factory: Callable[..., ServiceClientLike] = tinker.ServiceClient,
+) -> tuple[HFTokenizer, MintSampler]:
+    """Connect and open a sampler for saved weights, with its tokenizer, by the deadline.
+
+    The tokenizer is the sampling client's (the one of the weights' base
+    model): a training client would cost a LoRA allocation just for it.
+    """
+
+    def build(service: ServiceClientLike, phase: list[str]) -> tuple[HFTokenizer, MintSampler]:
+        phase.append(f"opening a sampler for {model_path}")
+        client = service.create_sampling_client(model_path=model_path)
+        phase.append("loading the tokenizer")
+        tokenizer = HFTokenizer(client.get_tokenizer())
+        return tokenizer, MintSampler(client, tokenizer, env.get("MINT_API_KEY"))
+
+    return await _connect(config, env, build, service_client, service_factory)
+
+
+async def _connect(
+    config: Config,
+    env: Mapping[str, str],
+    build: Callable[[ServiceClientLike, list[str]], T],
+    service_client: ServiceClientLike | None,
+    service_factory: Callable[..., ServiceClientLike],
+) -> T:
+    key = env.get("MINT_API_KEY") or ""
+    url = env.get("MINT_BASE_URL") or DEFAULT_BASE_URL
+    phase = [f"connecting to MinT at {url}"]
+    if service_client is None and not key:
+        raise BackendError("MINT_API_KEY must be set to a MinT API key (got nothing)")
+
+    def setup() -> T:
+        # Explicit arguments: mint copies MINT_* into TINKER_* only at import time.
+        service = service_client
+        if service is None:
+            service = service_factory(api_key=key, base_url=url)
+        return build(service, phase)
+
+    timeout = config.connect_timeout
+    try:
+        return await _in_daemon_thread(setup, timeout)
+    except TimeoutError:
+        if len(phase) == 1:
+            message = f"could not reach MinT at {url} within {timeout:g} s"
+        else:
+            message = f"MinT at {url} did not finish {phase[-1]} within {timeout:g} s"
+        raise BackendUnreachable(f"{message} (MINT_BASE_URL, --connect-timeout)") from None
+    except tinker.TinkerError as exc:
+        raise translate_error(exc, phase[-1], key) from None
+    except BackendError:
+        raise
+    except Exception as exc:  # e.g. the tokenizer download failing: still one line for the CLI
+        detail = f"{type(exc).__name__}: {_one_line(exc, key)}"
+        raise BackendError(f"failed while {phase[-1]}: {detail}") from None
+
+
+async def _in_daemon_thread(work: Callable[[], T], timeout: float) -> T:
+    """Run blocking `work` in a daemon thread; raise TimeoutError after `timeout` s."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def run() -> None:
+        outcome: Callable[[], None]
+        try:
+            outcome = functools.partial(done.set_result, work())
+        except BaseException as exc:
+            outcome = functools.partial(done.set_exception, exc)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
+            loop.call_soon_threadsafe(_unless_done, done, outcome)
+
+    threading.Thread(target=run, name="mathrl-mint-setup", daemon=True).start()
+    return await asyncio.wait_for(done, timeout)
+
+
+def _unless_done(future: asyncio.Future[Any], settle: Callable[[], None]) -> None:
+    if not future.done():  # else the deadline has cancelled it
+        settle()

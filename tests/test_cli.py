@@ -1,0 +1,187 @@
+"""`python -m mathrl` on the fake backend: output, configuration, errors, `sample`.
+
+Most tests run the real entry point in a subprocess; a few call `main()` in
+process so coverage sees the same code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mathrl.cli import main
+from mathrl.config import SETTINGS, Config, default_of
+
+STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)(, .*)?")
+
+
+def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m mathrl` in a clean folder, with only the variables given."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("MINT_", "TINKER_"))}
+    base.update(TMPDIR=str(tmp_path), HOME=str(tmp_path), **env)
+    return subprocess.run(
+        [sys.executable, "-m", "mathrl", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=base,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_fake_run_prints_the_seed_demo_lines(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--backend", "fake", "--steps", "3")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Model: Qwen/Qwen3-0.6B")
+    assert [int(STEP_LINE.fullmatch(line)[1]) for line in lines[1:-1]] == [1, 2, 3]  # type: ignore[index]
+    assert lines[-1].startswith("Saved: ")
+    saved = Path(lines[-1].removeprefix("Saved: "))
+    assert saved.is_file()
+    assert saved.is_relative_to(tmp_path)
+    assert done.stderr == ""
+
+
+def test_same_seed_same_stdout_other_seed_other_stdout(tmp_path: Path) -> None:
+    runs = [run_cli(tmp_path, "--backend", "fake", "--steps", "4", "--seed", s) for s in "005"]
+    assert runs[0].stdout == runs[1].stdout
+    assert runs[0].stdout != runs[2].stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        ((), {"MINT_RL_STEPS": "five"}, "MINT_RL_STEPS must be an integer >= 1 (got 'five')"),
+        (("--steps", "0"), {}, "--steps must be an integer >= 1 (got '0')"),
+        ((), {"MINT_RL_BATCH": "0"}, "MINT_RL_BATCH must be an integer >= 1 (got '0')"),
+        ((), {"MINT_RL_GROUP": "1"}, "MINT_RL_GROUP must be an integer >= 2 (got '1')"),
+        (("--max-tokens", "0"), {}, "--max-tokens must be an integer >= 1 (got '0')"),
+        ((), {"MINT_LORA_RANK": "0"}, "MINT_LORA_RANK must be an integer >= 1 (got '0')"),
+        ((), {"MINT_RL_LR": "0"}, "MINT_RL_LR must be a finite number > 0 (got '0')"),
+        (("--lr=-1e-4",), {}, "--lr must be a finite number > 0 (got '-1e-4')"),
+        ((), {"MINT_RL_LR": "nan"}, "MINT_RL_LR must be a finite number > 0 (got 'nan')"),
+        ((), {"MINT_RL_LR": "inf"}, "MINT_RL_LR must be a finite number > 0 (got 'inf')"),
+        ((), {"MINT_RL_LR": "fast"}, "MINT_RL_LR must be a finite number > 0 (got 'fast')"),
+        ((), {"MINT_RL_TEMPERATURE": "-0.5"}, "must be a finite number >= 0 (got '-0.5')"),
+        (("--seed", "x"), {}, "--seed must be an integer (got 'x')"),
+        (("--max-steps-off-policy", "2"), {}, "--max-steps-off-policy must be 0 or 1"),
+        (("--stepz", "3"), {}, "unrecognized arguments: --stepz"),
+        (("--backend", "gpu"), {}, "--backend: invalid choice: 'gpu'"),
+    ],
+)
+def test_bad_configuration_exits_2_with_one_line(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str], expected: str
+) -> None:
+    done = run_cli(tmp_path, "--backend", "fake", *args, **env)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_flag_beats_its_variable(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--backend", "fake", "--steps", "2", MINT_RL_STEPS="oops")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("Step ") == 2
+
+
+def test_dotenv_is_read_but_never_overrides_the_environment(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text(
+        "# a comment\n"
+        "export MINT_RL_STEPS=2  # trailing comment\n"
+        'MINT_RL_BATCH="3"\n'
+        "MINT_RL_GROUP='5'\n"
+    )
+    done = run_cli(tmp_path, "--backend", "fake", MINT_RL_BATCH="4")
+    assert done.returncode == 0, done.stderr
+    steps = [STEP_LINE.fullmatch(line) for line in done.stdout.splitlines()[1:-1]]
+    assert len(steps) == 2  # from .env
+    # datums <= batch (4, from the environment, not .env's 3) * group (5, from .env)
+    assert all(m is not None and int(m[3]) <= 20 for m in steps)
+    assert any(m is not None and int(m[3]) > 15 for m in steps)
+
+
+def test_help_lists_every_variable_with_its_default(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--help")
+    assert done.returncode == 0
+    for setting in SETTINGS:
+        assert setting.flag in done.stdout
+        if setting.env:
+            assert re.search(rf"{setting.env}\s+{setting.flag}\s+default {default_of(setting)}",
+                             done.stdout), setting.env  # fmt: skip
+
+
+def test_a_step_with_only_constant_groups_says_why_on_stderr(tmp_path: Path) -> None:
+    # One token cannot hold " 57": every completion is wrong, every group constant.
+    done = run_cli(tmp_path, "--backend", "fake", "--steps", "2", "--max-tokens", "1")
+    assert done.returncode == 0
+    assert "Step 1: accuracy=0.0%, datums=0" in done.stdout
+    assert "Step 2: accuracy=0.0%, datums=0" in done.stdout
+    advice = done.stderr.splitlines()
+    assert len(advice) == 2
+    for name in ("MINT_RL_GROUP", "MINT_RL_BATCH", "MINT_RL_TEMPERATURE", "MINT_RL_MAX_TOKENS"):
+        assert name in advice[0]
+
+
+def test_sample_uses_weights_saved_by_another_process(tmp_path: Path) -> None:
+    train = run_cli(tmp_path, "--backend", "fake", "--steps", "20")
+    saved = train.stdout.splitlines()[-1].removeprefix("Saved: ")
+    done = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", saved,
+                   "--problems", "12")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Model: ")
+    assert len(lines) == 1 + 12 + 1
+    for line in lines[1:-1]:
+        assert re.fullmatch(r"\d+ \+ \d+ = \d+: '.*' (correct|wrong)", line), line
+    correct = sum(line.endswith(" correct") for line in lines[1:-1])
+    assert lines[-1] == f"Accuracy: {correct / 12:.1%} ({correct}/12)"
+    # Greedy decoding from trained weights answers (almost) everything.
+    assert correct >= 10
+    untrained = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path",
+                        saved.replace("step0020", "step0000"), "--problems", "12")  # fmt: skip
+    assert untrained.returncode == 0
+
+
+def test_sample_refuses_a_path_it_cannot_load(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", "nope.json")
+    assert done.returncode == 1
+    assert len(done.stderr.splitlines()) == 1
+    assert "nope.json" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sample", "--backend", "fake"], "--model-path"),
+        (["sample", "--backend", "fake", "--model-path", "p", "--problems", "0"],
+         "--problems must be an integer >= 1 (got '0')"),
+        (["sample", "--backend", "fake", "--model-path", "p", "--temperature", "-1"],
+         "--temperature must be a finite number >= 0 (got '-1')"),
+    ],
+)  # fmt: skip
+def test_sample_usage_errors(
+    tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_main_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert main(["--backend", "fake", "--steps", "2", "--batch", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"Model: {Config().base_model}, Vocab: 129, Backend: fake"
+    saved = out[-1].removeprefix("Saved: ")
+    assert main(["sample", "--backend", "fake", "--model-path", saved, "--problems", "3"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("Accuracy: ")

@@ -1,0 +1,165 @@
+"""`python -m mathrl` on the real mint path, against loopback servers this test starts.
+
+Each test runs the real entry point in a subprocess, in a clean folder (no
+`.env`), with the environment a user has minus any MINT_*/TINKER_* variables.
+Nothing leaves 127.0.0.1. The only timing checks are generous upper bounds on
+how long a deadline of 1 s may take to end the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+KEY = "sk-test-SECRET123"
+COMMANDS = {
+    "train": ("--steps", "1"),
+    "sample": ("sample", "--model-path", "tinker://run/sampler_weights/x", "--problems", "1"),
+}
+
+
+def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m mathrl` in a clean folder, with only the variables given."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("MINT_", "TINKER_"))}
+    base.update(TMPDIR=str(tmp_path), HOME=str(tmp_path), **env)
+    return subprocess.run(
+        [sys.executable, "-m", "mathrl", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=base,
+        timeout=120,
+        check=False,
+    )
+
+
+class SilentServer:
+    """Accepts connections on 127.0.0.1 and never answers; counts what it accepted."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.socket.accept()
+            except OSError:  # closed
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self.socket.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+class Rejecting(BaseHTTPRequestHandler):
+    """Answers every request with 401, as MinT does for a bad key."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self._reject()
+
+    def do_POST(self) -> None:
+        self._reject()
+
+    def _reject(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = json.dumps({"detail": "Invalid API key"}).encode()
+        self.send_response(401)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # keep the test output clean
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    server = SilentServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def rejecting_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Rejecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def closed_port_url() -> str:
+    """A loopback URL where nothing listens (the port was free a moment ago)."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def assert_one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("mathrl: error: ")
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_key_exits_2_with_advice_and_no_network(
+    tmp_path: Path, silent_server: SilentServer, command: str
+) -> None:
+    done = run_cli(tmp_path, *COMMANDS[command], MINT_BASE_URL=silent_server.url)
+    assert done.returncode == 2
+    line = assert_one_error_line(done)
+    for hint in ("MINT_API_KEY", ".env", "--backend fake"):
+        assert hint in line
+    assert done.stdout == ""
+    assert silent_server.accepted == []
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("where", ["nothing listening", "never answers"])
+def test_an_unreachable_service_exits_1_by_the_deadline(
+    tmp_path: Path, silent_server: SilentServer, where: str, command: str
+) -> None:
+    url = closed_port_url() if where == "nothing listening" else silent_server.url
+    start = time.monotonic()
+    done = run_cli(
+        tmp_path, *COMMANDS[command], MINT_API_KEY=KEY, MINT_BASE_URL=url, MINT_CONNECT_TIMEOUT="1"
+    )
+    assert time.monotonic() - start < 60  # generous: the deadline is 1 s, plus imports
+    assert done.returncode == 1, done.stderr
+    line = assert_one_error_line(done)
+    assert f"could not reach MinT at {url} within 1 s" in line
+    assert done.stdout == ""
+    assert KEY not in done.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_rejected_key_exits_1_and_never_shows_the_key(
+    tmp_path: Path, rejecting_url: str, command: str
+) -> None:
+    done = run_cli(tmp_path, *COMMANDS[command], MINT_API_KEY=KEY, MINT_BASE_URL=rejecting_url)
+    assert done.returncode == 1, done.stderr
+    line = assert_one_error_line(done)
+    assert "MinT rejected the API key (MINT_API_KEY)" in line
+    for leak in (KEY, "SECRET123"):
+        assert leak not in done.stdout
+        assert leak not in done.stderr

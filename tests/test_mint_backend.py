@@ -1,0 +1,604 @@
+"""MintBackend over the fake mint surface: the contract, translation, errors, deadlines.
+
+Nothing here touches a network: the service is `mathrl_fakes.fake_mint`,
+which takes and returns real `mint.types` and refuses what MinT refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import tinker
+from tinker import types
+
+from backend_contract import check_backend
+from conftest import math_references
+from mathrl.backend import (
+    BackendError,
+    BackendUnreachable,
+    CredentialsRejected,
+    SampleParams,
+    TransientBackendError,
+)
+from mathrl.config import Config
+from mathrl.grpo import Datum, build_datum
+from mathrl.loop import run_grpo_async
+from mathrl.math_task import AdditionProblem, MathAdapter
+from mathrl.mint_backend import (
+    DEFAULT_BASE_URL,
+    HFTokenizer,
+    MintBackend,
+    MintSampler,
+    open_backend,
+    open_sampler,
+    stop_sequences,
+    translate_error,
+)
+from mathrl_fakes.fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
+from mathrl_fakes.policy import EOS
+
+KEY = "sk-test-SECRET123"
+ENV = {"MINT_API_KEY": KEY, "MINT_BASE_URL": "http://127.0.0.1:9"}
+PROMPT = MathAdapter().make_prompt(AdditionProblem(12, 30))
+ServerFactory = Callable[..., FakeMintServer]
+TRAINING_CALLS = ("forward_backward", "optim_step", "save_weights_for_sampler")
+
+
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[ServerFactory]:
+    """FakeMintServers writing checkpoints under tmp_path; hung calls released at teardown."""
+    servers: list[FakeMintServer] = []
+
+    def make(**knobs: Any) -> FakeMintServer:
+        knobs.setdefault("checkpoint_dir", tmp_path / f"ckpt{len(servers)}")
+        servers.append(FakeMintServer(math_references(), **knobs))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.release.set()
+
+
+def backend_on(server: FakeMintServer) -> MintBackend:
+    training = server.connect(api_key=KEY).create_lora_training_client("fake/base", rank=4)
+    return MintBackend(training, training.get_tokenizer(), secret=KEY)
+
+
+def run(awaitable: Awaitable[Any]) -> Any:
+    async def wait() -> Any:
+        return await awaitable
+
+    return asyncio.run(wait())
+
+
+# -- the contract ------------------------------------------------------------
+
+
+def test_mint_backend_passes_the_contract(make_server: ServerFactory) -> None:
+    check_backend(lambda: backend_on(make_server()))
+
+
+def test_open_backend_with_an_injected_service_passes_the_contract(
+    make_server: ServerFactory,
+) -> None:
+    server = make_server()
+    config = Config(base_model="fake/base", lora_rank=4)
+    check_backend(lambda: run(open_backend(config, ENV, service_client=server.connect())))
+    assert server.log.kinds()[:3] == ["connect", "create_lora_training_client", "get_tokenizer"]
+
+
+def test_the_tokenizer_is_the_hf_one_adapted(make_server: ServerFactory) -> None:
+    tok = backend_on(make_server()).tokenizer
+    assert (tok.eos_token_id, tok.vocab_size, tok.eos_text) == (EOS, 129, EOS_TEXT)
+    assert tok.decode([*tok.encode("A: 42\n"), EOS]) == "A: 42\n"  # EOS is not text
+
+
+def test_a_tokenizer_without_eos_is_refused(make_server: ServerFactory) -> None:
+    class NoEos(FakeHFTokenizer):
+        @property
+        def eos_token_id(self) -> None:  # type: ignore[override]
+            return None
+
+    client = make_server().connect()
+    training = client.create_lora_training_client("fake/base")
+    training.get_tokenizer = NoEos  # type: ignore[assignment,method-assign]
+    client.create_lora_training_client = lambda *a, **k: training  # type: ignore[method-assign]
+    with pytest.raises(BackendError, match=r"^the model's tokenizer has no EOS token"):
+        run(open_backend(Config(), ENV, service_client=client))
+
+
+# -- sampling -----------------------------------------------------------------
+
+
+def sample(server: FakeMintServer, params: SampleParams) -> list[Any]:
+    backend = backend_on(server)
+
+    async def go() -> list[Any]:
+        path = await (await backend.submit_save_for_sampler("s0"))
+        sampler = await backend.create_sampler(path)
+        return await sampler.sample(backend.tokenizer.encode(PROMPT), 3, params)
+
+    return asyncio.run(go())
+
+
+def test_stop_strings_go_out_with_the_eos_text_and_no_stop_means_the_eos_id(
+    make_server: ServerFactory,
+) -> None:
+    server = make_server()
+    sample(server, SampleParams(8, 1.0, ("\n",), seed=1))
+    sample(server, SampleParams(8, 1.0, (), seed=1))
+    sample(server, SampleParams(8, 1.0, ("\n", EOS_TEXT), seed=1))
+    # Strings and ids cannot mix in SamplingParams.stop, so EOS goes as text or alone as an id.
+    assert [p.stop for p in server.sampling_params] == [["\n", EOS_TEXT], [EOS], ["\n", EOS_TEXT]]
+    assert all(isinstance(p, types.SamplingParams) for p in server.sampling_params)
+    assert [(p.max_tokens, p.temperature, p.seed) for p in server.sampling_params] == [
+        (8, 1.0, 1)
+    ] * 3
+
+
+def test_an_eos_without_text_cannot_join_stop_strings() -> None:
+    class SilentEos(FakeHFTokenizer):
+        def decode(self, token_ids: Any, skip_special_tokens: bool = False) -> str:
+            return super().decode(token_ids, skip_special_tokens=True)
+
+    with pytest.raises(BackendError, match="EOS token decodes to no text"):
+        stop_sequences(("\n",), HFTokenizer(SilentEos()))
+    assert stop_sequences((), HFTokenizer(SilentEos())) == [EOS]
+
+
+def test_sequences_without_logprobs_are_an_error_not_zeros(make_server: ServerFactory) -> None:
+    with pytest.raises(BackendError, match="sequence 0 without logprobs"):
+        sample(make_server(omit_logprobs=True), SampleParams(8, 1.0, ("\n",), seed=1))
+
+
+def test_a_dropped_stop_shows_in_the_completions(make_server: ServerFactory) -> None:
+    # The seed's `stop_token_ids=` was dropped without a word; the fake can do the same.
+    completions = sample(make_server(drop_stop=True), SampleParams(8, 1.0, ("\n",), seed=3))
+    assert any(len(c.tokens) == 8 for c in completions)
+
+
+class OddSamplingClient:
+    """Returns whatever response it was built with."""
+
+    def __init__(self, response: types.SampleResponse) -> None:
+        self.response = response
+
+    async def sample_async(self, prompt: Any, num_samples: int, sampling_params: Any) -> Any:
+        return self.response
+
+    def get_tokenizer(self) -> FakeHFTokenizer:
+        return FakeHFTokenizer()
+
+
+@pytest.mark.parametrize(
+    ("sequences", "message"),
+    [
+        ([], "asked for 1 sequences, MinT returned 0"),
+        (
+            [types.SampledSequence("stop", _tokens_list=[1, 2], _logprobs_list=[-0.1])],
+            "sequence 0 has 2 tokens but 1 logprobs",
+        ),
+    ],
+)
+def test_malformed_sample_responses_are_errors(sequences: list[Any], message: str) -> None:
+    client = OddSamplingClient(types.SampleResponse(sequences=sequences))
+    sampler = MintSampler(client, HFTokenizer(FakeHFTokenizer()))
+    with pytest.raises(BackendError, match=message):
+        asyncio.run(sampler.sample([1, 2], 1, SampleParams(4, 1.0)))
+
+
+# -- training -----------------------------------------------------------------
+
+
+def test_the_loop_pipelines_training_and_keeps_every_sample_in_flight(
+    make_server: ServerFactory,
+) -> None:
+    server = make_server(latency=0.01)
+    config = Config(steps=2, batch=8, group=4)
+    result = asyncio.run(run_grpo_async(backend_on(server), MathAdapter(), config))
+    trained = sum(1 for m in result.steps if m.datums)
+    assert trained == config.steps  # seed 0: no step had only constant groups
+    training = [c for c in server.log.calls if c.kind in TRAINING_CALLS]
+    # The step-0 save, then per trained step forward_backward, optim_step, save.
+    assert [c.kind for c in training] == ["save_weights_for_sampler", *TRAINING_CALLS * trained]
+    # Submitted back to back: each optim_step (and save) before its forward_backward finished.
+    for forward, step, save in zip(training[1::3], training[2::3], training[3::3], strict=True):
+        assert step.submitted < forward.finished
+        assert save.submitted < forward.finished
+    # Every prompt's sample call of a step was in flight at once.
+    assert server.peak_in_flight("sample") == config.batch
+    assert server.log.count("sample") == config.batch * config.steps
+
+
+def datums(backend: MintBackend) -> list[Datum]:
+    """One datum: the prompt, then ' 42\n' sampled at logprob -0.2 per token, advantage 1."""
+    completion = backend.tokenizer.encode(" 42\n")
+    datum = build_datum(backend.tokenizer.encode(PROMPT), completion, [-0.2] * 4, 1.0)
+    assert datum is not None
+    return [datum]
+
+
+def test_train_step_sends_mint_datums_and_reports_the_loss(make_server: ServerFactory) -> None:
+    server = make_server()
+    backend = backend_on(server)
+
+    async def go() -> Any:
+        return await (await backend.submit_train_step(datums(backend), 1e-4))
+
+    result = asyncio.run(go())
+    assert result.loss == pytest.approx(result.metrics["loss:sum"])
+    assert result.loss < 0  # positive advantages, ratio ~ exp(logp - (-0.2)) > 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: Datum((), (), (), ()), "datum 0: inputs must not be empty"),
+        (
+            lambda d: Datum(
+                (*d.model_input[:-1], 500),
+                *[getattr(d, f) for f in ("target_tokens", "logprobs", "advantages")],
+            ),
+            "token id 500 is outside 0..128",
+        ),
+    ],
+)
+def test_train_step_refuses_before_calling_mint(
+    make_server: ServerFactory, change: Callable[[Datum], Datum], message: str
+) -> None:
+    server = make_server()
+    backend = backend_on(server)
+    with pytest.raises(ValueError, match=message):
+        asyncio.run(backend.submit_train_step([change(datums(backend)[0])], 1e-4))
+    assert server.log.count("forward_backward") == 0
+
+
+class NoLossTraining:
+    """A training client whose forward_backward reports no loss:sum."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def forward_backward_async(self, data: Any, loss_fn: Any) -> Awaitable[Any]:
+        future = await self.inner.forward_backward_async(data, loss_fn)
+
+        async def without_loss() -> types.ForwardBackwardOutput:
+            output = await future
+            return types.ForwardBackwardOutput("ArrayRecord", output.loss_fn_outputs)
+
+        return without_loss()
+
+
+def test_a_missing_loss_metric_is_an_error(make_server: ServerFactory) -> None:
+    training = make_server().connect().create_lora_training_client("fake/base")
+    backend = MintBackend(NoLossTraining(training), training.get_tokenizer())
+
+    async def go() -> Any:
+        return await (await backend.submit_train_step(datums(backend), 1e-4))
+
+    with pytest.raises(BackendError, match="reported no loss:sum"):
+        asyncio.run(go())
+
+
+def test_service_refusals_surface_as_backend_errors(make_server: ServerFactory) -> None:
+    server = make_server()
+    training = server.connect(api_key=KEY).create_lora_training_client("fake/base")
+    backend = MintBackend(training, training.get_tokenizer(), secret=KEY)
+
+    async def go() -> None:
+        # optim_step with no forward_backward before it: the fake service refuses it.
+        refused = training.optim_step(types.AdamParams(learning_rate=1e-4))
+        with pytest.raises(tinker.RequestFailedError, match="without a preceding forward_backward"):
+            refused.result()
+        with pytest.raises(
+            BackendError, match="MinT failed while calling save_weights_for_sampler"
+        ):
+            await (await backend.submit_save_for_sampler("not/plain"))
+
+    asyncio.run(go())
+
+
+# -- errors -------------------------------------------------------------------
+
+
+def status_error(cls: type[tinker.APIStatusError], status: int) -> tinker.APIStatusError:
+    response = httpx.Response(status, request=httpx.Request("POST", "http://x"))
+    return cls(f"Error code: {status}\n key {KEY}", response=response, body=None)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (status_error(tinker.AuthenticationError, 401), CredentialsRejected),
+        (status_error(tinker.PermissionDeniedError, 403), CredentialsRejected),
+        (status_error(tinker.BadRequestError, 400), BackendError),
+        (status_error(tinker.RateLimitError, 429), TransientBackendError),
+        (status_error(tinker.InternalServerError, 503), TransientBackendError),
+        (
+            tinker.APIConnectionError(request=httpx.Request("GET", "http://x")),
+            TransientBackendError,
+        ),
+        (
+            tinker.RequestFailedError(KEY, "r", types.RequestErrorCategory.Server),
+            TransientBackendError,
+        ),
+        (tinker.RequestFailedError(KEY, "r", types.RequestErrorCategory.User), BackendError),
+        (tinker.TinkerError(""), BackendError),
+    ],
+)
+def test_sdk_errors_become_one_line_backend_errors_without_the_key(
+    error: tinker.TinkerError, kind: type[BackendError]
+) -> None:
+    translated = translate_error(error, "calling sample", KEY)
+    assert type(translated) is kind
+    assert KEY not in str(translated)
+    assert "\n" not in str(translated)
+    assert "calling sample" in str(translated)
+
+
+# -- connecting ---------------------------------------------------------------
+
+
+def test_the_default_base_url_is_mints() -> None:
+    import mint
+
+    assert DEFAULT_BASE_URL == mint.mint._MINT_DEFAULT_BASE_URL
+
+
+@pytest.mark.parametrize(
+    ("hang_at", "opener", "phase"),
+    [
+        ("connect", "backend", "could not reach MinT at http://127.0.0.1:9 within 0.2 s"),
+        ("create_lora_training_client", "backend", "did not finish creating a LoRA training"),
+        ("get_tokenizer", "backend", "did not finish loading the tokenizer within 0.2 s"),
+        ("create_sampling_client", "sampler", "did not finish opening a sampler for ckpt"),
+        ("connect", "sampler", "could not reach MinT at http://127.0.0.1:9 within 0.2 s"),
+    ],
+)
+def test_a_service_that_never_answers_is_unreachable_by_the_deadline(
+    make_server: ServerFactory, hang_at: str, opener: str, phase: str
+) -> None:
+    server = make_server(hang_at={hang_at})
+    config = Config(connect_timeout=0.2)
+
+    async def go() -> BackendError:
+        start = time.monotonic()
+        opening = (
+            open_backend(config, ENV, service_factory=server.connect)
+            if opener == "backend"
+            else open_sampler(config, ENV, "ckpt", service_factory=server.connect)
+        )
+        with pytest.raises(BackendUnreachable) as excinfo:
+            await opening
+        assert time.monotonic() - start < 5  # generous: the deadline is 0.2 s
+        # The abandoned setup may finish later; its result must go nowhere, quietly.
+        server.release.set()
+        while any(t.name == "mathrl-mint-setup" for t in threading.enumerate()):
+            await asyncio.sleep(0.01)
+        return excinfo.value
+
+    message = str(asyncio.run(go()))
+    assert phase in message
+    assert "http://127.0.0.1:9" in message
+    assert message.endswith("(MINT_BASE_URL, --connect-timeout)")
+
+
+def test_the_deadline_message_names_the_default_url(make_server: ServerFactory) -> None:
+    server = make_server(hang_at={"connect"})
+    with pytest.raises(BackendUnreachable, match=f"could not reach MinT at {DEFAULT_BASE_URL}"):
+        asyncio.run(
+            open_backend(
+                Config(connect_timeout=0.1), {"MINT_API_KEY": KEY}, service_factory=server.connect
+            )
+        )
+
+
+@pytest.mark.parametrize("opener", ["backend", "sampler"])
+def test_a_rejected_key_is_credentials_rejected_without_the_key(
+    make_server: ServerFactory, opener: str
+) -> None:
+    server = make_server(reject_key=True)
+    opening = (
+        open_backend(Config(), ENV, service_factory=server.connect)
+        if opener == "backend"
+        else open_sampler(Config(), ENV, "ckpt", service_factory=server.connect)
+    )
+    with pytest.raises(CredentialsRejected) as excinfo:
+        run(opening)
+    message = str(excinfo.value)
+    assert message.startswith("MinT rejected the API key (MINT_API_KEY)")
+    assert KEY not in message
+    assert "SECRET123" not in message
+
+
+def test_a_rejection_after_the_deadline_goes_nowhere(make_server: ServerFactory) -> None:
+    server = make_server(reject_key=True, hang_at={"connect"})
+
+    async def go() -> None:
+        with pytest.raises(BackendUnreachable):
+            await open_backend(Config(connect_timeout=0.1), ENV, service_factory=server.connect)
+        server.release.set()
+        while any(t.name == "mathrl-mint-setup" for t in threading.enumerate()):
+            await asyncio.sleep(0.01)
+
+    asyncio.run(go())
+
+
+def test_open_sampler_samples_saved_weights(make_server: ServerFactory) -> None:
+    server = make_server()
+    training = server.connect().create_lora_training_client("fake/base")
+    path = training.save_weights_for_sampler("w").result().path
+    tokenizer, sampler = run(open_sampler(Config(), ENV, path, service_client=server.connect()))
+    (completion,) = asyncio.run(
+        sampler.sample(tokenizer.encode(PROMPT), 1, SampleParams(8, 0.0, ("\n",)))
+    )
+    assert tokenizer.decode(completion.tokens) == " 42\n"
+    with pytest.raises(BackendError, match="MinT failed while opening a sampler for nowhere"):
+        run(open_sampler(Config(), ENV, "nowhere", service_client=server.connect()))
+
+
+def test_other_setup_failures_are_one_line_backend_errors(make_server: ServerFactory) -> None:
+    server = make_server()
+    client = server.connect()
+
+    def offline() -> Any:
+        raise OSError(f"cannot reach huggingface.co\nwith {KEY}")
+
+    training = client.create_lora_training_client("m")
+    training.get_tokenizer = offline  # type: ignore[method-assign]
+    client.create_lora_training_client = lambda *a, **k: training  # type: ignore[method-assign]
+    with pytest.raises(BackendError) as excinfo:
+        run(open_backend(Config(), ENV, service_client=client))
+    assert str(excinfo.value) == (
+        "failed while loading the tokenizer: OSError: cannot reach huggingface.co with ***"
+    )
+
+
+def test_no_key_is_refused_before_any_connection(make_server: ServerFactory) -> None:
+    server = make_server()
+    with pytest.raises(BackendError, match="MINT_API_KEY"):
+        run(open_backend(Config(), {}, service_factory=server.connect))
+    assert server.log.calls == []
+
+
+# -- the fake service refuses what MinT refuses ------------------------------
+
+
+def mint_datum(**inputs: types.TensorData) -> types.Datum:
+    good = {
+        "target_tokens": types.TensorData([2, 3], "int64"),
+        "logprobs": types.TensorData([0.0, -0.5], "float32"),
+        "advantages": types.TensorData([0.0, 1.0], "float32"),
+    }
+    return types.Datum(types.ModelInput.from_ints([1, 2]), {**good, **inputs})
+
+
+@pytest.mark.parametrize(
+    ("data", "loss_fn", "message"),
+    [
+        ([mint_datum()], "cross_entropy", "only importance_sampling"),
+        ([mint_datum()], "mse", "unknown loss_fn 'mse'"),
+        ([], "importance_sampling", "at least one datum"),
+        (
+            [mint_datum(weights=types.TensorData([1.0, 1.0], "float32"))],
+            "importance_sampling",
+            "exactly",
+        ),
+        (
+            [mint_datum(target_tokens=types.TensorData([2.0, 3.0], "float32"))],
+            "importance_sampling",
+            "target_tokens must be int64",
+        ),
+        (
+            [mint_datum(logprobs=types.TensorData([-0.5], "float32"))],
+            "importance_sampling",
+            "logprobs has 1 entries, model_input has 2",
+        ),
+        (
+            [mint_datum(target_tokens=types.TensorData([2, 999], "int64"))],
+            "importance_sampling",
+            "outside 0..128",
+        ),
+        (["not a datum"], "importance_sampling", "must be a types.Datum"),
+    ],
+)
+def test_the_fake_refuses_bad_forward_backward(
+    make_server: ServerFactory, data: list[Any], loss_fn: str, message: str
+) -> None:
+    training = make_server().connect().create_lora_training_client("fake/base")
+    with pytest.raises(tinker.RequestFailedError, match=message):
+        training.forward_backward(data, loss_fn).result()
+
+
+def test_the_fake_refuses_bad_optim_steps_and_names(make_server: ServerFactory) -> None:
+    training = make_server().connect().create_lora_training_client("fake/base")
+    with pytest.raises(tinker.RequestFailedError, match="without a preceding forward_backward"):
+        training.optim_step(types.AdamParams(learning_rate=1e-4)).result()
+    training.forward_backward([mint_datum()], "importance_sampling").result()
+    with pytest.raises(tinker.RequestFailedError, match=r"takes types\.AdamParams"):
+        training.optim_step({"learning_rate": 1e-4}).result()  # type: ignore[arg-type]
+    with pytest.raises(tinker.RequestFailedError, match="learning_rate must be finite and > 0"):
+        training.optim_step(types.AdamParams(learning_rate=0.0)).result()
+    assert training.optim_step(types.AdamParams(learning_rate=1e-4)).result().metrics == {}
+    with pytest.raises(tinker.RequestFailedError, match="plain file name"):
+        training.save_weights_for_sampler("../up").result()
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"max_tokens": 4}, "must be a types.SamplingParams"),
+        (types.SamplingParams(max_tokens=0), "max_tokens must be an integer >= 1"),
+        (types.SamplingParams(max_tokens=None), "max_tokens must be an integer >= 1"),
+        (types.SamplingParams(max_tokens=4, temperature=-1), "temperature must be finite"),
+        # SamplingParams itself refuses a mix; model_construct skips its validation.
+        (types.SamplingParams.model_construct(max_tokens=4, stop=["\n", 10]), "not a mix"),
+    ],
+)
+def test_the_fake_refuses_bad_sampling_params(
+    make_server: ServerFactory, params: Any, message: str
+) -> None:
+    server = make_server()
+    training = server.connect().create_lora_training_client("fake/base")
+    path = training.save_weights_for_sampler("w").result().path
+    client = server.connect().create_sampling_client(model_path=path)
+    with pytest.raises(tinker.RequestFailedError, match=message):
+        asyncio.run(client.sample_async(types.ModelInput.from_ints([1]), 1, params))
+
+
+def test_the_fake_takes_stop_ids_and_single_strings(make_server: ServerFactory) -> None:
+    server = make_server()
+    training = server.connect().create_lora_training_client("fake/base")
+    client = asyncio.run(
+        training.create_sampling_client_async(training.save_weights_for_sampler("w").result().path)
+    )
+    prompt = types.ModelInput.from_ints(FakeHFTokenizer().encode(PROMPT))
+    for stop in ("\n", [ord("\n"), EOS]):
+        params = types.SamplingParams(max_tokens=8, temperature=0.0, stop=stop)
+        (seq,) = asyncio.run(client.sample_async(prompt, 1, params)).sequences
+        assert FakeHFTokenizer().decode(seq.tokens) == " 42\n"
+        assert seq.stop_reason == "stop"
+    with pytest.raises(ValueError, match="hang_at must name calls"):
+        make_server(hang_at={"sample"})
+
+
+# -- what imports mint --------------------------------------------------------
+
+
+def test_the_fake_backend_never_imports_mint(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from mathrl.cli import main\n"
+        "assert main(['--backend', 'fake', '--steps', '1']) == 0\n"
+        "assert main(['sample', '--backend', 'fake', '--problems', '2',\n"
+        "             '--model-path', 'x']) == 1\n"
+        "loaded = sorted(m for m in ('mint', 'tinker') if m in sys.modules)\n"
+        "assert not loaded, loaded\n"
+        "import mathrl, mathrl_fakes\n"
+        "assert 'mint' not in sys.modules and 'tinker' not in sys.modules\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MINT_", "TINKER_"))}
+    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,51 @@
+"""One real GRPO step, and the Backend contract, against the MinT API.
+
+Runs only when MINT_API_KEY is set (MINT_BASE_URL and MINT_CONNECT_TIMEOUT
+are honoured too); the offline suite skips it. Each test creates a LoRA
+training client on the service, so it costs a little real compute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from backend_contract import check_backend
+from mathrl.config import Config
+from mathrl.loop import RunResult, run_grpo_async
+from mathrl.math_task import MathAdapter
+from mathrl.mint_backend import open_backend
+
+pytestmark = [
+    pytest.mark.skipif(
+        not os.environ.get("MINT_API_KEY"), reason="set MINT_API_KEY to run the real-API smoke test"
+    ),
+    # tinker 0.22.0 leaves the sockets of its one-off connection pools unclosed, and
+    # Python reports each as a ResourceWarning (seen against a loopback server).
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+]
+
+
+def smoke_config() -> Config:
+    # Creating a training client and fetching its tokenizer can take minutes on a cold service.
+    timeout = float(os.environ.get("MINT_CONNECT_TIMEOUT", "300"))
+    return Config(steps=1, batch=2, group=2, connect_timeout=timeout)
+
+
+def test_one_real_step() -> None:
+    config = smoke_config()
+
+    async def step() -> RunResult:
+        backend = await open_backend(config, os.environ)
+        assert backend.tokenizer.vocab_size > 0
+        return await run_grpo_async(backend, MathAdapter(), config)
+
+    result = asyncio.run(step())
+    assert [m.step for m in result.steps] == [1]
+    assert result.saved_path
+
+
+def test_the_real_backend_passes_the_contract() -> None:
+    check_backend(lambda: asyncio.run(open_backend(smoke_config(), os.environ)))
