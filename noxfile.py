@@ -1,4 +1,4 @@
-"""Developer sessions. `nox` runs tests, lint and typecheck."""
+"""Developer sessions. `nox` runs tests, lint and typecheck; `nox -s bench` runs the benchmark."""
 
 from __future__ import annotations
 
@@ -39,3 +39,10 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict on src and fakes."""
     session.install("-e", ".", "mypy>=1.10")
     session.run("mypy", "--strict", "src", "fakes")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Step wall time in round trips, client overhead and peak memory (not a test)."""
+    session.install("-e", ".")
+    session.run("python", "tests/benchmark.py", *session.posargs)

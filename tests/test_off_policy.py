@@ -1,0 +1,193 @@
+"""The step schedule: round trips per step, and one-step off-policy sampling.
+
+Timing is read from a virtual clock (`virtual_clock.py`) with a latency of
+1.0 per round trip, so every time below is an exact count of round trips,
+independent of how busy the machine is. Nothing here measures wall time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from mathrl.backend import Completion, SampleParams, TrainResult
+from mathrl.config import Config
+from mathrl.grpo import Datum
+from mathrl.loop import RunResult, checkpoint_name, request_seed, run_grpo, run_grpo_async
+from mathrl.math_task import MathAdapter
+from mathrl_fakes import CallRecord, CharTokenizer, FakeBackend, FakeSampler
+from virtual_clock import run_virtual
+
+FakeFactory = Callable[..., FakeBackend]
+
+TRAINING_KINDS = ["forward_backward", "optim_step", "save_weights_for_sampler"]
+
+
+def mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs)
+
+
+def accuracies(result: RunResult) -> list[float]:
+    return [m.accuracy for m in result.steps]
+
+
+# -- learning ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_off_policy_learns_and_ends_near_on_policy(
+    fake_backend_factory: FakeFactory, seed: int
+) -> None:
+    on_config = Config(steps=20, seed=seed)
+    off_config = Config(steps=20, seed=seed, max_steps_off_policy=1)
+    on = accuracies(run_grpo(fake_backend_factory(seed=seed), MathAdapter(), on_config))
+    off = accuracies(run_grpo(fake_backend_factory(seed=seed), MathAdapter(), off_config))
+    # "Ends" is the mean of steps 16-20, "starts" the mean of steps 1-5.
+    assert mean(off[15:]) - mean(off[:5]) >= 0.20, off
+    assert abs(mean(off[15:]) - mean(on[15:])) <= 0.10, (on, off)
+
+
+# -- which weights each step samples from -------------------------------------------
+
+
+@dataclass
+class SamplerSpy:
+    """A pass-through Backend noting, per sample request, its step and checkpoint.
+
+    The step is recovered from the request's seed, which the loop derives
+    from (run seed, step, problem index).
+    """
+
+    inner: FakeBackend
+    seed_to_step: dict[int, int]
+    sampled_from: dict[int, set[str]] = field(default_factory=dict)
+
+    @property
+    def tokenizer(self) -> CharTokenizer:
+        return self.inner.tokenizer
+
+    async def submit_train_step(
+        self, datums_D: Sequence[Datum], learning_rate: float
+    ) -> Awaitable[TrainResult]:
+        return await self.inner.submit_train_step(datums_D, learning_rate)
+
+    async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
+        return await self.inner.submit_save_for_sampler(name)
+
+    async def create_sampler(self, path: str) -> SpiedSampler:
+        return SpiedSampler(self, path, await self.inner.create_sampler(path))
+
+
+@dataclass
+class SpiedSampler:
+    spy: SamplerSpy
+    path: str
+    inner: FakeSampler
+
+    async def sample(
+        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
+    ) -> list[Completion]:
+        assert params.seed is not None
+        step = self.spy.seed_to_step[params.seed]
+        self.spy.sampled_from.setdefault(step, set()).add(self.path)
+        return await self.inner.sample(prompt_T, num_samples, params)
+
+
+@pytest.mark.parametrize("max_steps_off_policy", [0, 1])
+def test_step_k_plus_1_samples_from_the_weights_before_step_k_trains(
+    fake_backend_factory: FakeFactory, max_steps_off_policy: int
+) -> None:
+    config = Config(steps=6, seed=4, max_steps_off_policy=max_steps_off_policy)
+    seed_to_step = {
+        request_seed(config.seed, step, i): step
+        for step in range(1, config.steps + 1)
+        for i in range(config.batch)
+    }
+    spy = SamplerSpy(fake_backend_factory(seed=4), seed_to_step)
+    result = run_grpo(spy, MathAdapter(), config)
+    assert all(m.datums > 0 for m in result.steps)  # so every step saved new weights
+
+    def checkpoint(step: int) -> str:
+        return checkpoint_name(config, step) + ".json"
+
+    # Off-policy, step k + 1 is sampled while step k trains, from the weights
+    # step k itself was sampled from (step 1 and 2: the initial weights).
+    lag = 1 + max_steps_off_policy
+    for step in range(1, config.steps + 1):
+        (path,) = spy.sampled_from[step]
+        assert path.endswith(checkpoint(max(step - lag, 0))), (step, path)
+
+
+# -- round trips --------------------------------------------------------------------
+
+
+def calls_at(calls: Sequence[CallRecord], kind: str) -> dict[float, list[CallRecord]]:
+    """Calls of `kind`, grouped by the (virtual) time they were submitted."""
+    groups: dict[float, list[CallRecord]] = {}
+    for call in calls:
+        if call.kind == kind:
+            groups.setdefault(call.submitted, []).append(call)
+    return groups
+
+
+@pytest.mark.parametrize(("batch", "group", "steps"), [(10, 4, 4), (7, 3, 2), (3, 2, 1)])
+def test_an_on_policy_step_costs_three_round_trips(
+    fake_backend_factory: FakeFactory, batch: int, group: int, steps: int
+) -> None:
+    backend = fake_backend_factory(seed=1, latency=1.0)
+    config = Config(steps=steps, batch=batch, group=group, seed=1)
+    result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config))
+    assert all(m.datums > 0 for m in result.steps)
+
+    # The initial save and sampler, then per step: every sample request, the
+    # training calls back to back, and the next step's sampler.
+    step_kinds = ["sample"] * batch + TRAINING_KINDS
+    expected = ["save_weights_for_sampler", "create_sampler"]
+    expected += [*step_kinds, "create_sampler"] * (steps - 1) + step_kinds
+    assert backend.log.kinds() == expected
+
+    calls = backend.log.calls
+    sample_waves = calls_at(calls, "sample")
+    assert len(sample_waves) == steps
+    for start, wave in sample_waves.items():
+        assert len(wave) == batch
+        assert {c.finished for c in wave} == {start + 1.0}  # one round trip for all
+    assert backend.log.max_in_flight >= batch
+    for step in range(steps):
+        trio = calls[2 + step * (batch + 4) + batch :][:3]
+        assert [c.kind for c in trio] == TRAINING_KINDS
+        # Submitted together, done together: one round trip for all three.
+        assert len({c.submitted for c in trio}) == 1
+        assert {c.finished for c in trio} == {trio[0].submitted + 1.0}
+    # Save + sampler once, then sample, train, sampler: 3 per step (the last
+    # step needs no next sampler).
+    assert elapsed == 2 + 3 * steps - 1
+
+
+@pytest.mark.parametrize(("batch", "steps"), [(10, 5), (4, 2)])
+def test_an_off_policy_step_costs_two_round_trips_and_samples_while_training(
+    fake_backend_factory: FakeFactory, batch: int, steps: int
+) -> None:
+    backend = fake_backend_factory(seed=2, latency=1.0)
+    config = Config(steps=steps, batch=batch, seed=2, max_steps_off_policy=1)
+    result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config))
+    assert all(m.datums > 0 for m in result.steps)
+
+    calls = backend.log.calls
+    trainings = calls_at(calls, "forward_backward")
+    sample_waves = calls_at(calls, "sample")
+    assert len(trainings) == steps
+    assert len(sample_waves) == steps
+    assert all(len(wave) == batch for wave in sample_waves.values())
+    assert backend.log.max_in_flight >= batch
+    # Steps 2..N are sampled in the same round trip as the previous step trains.
+    train_times = sorted(trainings)
+    sample_times = sorted(sample_waves)
+    assert sample_times[1:] == train_times[:-1]
+    assert train_times == [train_times[0] + 2.0 * k for k in range(steps)]
+    # Save + sampler, the first samples, then train + sampler per step (the
+    # last step needs no next sampler).
+    assert elapsed == 3 + 2 * steps - 1

@@ -1,0 +1,74 @@
+"""An asyncio event loop on a virtual clock: waiting is free, computing is free.
+
+`loop.time()` advances only when the loop has nothing ready to run and would
+otherwise block until its next timer; it then jumps straight to that timer.
+So `asyncio.sleep(L)` costs exactly L of virtual time, and any amount of CPU
+work costs none. The fake backend simulates a round trip with
+`asyncio.sleep(latency)`, so on this loop a run's virtual duration counts its
+dependent round trips exactly, however slow or busy the machine is.
+
+Not for code that waits on threads or sockets with a timeout: the clock would
+jump over the wait instead of sleeping through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class _JumpingSelector(selectors.BaseSelector):
+    """Delegates to a real selector, but turns a timed wait into a clock jump."""
+
+    def __init__(self, loop: VirtualClockLoop) -> None:
+        self._loop = loop
+        self._real = selectors.DefaultSelector()
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        events = self._real.select(0)
+        if events or timeout is None:
+            # No timer pending: only real I/O can wake the loop, so really wait.
+            return events or self._real.select(None)
+        # `timeout` is the gap to the next timer (0 when callbacks are ready).
+        self._loop.advance(timeout)
+        return []
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._real.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.modify(fileobj, events, data)
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return self._real.get_map()
+
+    def close(self) -> None:
+        self._real.close()
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """A selector event loop whose `time()` is virtual (starts at 0.0)."""
+
+    def __init__(self) -> None:
+        self._virtual_now = 0.0
+        super().__init__(_JumpingSelector(self))
+
+    def time(self) -> float:
+        return self._virtual_now
+
+    def advance(self, seconds: float) -> None:
+        self._virtual_now += seconds
+
+
+def run_virtual(main: Coroutine[Any, Any, T]) -> tuple[T, float]:
+    """Run `main` to completion on a fresh virtual clock; return it and its virtual duration."""
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        result = runner.run(main)
+        return result, runner.get_loop().time()
