@@ -36,9 +36,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on src and fakes."""
-    session.install("-e", ".", "mypy>=1.10")
-    session.run("mypy", "--strict", "src", "fakes")
+    """mypy --strict on src and fakes, and on the tests too."""
+    session.install("-e", ".", "mypy>=1.10", *TEST_TOOLS)
+    session.run("mypy", "--strict", "src", "fakes", "tests")
 
 
 @nox.session(python=PYTHON)

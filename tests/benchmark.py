@@ -30,9 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mathrl_fakes.fake_backend as fake_module
-from mathrl.backend import Backend, Sampler, Tokenizer, TrainResult
 from mathrl.config import Config
 from mathrl.grpo import Datum
 from mathrl.loop import (
@@ -52,7 +51,7 @@ from mathrl.loop import (
     score,
 )
 from mathrl.math_task import MathAdapter, all_problems
-from mathrl_fakes import FakeBackend, FakeSampler, reference_table
+from mathrl_fakes import FakeBackend, FakeSampler, RecordingBackend, reference_table
 from virtual_clock import run_virtual
 
 DEFAULT_SIZES = ((10, 4), (64, 16), (256, 16))
@@ -76,34 +75,8 @@ def make_fake(latency: float, seed: int = 0) -> FakeBackend:
     return FakeBackend(references(), seed=seed, latency=latency, checkpoint_dir=folder)
 
 
-@dataclass
-class DatumRecorder:
-    """A pass-through Backend that keeps each train step's datums and submission time."""
-
-    inner: Backend
-    trained: list[list[Datum]] = field(default_factory=list)
-    submitted_at: list[float] = field(default_factory=list)
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        return self.inner.tokenizer
-
-    async def submit_train_step(
-        self, datums_D: Sequence[Datum], learning_rate: float
-    ) -> Awaitable[TrainResult]:
-        self.trained.append(list(datums_D))
-        self.submitted_at.append(asyncio.get_running_loop().time())
-        return await self.inner.submit_train_step(datums_D, learning_rate)
-
-    async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
-        return await self.inner.submit_save_for_sampler(name)
-
-    async def create_sampler(self, path: str) -> Sampler:
-        return await self.inner.create_sampler(path)
-
-
 async def run_serial_async(
-    backend: FakeBackend, adapter: MathAdapter, config: Config, recorder: DatumRecorder
+    backend: FakeBackend, adapter: MathAdapter, config: Config, recorder: RecordingBackend
 ) -> None:
     """The seed's schedule: each call is awaited before the next one is sent.
 
@@ -130,7 +103,7 @@ async def run_serial_async(
         )
         if batch.datums_D:
             recorder.trained.append(batch.datums_D)
-            recorder.submitted_at.append(asyncio.get_running_loop().time())
+            recorder.train_submitted_at.append(asyncio.get_running_loop().time())
             await (await backend.submit_forward_backward(batch.datums_D))
             await (await backend.submit_optim_step(config.lr))
             trained_through = step
@@ -154,13 +127,13 @@ class Run:
 
 async def timed_run(loop_kind: str, backend: FakeBackend, config: Config) -> Run:
     """Run one loop, "mathrl" (run_grpo_async) or "serial" (run_serial_async)."""
-    recorder = DatumRecorder(backend)
+    recorder = RecordingBackend(backend)
     metrics: list[StepMetrics] = []
     if loop_kind == "mathrl":
         await run_grpo_async(recorder, MathAdapter(), config, metrics.append)
     else:
         await run_serial_async(backend, MathAdapter(), config, recorder)
-    return Run(recorder.trained, recorder.submitted_at, [m.accuracy for m in metrics])
+    return Run(recorder.trained, recorder.train_submitted_at, [m.accuracy for m in metrics])
 
 
 def bench_config(batch: int, group: int, steps: int, off_policy: bool = False) -> Config:

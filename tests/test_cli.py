@@ -6,33 +6,16 @@ process so coverage sees the same code.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_process import run_cli
 from mathrl.cli import main
 from mathrl.config import SETTINGS, Config, default_of
 
 STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)(, .*)?")
-
-
-def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m mathrl` in a clean folder, with only the variables given."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("MINT_", "TINKER_"))}
-    base.update(TMPDIR=str(tmp_path), HOME=str(tmp_path), **env)
-    return subprocess.run(
-        [sys.executable, "-m", "mathrl", *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=base,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_fake_run_prints_the_seed_demo_lines(tmp_path: Path) -> None:
@@ -40,7 +23,8 @@ def test_fake_run_prints_the_seed_demo_lines(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("Model: Qwen/Qwen3-0.6B")
-    assert [int(STEP_LINE.fullmatch(line)[1]) for line in lines[1:-1]] == [1, 2, 3]  # type: ignore[index]
+    steps = [STEP_LINE.fullmatch(line) for line in lines[1:-1]]
+    assert [int(m[1]) if m else None for m in steps] == [1, 2, 3]
     assert lines[-1].startswith("Saved: ")
     saved = Path(lines[-1].removeprefix("Saved: "))
     assert saved.is_file()

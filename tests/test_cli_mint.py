@@ -9,10 +9,8 @@ how long a deadline of 1 s may take to end the process.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,26 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from cli_process import run_cli
+
 KEY = "sk-test-SECRET123"
 COMMANDS = {
     "train": ("--steps", "1"),
     "sample": ("sample", "--model-path", "tinker://run/sampler_weights/x", "--problems", "1"),
 }
-
-
-def run_cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run `python -m mathrl` in a clean folder, with only the variables given."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("MINT_", "TINKER_"))}
-    base.update(TMPDIR=str(tmp_path), HOME=str(tmp_path), **env)
-    return subprocess.run(
-        [sys.executable, "-m", "mathrl", *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=base,
-        timeout=120,
-        check=False,
-    )
 
 
 class SilentServer:

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mathrl.backend import Completion, SampleParams, TrainResult
 from mathrl.config import Config
 from mathrl.grpo import Datum, build_datum, group_advantages
 from mathrl.loop import checkpoint_name, request_seed, run_grpo, sample_params
 from mathrl.math_task import AdditionProblem, MathAdapter
-from mathrl_fakes import FakeBackend, FakeSampler
+from mathrl_fakes import FakeBackend, RecordingBackend
 
 FakeFactory = Callable[..., FakeBackend]
 
@@ -26,44 +23,6 @@ class ConstantRewardAdapter(MathAdapter):
 
     def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
         return 0.5
-
-
-@dataclass
-class Recorder:
-    """Wraps a FakeBackend and keeps what the loop sampled and trained on."""
-
-    inner: FakeBackend
-    samples: list[list[Completion]] = field(default_factory=list)
-    trained: list[list[Datum]] = field(default_factory=list)
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.inner.tokenizer
-
-    async def submit_train_step(
-        self, datums_D: Sequence[Datum], learning_rate: float
-    ) -> Awaitable[TrainResult]:
-        self.trained.append(list(datums_D))
-        return await self.inner.submit_train_step(datums_D, learning_rate)
-
-    async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
-        return await self.inner.submit_save_for_sampler(name)
-
-    async def create_sampler(self, path: str) -> RecordingSampler:
-        return RecordingSampler(self, await self.inner.create_sampler(path))
-
-
-@dataclass
-class RecordingSampler:
-    recorder: Recorder
-    inner: FakeSampler
-
-    async def sample(
-        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
-    ) -> list[Completion]:
-        completions = await self.inner.sample(prompt_T, num_samples, params)
-        self.recorder.samples.append(completions)
-        return completions
 
 
 def test_constant_rewards_give_no_datums_and_no_training(fake_backend_factory: FakeFactory) -> None:
@@ -108,13 +67,13 @@ def test_datums_are_the_non_empty_completions_of_non_constant_groups(
 ) -> None:
     config = Config(steps=2, seed=seed, batch=batch, group=group, max_tokens=max_tokens,
                     temperature=temperature)  # fmt: skip
-    recorder = Recorder(fake_backend_factory(seed=seed))
+    recorder = RecordingBackend(fake_backend_factory(seed=seed))
     adapter = MathAdapter()
     result = run_grpo(recorder, adapter, config)
     trained = iter(recorder.trained)
     for m, step in zip(result.steps, range(1, 3), strict=True):
         problems = adapter.build_dataset(seed, step, batch)
-        groups = recorder.samples[(step - 1) * batch : step * batch]
+        groups = [c.completions_G for c in recorder.samples[(step - 1) * batch : step * batch]]
         expected = 0
         for problem, completions_G in zip(problems, groups, strict=True):
             rewards_G = [
@@ -161,7 +120,7 @@ def test_the_loop_matches_a_serial_reference_loop(
     fake_backend_factory: FakeFactory, seed: int
 ) -> None:
     config = Config(steps=6, seed=seed, batch=8, group=4)
-    recorder = Recorder(fake_backend_factory(seed=seed))
+    recorder = RecordingBackend(fake_backend_factory(seed=seed))
     run_grpo(recorder, MathAdapter(), config)
     reference = asyncio.run(serial_reference_run(fake_backend_factory(seed=seed), config))
     assert [d for d in reference if d] == recorder.trained

@@ -7,7 +7,6 @@ which takes and returns real `mint.types` and refuses what MinT refuses.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ import tinker
 from tinker import types
 
 from backend_contract import check_backend
+from cli_process import user_env
 from conftest import math_references
 from mathrl.backend import (
     BackendError,
@@ -111,7 +111,7 @@ def test_a_tokenizer_without_eos_is_refused(make_server: ServerFactory) -> None:
 
     client = make_server().connect()
     training = client.create_lora_training_client("fake/base")
-    training.get_tokenizer = NoEos  # type: ignore[assignment,method-assign]
+    training.get_tokenizer = NoEos  # type: ignore[method-assign]
     client.create_lora_training_client = lambda *a, **k: training  # type: ignore[method-assign]
     with pytest.raises(BackendError, match=r"^the model's tokenizer has no EOS token"):
         run(open_backend(Config(), ENV, service_client=client))
@@ -590,12 +590,10 @@ def test_the_fake_backend_never_imports_mint(tmp_path: Path) -> None:
         "import mathrl, mathrl_fakes\n"
         "assert 'mint' not in sys.modules and 'tinker' not in sys.modules\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MINT_", "TINKER_"))}
-    env.update(HOME=str(tmp_path), TMPDIR=str(tmp_path))
     done = subprocess.run(
         [sys.executable, "-c", script],
         cwd=tmp_path,
-        env=env,
+        env=user_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=120,

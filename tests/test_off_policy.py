@@ -8,17 +8,14 @@ independent of how busy the machine is. Nothing here measures wall time.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
 import pytest
 
-from mathrl.backend import Completion, SampleParams, TrainResult
 from mathrl.config import Config
-from mathrl.grpo import Datum
 from mathrl.loop import RunResult, checkpoint_name, request_seed, run_grpo, run_grpo_async
 from mathrl.math_task import MathAdapter
-from mathrl_fakes import CallRecord, CharTokenizer, FakeBackend, FakeSampler
+from mathrl_fakes import CallRecord, FakeBackend, RecordingBackend
 from virtual_clock import run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
@@ -53,49 +50,6 @@ def test_off_policy_learns_and_ends_near_on_policy(
 # -- which weights each step samples from -------------------------------------------
 
 
-@dataclass
-class SamplerSpy:
-    """A pass-through Backend noting, per sample request, its step and checkpoint.
-
-    The step is recovered from the request's seed, which the loop derives
-    from (run seed, step, problem index).
-    """
-
-    inner: FakeBackend
-    seed_to_step: dict[int, int]
-    sampled_from: dict[int, set[str]] = field(default_factory=dict)
-
-    @property
-    def tokenizer(self) -> CharTokenizer:
-        return self.inner.tokenizer
-
-    async def submit_train_step(
-        self, datums_D: Sequence[Datum], learning_rate: float
-    ) -> Awaitable[TrainResult]:
-        return await self.inner.submit_train_step(datums_D, learning_rate)
-
-    async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
-        return await self.inner.submit_save_for_sampler(name)
-
-    async def create_sampler(self, path: str) -> SpiedSampler:
-        return SpiedSampler(self, path, await self.inner.create_sampler(path))
-
-
-@dataclass
-class SpiedSampler:
-    spy: SamplerSpy
-    path: str
-    inner: FakeSampler
-
-    async def sample(
-        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
-    ) -> list[Completion]:
-        assert params.seed is not None
-        step = self.spy.seed_to_step[params.seed]
-        self.spy.sampled_from.setdefault(step, set()).add(self.path)
-        return await self.inner.sample(prompt_T, num_samples, params)
-
-
 @pytest.mark.parametrize("max_steps_off_policy", [0, 1])
 def test_step_k_plus_1_samples_from_the_weights_before_step_k_trains(
     fake_backend_factory: FakeFactory, max_steps_off_policy: int
@@ -106,8 +60,12 @@ def test_step_k_plus_1_samples_from_the_weights_before_step_k_trains(
         for step in range(1, config.steps + 1)
         for i in range(config.batch)
     }
-    spy = SamplerSpy(fake_backend_factory(seed=4), seed_to_step)
+    spy = RecordingBackend(fake_backend_factory(seed=4))
     result = run_grpo(spy, MathAdapter(), config)
+    sampled_from: dict[int, set[str]] = {}
+    for call in spy.samples:
+        assert call.params.seed is not None
+        sampled_from.setdefault(seed_to_step[call.params.seed], set()).add(call.path)
     assert all(m.datums > 0 for m in result.steps)  # so every step saved new weights
 
     def checkpoint(step: int) -> str:
@@ -117,7 +75,7 @@ def test_step_k_plus_1_samples_from_the_weights_before_step_k_trains(
     # step k itself was sampled from (step 1 and 2: the initial weights).
     lag = 1 + max_steps_off_policy
     for step in range(1, config.steps + 1):
-        (path,) = spy.sampled_from[step]
+        (path,) = sampled_from[step]
         assert path.endswith(checkpoint(max(step - lag, 0))), (step, path)
 
 

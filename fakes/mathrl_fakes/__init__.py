@@ -10,6 +10,7 @@ from typing import TypeVar
 from mathrl.adapter import Adapter
 from mathrl_fakes.fake_backend import CallLog, CallRecord, FakeBackend, FakeSampler
 from mathrl_fakes.policy import CharTokenizer
+from mathrl_fakes.recording import RecordingBackend, RecordingSampler, SampleCall
 
 __all__ = [
     "CallLog",
@@ -17,6 +18,9 @@ __all__ = [
     "CharTokenizer",
     "FakeBackend",
     "FakeSampler",
+    "RecordingBackend",
+    "RecordingSampler",
+    "SampleCall",
     "reference_table",
 ]
 
