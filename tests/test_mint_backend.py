@@ -32,16 +32,15 @@ from mathrl.backend import (
 )
 from mathrl.config import Config
 from mathrl.grpo import Datum, build_datum
+from mathrl.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl.loop import run_grpo_async
 from mathrl.math_task import AdditionProblem, MathAdapter
 from mathrl.mint_backend import (
     DEFAULT_BASE_URL,
-    HFTokenizer,
     MintBackend,
     MintSampler,
     open_backend,
     open_sampler,
-    stop_sequences,
     translate_error,
 )
 from mathrl_fakes.fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer

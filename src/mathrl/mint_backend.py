@@ -6,24 +6,15 @@ opening a connection under one deadline; turning SDK failures into
 (the SDK retries transient failures itself), GRPO logic, or printing.
 
 Setup is synchronous in the SDK (`ServiceClient()` contacts the server in its
-constructor and retries for minutes), so `open_backend` runs it in a daemon
-thread and gives up after `config.connect_timeout` seconds: an abandoned
-daemon thread does not keep the process alive. (`asyncio.to_thread` would:
-its worker thread is not a daemon, so `asyncio.run` would wait for it.)
-
-Stop sequences: `SampleParams.stop` holds strings, and sampling must also stop
-at EOS. `SamplingParams.stop` takes strings or token ids, never both, so with
-stop strings we send them plus the EOS token's text (`decode([eos])`), and
-without any we send `[eos_token_id]`. We always send the EOS stop rather than
-trust a server default we cannot see.
+constructor and retries for minutes), so `open_backend` runs it with
+`mathrl.deadline.run_in_daemon_thread` and gives up after
+`config.connect_timeout` seconds. Stop sequences are translated by
+`mathrl.hf_tokenizer.stop_sequences`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
-import threading
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -45,22 +36,14 @@ from mathrl.backend import (
     check_train_step,
 )
 from mathrl.config import Config
+from mathrl.deadline import run_in_daemon_thread
 from mathrl.grpo import Datum
+from mathrl.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences
 
 T = TypeVar("T")
 DEFAULT_BASE_URL = "https://mint.macaron.xin"
 """mint 0.2.0's endpoint when MINT_BASE_URL is unset (mint's `_MINT_DEFAULT_BASE_URL`)."""
 LOSS_FN: types.LossFnType = "importance_sampling"
-
-
-class HFTokenizerLike(Protocol):
-    """The part of a Hugging Face tokenizer mathrl uses."""
-
-    @property
-    def eos_token_id(self) -> int | None: ...
-    def encode(self, text: str) -> list[int]: ...
-    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
-    def __len__(self) -> int: ...
 
 
 class SamplingClientLike(Protocol):
@@ -95,44 +78,6 @@ class ServiceClientLike(Protocol):
         self, base_model: str, rank: int = ..., seed: int | None = ...
     ) -> TrainingClientLike: ...
     def create_sampling_client(self, model_path: str | None = ...) -> SamplingClientLike: ...
-
-
-class HFTokenizer:
-    """A Hugging Face tokenizer as a `mathrl.backend.Tokenizer`.
-
-    `decode` skips special tokens, so a completion's EOS is not part of its text.
-    """
-
-    def __init__(self, hf: HFTokenizerLike) -> None:
-        if hf.eos_token_id is None:
-            raise BackendError("the model's tokenizer has no EOS token; sampling needs one")
-        self._hf = hf
-        self._eos = hf.eos_token_id
-        self.eos_text = hf.decode([self._eos])
-        """The EOS token as text, for stop strings."""
-
-    @property
-    def eos_token_id(self) -> int:
-        return self._eos
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self._hf)  # get_info has no vocabulary size; the tokenizer's length is it
-
-    def encode(self, text: str) -> list[int]:
-        return list(self._hf.encode(text))
-
-    def decode(self, tokens: Sequence[int]) -> str:
-        return self._hf.decode(list(tokens), skip_special_tokens=True)
-
-
-def stop_sequences(stop: Sequence[str], tokenizer: HFTokenizer) -> list[str] | list[int]:
-    """`SamplingParams.stop` for `stop` strings plus EOS (see the module docstring)."""
-    if not stop:
-        return [tokenizer.eos_token_id]
-    if not tokenizer.eos_text:
-        raise BackendError("the EOS token decodes to no text, so it cannot join stop strings")
-    return list(dict.fromkeys([*stop, tokenizer.eos_text]))
 
 
 class MintSampler:
@@ -377,7 +322,7 @@ async def _connect(
 
     timeout = config.connect_timeout
     try:
-        return await _in_daemon_thread(setup, timeout)
+        return await run_in_daemon_thread(setup, timeout)
     except TimeoutError:
         if len(phase) == 1:
             message = f"could not reach MinT at {url} within {timeout:g} s"
@@ -391,26 +336,3 @@ async def _connect(
     except Exception as exc:  # e.g. the tokenizer download failing: still one line for the CLI
         detail = f"{type(exc).__name__}: {_one_line(exc, key)}"
         raise BackendError(f"failed while {phase[-1]}: {detail}") from None
-
-
-async def _in_daemon_thread(work: Callable[[], T], timeout: float) -> T:
-    """Run blocking `work` in a daemon thread; raise TimeoutError after `timeout` s."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def run() -> None:
-        outcome: Callable[[], None]
-        try:
-            outcome = functools.partial(done.set_result, work())
-        except BaseException as exc:
-            outcome = functools.partial(done.set_exception, exc)
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
-            loop.call_soon_threadsafe(_unless_done, done, outcome)
-
-    threading.Thread(target=run, name="mathrl-mint-setup", daemon=True).start()
-    return await asyncio.wait_for(done, timeout)
-
-
-def _unless_done(future: asyncio.Future[Any], settle: Callable[[], None]) -> None:
-    if not future.done():  # else the deadline has cancelled it
-        settle()
