@@ -32,6 +32,7 @@ from mathrl_fakes.policy import (
     target_logprob,
     uniforms,
 )
+from virtual_clock import run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 PROMPT = MathAdapter().make_prompt(AdditionProblem(12, 30))
@@ -193,26 +194,28 @@ def test_injected_failures_and_call_log(fake_backend_factory: FakeFactory) -> No
 
 
 def test_training_calls_complete_in_submission_order(fake_backend_factory: FakeFactory) -> None:
-    backend = fake_backend_factory(latency=0.01)
+    backend = fake_backend_factory(latency=1.0)  # one round trip = 1.0 on the virtual clock
     tok = backend.tokenizer
     prompt = tok.encode(PROMPT)
 
-    async def go() -> None:
+    async def go() -> str:
         datum = build_datum(prompt, tok.encode(" 42\n"), [-0.1] * 4, 1.0)
         assert datum is not None
-        t0 = asyncio.get_running_loop().time()
         training = await backend.submit_train_step([datum], 1e-4)
         saving = await backend.submit_save_for_sampler("after")
-        await asyncio.gather(training, saving)
-        # Three calls in flight together: about one round trip, not three.
-        assert asyncio.get_running_loop().time() - t0 < 0.025 * 3
-        payload = json.loads(Path(await saving).read_text())
-        assert payload["theta"] == backend.theta != initial_theta()
+        await training
+        return await saving
 
-    asyncio.run(go())
-    kinds = [c.kind for c in sorted(backend.log.calls, key=lambda c: c.finished)]
-    assert kinds == ["forward_backward", "optim_step", "save_weights_for_sampler"]
+    path, elapsed = run_virtual(go())
+    # Three calls in flight together cost one round trip, not three...
+    assert elapsed == 1.0
+    assert [c.kind for c in backend.log.calls] == [
+        "forward_backward", "optim_step", "save_weights_for_sampler"
+    ]  # fmt: skip
+    assert [c.finished for c in backend.log.calls] == [1.0, 1.0, 1.0]
     assert backend.log.max_in_flight == 3
+    # ...and the save, submitted last, holds the trained weights.
+    assert json.loads(Path(path).read_text())["theta"] == backend.theta != initial_theta()
 
 
 def test_unknown_prompts_get_the_uniform_policy(fake_backend_factory: FakeFactory) -> None:
@@ -224,5 +227,55 @@ def test_unknown_prompts_get_the_uniform_policy(fake_backend_factory: FakeFactor
         assert c.logprobs == (-math.log(VOCAB_SIZE),) * len(c.tokens)
         (g,) = await sampler.sample([1, 2, 3], 1, SampleParams(3, 0.0, (), seed=1))
         assert g.logprobs == (0.0, 0.0, 0.0)
+
+    asyncio.run(go())
+
+
+def _one_train_step(backend: FakeBackend, fail: str | None) -> list[float]:
+    """Train once on a fixed datum; with `fail`, that call fails first and is retried."""
+    tok = backend.tokenizer
+    datum = build_datum(tok.encode(PROMPT), tok.encode(" 42\n"), [-0.2] * 4, 1.0)
+    assert datum is not None
+
+    async def go() -> None:
+        if fail is not None:
+            backend.fail_next(fail)
+            with pytest.raises(TransientBackendError, match=fail):
+                await (await backend.submit_train_step([datum], 1e-4))
+        await (await backend.submit_train_step([datum], 1e-4))
+
+    asyncio.run(go())
+    return list(backend.theta)
+
+
+@pytest.mark.parametrize("fail", ["forward_backward", "optim_step"])
+def test_a_failed_train_step_leaves_no_trace(
+    fake_backend_factory: FakeFactory, fail: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A retried step must apply its gradient once, exactly as a clean step does.
+    clean = _one_train_step(fake_backend_factory(), None)
+    assert _one_train_step(fake_backend_factory(), fail) == clean
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]  # nothing left unobserved
+
+
+def test_runs_sharing_checkpoint_names_do_not_share_weights(tmp_path: Path) -> None:
+    from conftest import math_references
+
+    tok = CharTokenizer()
+    datum = build_datum(tok.encode(PROMPT), tok.encode(" 42\n"), [-0.2] * 4, 1.0)
+    assert datum is not None
+    backends = [FakeBackend(math_references(), checkpoint_dir=tmp_path) for _ in range(2)]
+
+    async def save_after_training(backend: FakeBackend, lr: float) -> str:
+        await (await backend.submit_train_step([datum], lr))
+        return await (await backend.submit_save_for_sampler("same-name"))
+
+    async def go() -> None:
+        paths = [
+            await save_after_training(b, lr) for b, lr in zip(backends, (1e-4, 1e-2), strict=True)
+        ]
+        assert paths[0] == paths[1]  # one file, written last by the second run
+        first = await backends[0].create_sampler(paths[0])
+        assert first._theta == tuple(backends[0].theta) != tuple(backends[1].theta)
 
     asyncio.run(go())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -177,6 +178,7 @@ class FakeBackend:
         self._pending_grad: list[float] | None = None
         self._failures: Counter[str] = Counter()
         self._training_tail: asyncio.Future[None] | None = None
+        self._saved: dict[str, tuple[str, tuple[float, ...]]] = {}
 
     @property
     def tokenizer(self) -> CharTokenizer:
@@ -198,8 +200,12 @@ class FakeBackend:
         step = await self.submit_optim_step(learning_rate)
 
         async def both() -> TrainResult:
-            loss = await forward
-            await step
+            # Wait on both, so a failure of one never leaves the other unobserved.
+            loss, stepped = await asyncio.gather(forward, step, return_exceptions=True)
+            for outcome in (loss, stepped):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            assert isinstance(loss, float)
             return TrainResult(loss=loss, metrics={"loss:sum": loss})
 
         return asyncio.ensure_future(both())
@@ -217,7 +223,9 @@ class FakeBackend:
     async def submit_optim_step(self, learning_rate: float) -> Awaitable[None]:
         """optim_step alone: one Adam step on the accumulated gradient."""
         check_learning_rate(learning_rate)
-        return self._training_call("optim_step", 0, lambda: self._optim_step(learning_rate))
+        return self._training_call(
+            "optim_step", 0, lambda: self._optim_step(learning_rate), on_failure=self._drop_grad
+        )
 
     async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
         if not name or "/" in name or name.startswith("."):
@@ -255,6 +263,10 @@ class FakeBackend:
         self._pending_grad = grad
         return loss
 
+    def _drop_grad(self) -> None:
+        # A failed optim_step leaves no trace: its gradient is not applied later.
+        self._pending_grad = None
+
     def _optim_step(self, lr: float) -> None:
         grad, self._pending_grad = self._pending_grad, None
         if grad is None:
@@ -272,10 +284,18 @@ class FakeBackend:
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         path = self.checkpoint_dir / f"{name}.json"
         payload = {"format": CHECKPOINT_FORMAT, "name": name, "theta": self.theta}
-        path.write_text(json.dumps(payload))
+        # Written whole or not at all: another process may be reading this path.
+        partial = path.with_name(f".{path.name}.{os.getpid()}-{id(self)}.tmp")
+        partial.write_text(json.dumps(payload))
+        partial.replace(path)
+        self._saved[str(path)] = (name, tuple(self.theta))
         return str(path)
 
     def _load(self, path: str) -> FakeSampler:
+        # Our own checkpoints come from memory, so another run reusing the file
+        # name cannot change what this run samples from.
+        if path in self._saved:
+            return FakeSampler(self, *self._saved[path])
         try:
             payload = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
@@ -286,10 +306,16 @@ class FakeBackend:
 
     # -- latency, ordering, failures, records ---------------------------------
 
-    def _training_call(self, kind: str, size: int, work: Callable[[], T]) -> asyncio.Future[T]:
+    def _training_call(
+        self,
+        kind: str,
+        size: int,
+        work: Callable[[], T],
+        on_failure: Callable[[], None] | None = None,
+    ) -> asyncio.Future[T]:
         """Schedule a training-side call: done after one round trip and after its predecessor."""
         previous = self._training_tail
-        result = asyncio.ensure_future(self._call(kind, size, work, after=previous))
+        result = asyncio.ensure_future(self._call(kind, size, work, previous, on_failure))
         tail: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         result.add_done_callback(lambda _: tail.set_result(None))
         self._training_tail = tail
@@ -301,6 +327,7 @@ class FakeBackend:
         size: int,
         work: Callable[[], T],
         after: asyncio.Future[None] | None = None,
+        on_failure: Callable[[], None] | None = None,
     ) -> T:
         loop = asyncio.get_running_loop()
         record = CallRecord(kind, loop.time(), size=size)
@@ -314,6 +341,8 @@ class FakeBackend:
                 await after
             if self._failures[kind] > 0:
                 self._failures[kind] -= 1
+                if on_failure is not None:
+                    on_failure()
                 raise TransientBackendError(f"{kind}: injected transient failure")
             return work()
         finally:

@@ -132,8 +132,22 @@ async def rollout(
 
 
 def checkpoint_name(config: Config, step: int) -> str:
-    """The name a step's weights are saved under (step 0: before training)."""
-    return f"mathrl-seed{config.seed}-step{step:04d}"
+    """The name a step's weights are saved under (step 0: before training).
+
+    The same training settings give the same names, so a rerun prints the same
+    `Saved:` line; runs that would train differently never share a name.
+    """
+    return f"mathrl-seed{config.seed}-{run_fingerprint(config)}-step{step:04d}"
+
+
+def run_fingerprint(config: Config) -> str:
+    """8 hex digits that change with every setting that changes the weights."""
+    settings = (
+        config.base_model, config.lora_rank, config.batch, config.group, config.lr,
+        config.max_tokens, config.temperature, config.seed, config.stop_at_newline,
+        config.max_steps_off_policy,
+    )  # fmt: skip
+    return hashlib.blake2b(repr(settings).encode(), digest_size=4).hexdigest()
 
 
 async def run_grpo_async(
