@@ -52,3 +52,17 @@ def test_a_bad_value_names_its_source_and_never_escapes_as_another_error(
 def test_empty_model_name_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"MINT_BASE_MODEL must be a model name \(got ' '\)"):
         build_config(NO_FLAGS, {"MINT_BASE_MODEL": " "})
+
+
+def test_a_config_built_by_hand_is_checked_too() -> None:
+    with pytest.raises(ConfigError, match=r"^Config.group must be an integer >= 2 \(got 1\)$"):
+        Config(group=1)
+    with pytest.raises(ConfigError, match=r"^Config.backend must be 'mint' or 'fake'"):
+        Config(backend="gpu")
+
+
+def test_only_reads_the_settings_named() -> None:
+    env = {"MINT_RL_STEPS": "oops", "MINT_RL_BATCH": "3"}
+    assert build_config(NO_FLAGS, env, only=["batch"]).batch == 3
+    with pytest.raises(ConfigError, match="MINT_RL_STEPS"):
+        build_config(NO_FLAGS, env)

@@ -30,13 +30,12 @@ from mathrl.backend import (
     SampleParams,
     TransientBackendError,
 )
-from mathrl.config import Config
+from mathrl.config import DEFAULT_BASE_URL, Config
 from mathrl.grpo import Datum, build_datum
 from mathrl.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl.loop import run_grpo_async
 from mathrl.math_task import AdditionProblem, MathAdapter
 from mathrl.mint_backend import (
-    DEFAULT_BASE_URL,
     MintBackend,
     MintSampler,
     open_backend,
@@ -245,10 +244,10 @@ def test_train_step_sends_mint_datums_and_reports_the_loss(make_server: ServerFa
         (lambda d: Datum((), (), (), ()), "datum 0: inputs must not be empty"),
         (
             lambda d: Datum(
-                (*d.model_input[:-1], 500),
+                (*d.model_input[:-1], -1),
                 *[getattr(d, f) for f in ("target_tokens", "logprobs", "advantages")],
             ),
-            "token id 500 is outside 0..128",
+            "token id -1 is outside >= 0",
         ),
     ],
 )
@@ -260,6 +259,22 @@ def test_train_step_refuses_before_calling_mint(
     with pytest.raises(ValueError, match=message):
         asyncio.run(backend.submit_train_step([change(datums(backend)[0])], 1e-4))
     assert server.log.count("forward_backward") == 0
+
+
+def test_the_service_not_the_tokenizer_bounds_token_ids(make_server: ServerFactory) -> None:
+    # A model may emit ids past len(tokenizer); only the service knows its bound,
+    # so MintBackend submits them and reports the service's refusal.
+    server = make_server()
+    backend = backend_on(server)
+    d = datums(backend)[0]
+    beyond = Datum((*d.model_input[:-1], 500), d.target_tokens, d.logprobs, d.advantages)
+
+    async def go() -> None:
+        await (await backend.submit_train_step([beyond], 1e-4))
+
+    with pytest.raises(BackendError, match=r"outside 0\.\.128"):
+        asyncio.run(go())
+    assert server.log.count("forward_backward") == 1
 
 
 class NoLossTraining:
@@ -362,7 +377,7 @@ def test_the_default_base_url_is_mints() -> None:
     [
         ("connect", "backend", "could not reach MinT at http://127.0.0.1:9 within 0.2 s"),
         ("create_lora_training_client", "backend", "did not finish creating a LoRA training"),
-        ("get_tokenizer", "backend", "did not finish loading the tokenizer within 0.2 s"),
+        ("get_tokenizer", "backend", "did not finish loading the tokenizer within 0.3 s"),
         ("create_sampling_client", "sampler", "did not finish opening a sampler for ckpt"),
         ("connect", "sampler", "could not reach MinT at http://127.0.0.1:9 within 0.2 s"),
     ],
@@ -371,7 +386,8 @@ def test_a_service_that_never_answers_is_unreachable_by_the_deadline(
     make_server: ServerFactory, hang_at: str, opener: str, phase: str
 ) -> None:
     server = make_server(hang_at={hang_at})
-    config = Config(connect_timeout=0.2)
+    # Reaching the service and finishing set-up have separate deadlines.
+    config = Config(connect_timeout=0.2, setup_timeout=0.3)
 
     async def go() -> BackendError:
         start = time.monotonic()
@@ -392,7 +408,8 @@ def test_a_service_that_never_answers_is_unreachable_by_the_deadline(
     message = str(asyncio.run(go()))
     assert phase in message
     assert "http://127.0.0.1:9" in message
-    assert message.endswith("(MINT_BASE_URL, --connect-timeout)")
+    suffix = "(MINT_BASE_URL, --connect-timeout)" if hang_at == "connect" else "--setup-timeout)"
+    assert message.endswith(suffix)
 
 
 def test_the_deadline_message_names_the_default_url(make_server: ServerFactory) -> None:

@@ -154,7 +154,9 @@ class Backend(Protocol):
         ...
 
 
-def check_train_step(datums_D: Sequence[Datum], learning_rate: float, vocab_size: int) -> None:
+def check_train_step(
+    datums_D: Sequence[Datum], learning_rate: float, vocab_size: int | None
+) -> None:
     """Raise ValueError for a train step the service would refuse.
 
     Backends call it before submitting anything, so a refused step leaves the
@@ -170,8 +172,13 @@ def check_learning_rate(learning_rate: float) -> None:
         raise ValueError(f"learning_rate must be a finite number > 0 (got {learning_rate!r})")
 
 
-def check_datums(datums_D: Sequence[Datum], vocab_size: int) -> None:
-    """Raise ValueError for datums forward_backward would refuse."""
+def check_datums(datums_D: Sequence[Datum], vocab_size: int | None) -> None:
+    """Raise ValueError for datums forward_backward would refuse.
+
+    `vocab_size` None checks only that token ids are not negative: a model may
+    emit more ids than its tokenizer lists (Qwen3's embedding has 151,936 rows,
+    its tokenizer 151,669 entries), so only the service knows the bound.
+    """
     if not datums_D:
         raise ValueError("forward_backward needs at least one datum (got 0)")
     for i, datum in enumerate(datums_D):
@@ -181,6 +188,8 @@ def check_datums(datums_D: Sequence[Datum], vocab_size: int) -> None:
             raise ValueError(f"datum {i}: inputs must have equal lengths (got {shown})")
         if not datum.target_tokens:
             raise ValueError(f"datum {i}: inputs must not be empty")
+        limit = vocab_size if vocab_size is not None else float("inf")
         for token in (*datum.model_input, *datum.target_tokens):
-            if not 0 <= token < vocab_size:
-                raise ValueError(f"datum {i}: token id {token} is outside 0..{vocab_size - 1}")
+            if not 0 <= token < limit:
+                bound = f"0..{vocab_size - 1}" if vocab_size is not None else ">= 0"
+                raise ValueError(f"datum {i}: token id {token} is outside {bound}")

@@ -21,13 +21,22 @@ from typing import NoReturn
 from dotenv import dotenv_values
 
 from mathrl.backend import Backend, BackendError, Sampler, Tokenizer
-from mathrl.config import SETTINGS, Config, ConfigError, build_config, default_of
+from mathrl.config import DEFAULT_BASE_URL, SETTINGS, Config, ConfigError, build_config, default_of
 from mathrl.loop import StepMetrics, request_seed, run_grpo_async, sample_params
 from mathrl.math_task import MathAdapter, all_problems, heldout_problems, reward
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 BACKENDS = ("mint", "fake")
-SAMPLE_FLAGS = ("--problems", "--seed", "--temperature", "--max-tokens", "--base-model")
+SAMPLE_FIELDS = (
+    "seed",
+    "temperature",
+    "max_tokens",
+    "base_model",
+    "connect_timeout",
+    "setup_timeout",
+)
+"""The settings `sample` reads; the others cannot make it fail."""
+MAX_PROBLEMS = 10_000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,7 +48,11 @@ class _Parser(argparse.ArgumentParser):
 
 def _train_parser() -> _Parser:
     variables = "\n".join(
-        f"  {s.env:<22} {s.flag:<24} default {default_of(s)}" for s in SETTINGS if s.env
+        [f"  {s.env:<22} {s.flag:<24} default {default_of(s)}" for s in SETTINGS if s.env]
+        + [
+            f"  {'MINT_API_KEY':<22} {'':<24} required by --backend mint",
+            f"  {'MINT_BASE_URL':<22} {'':<24} default {DEFAULT_BASE_URL}",
+        ]
     )
     parser = _Parser(
         prog="python -m mathrl",
@@ -49,7 +62,7 @@ def _train_parser() -> _Parser:
         + variables,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_settings(parser, [s.flag for s in SETTINGS])
+    _add_settings(parser, [s.field for s in SETTINGS])
     parser.add_argument(
         "--backend",
         choices=BACKENDS,
@@ -71,16 +84,23 @@ def _sample_parser() -> _Parser:
         description="Sample greedy answers to held-out problems from saved weights.",
     )
     parser.add_argument("--model-path", required=True, help="the path a run printed as `Saved:`")
-    parser.add_argument("--problems", default="10", help="held-out problems to ask (default 10)")
+    parser.add_argument(
+        "--problems",
+        default="10",
+        help=f"held-out problems to ask, 1 to {MAX_PROBLEMS} (default 10)",
+    )
     parser.add_argument("--backend", choices=BACKENDS, default="mint")
-    _add_settings(parser, [f for f in SAMPLE_FLAGS if f != "--problems"])
+    _add_settings(parser, [f for f in SAMPLE_FIELDS if f != "temperature"])
+    parser.add_argument(
+        "--temperature", metavar="X", help="sampling temperature (default 0: greedy)"
+    )
     parser.set_defaults(stop_at_newline=True)
     return parser
 
 
-def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str]) -> None:
+def _add_settings(parser: argparse.ArgumentParser, fields: Sequence[str]) -> None:
     for s in SETTINGS:
-        if s.flag in flags:
+        if s.field in fields:
             env = f", env {s.env}" if s.env else ""
             parser.add_argument(
                 s.flag, dest=s.field, metavar="X", help=f"{s.help} (default {default_of(s)}{env})"
@@ -89,15 +109,25 @@ def _add_settings(parser: argparse.ArgumentParser, flags: Sequence[str]) -> None
 
 def _environment() -> dict[str, str]:
     """os.environ, with `.env` from the working folder filling in what is unset."""
-    merged = {k: v for k, v in dotenv_values(Path.cwd() / ".env").items() if v is not None}
+    dotenv = Path.cwd() / ".env"
+    try:
+        values = dotenv_values(dotenv)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f".env must be UTF-8 text (got byte {exc.object[exc.start]:#04x} "
+                          f"at offset {exc.start} of {dotenv})") from None  # fmt: skip
+    except OSError as exc:
+        raise ConfigError(f".env must be a readable file (got {exc.strerror}: {dotenv})") from None
+    merged = {k: v for k, v in values.items() if v is not None}
     merged.update(os.environ)
     return merged
 
 
-def _config(args: argparse.Namespace, env: Mapping[str, str], **fixed: object) -> Config:
+def _config(
+    args: argparse.Namespace, env: Mapping[str, str], only: Sequence[str] | None = None
+) -> Config:
     flags = {s.field: getattr(args, s.field, None) for s in SETTINGS}
     return build_config(
-        flags, env, backend=args.backend, stop_at_newline=args.stop_at_newline, **fixed
+        flags, env, only, backend=args.backend, stop_at_newline=args.stop_at_newline
     )
 
 
@@ -107,7 +137,9 @@ def _say(message: str) -> None:
 
 def _report_step(m: StepMetrics) -> None:
     print(f"Step {m.step}: accuracy={m.accuracy:.1%}, datums={m.datums}", flush=True)
-    if m.datums == 0:
+    if m.datums == 0 and m.accuracy == 1.0:
+        _say(f"step {m.step}: every completion was right, so there was nothing left to learn.")
+    elif m.datums == 0:
         _say(
             f"step {m.step}: all {m.groups} groups had equal rewards, so nothing was trained. "
             "Sample more varied groups: raise MINT_RL_GROUP or MINT_RL_BATCH, "
@@ -184,9 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = _environment()
         if args_list[:1] == ["sample"]:
             args = _sample_parser().parse_args(args_list[1:])
-            count = _positive_int("--problems", args.problems)
-            config = _config(args, env)
-            if args.temperature is None:  # greedy unless asked; MINT_RL_TEMPERATURE is training's
+            count = _problem_count(args.problems)
+            # Greedy unless --temperature says otherwise: MINT_RL_TEMPERATURE is training's.
+            greedy = args.temperature is None
+            fields = [f for f in SAMPLE_FIELDS if not (greedy and f == "temperature")]
+            config = _config(args, env, only=fields)
+            if greedy:
                 config = replace(config, temperature=0.0)
             asyncio.run(_sample(config, env, args.model_path, count))
         else:
@@ -204,11 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
-def _positive_int(flag: str, raw: str) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(f"{flag} must be an integer >= 1 (got {raw!r})")
+def _problem_count(raw: str) -> int:
+    text = raw.strip()
+    value = int(text) if text.isascii() and text.isdigit() else 0
+    if not 1 <= value <= MAX_PROBLEMS:
+        raise ConfigError(f"--problems must be an integer from 1 to {MAX_PROBLEMS} (got {raw!r})")
     return value

@@ -9,9 +9,13 @@ variable or flag, what it must be, and what it got.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+DEFAULT_BASE_URL = "https://mint.macaron.xin"
+"""mint 0.2.0's endpoint when MINT_BASE_URL is unset (mint's `_MINT_DEFAULT_BASE_URL`)."""
 
 
 class ConfigError(ValueError):
@@ -35,6 +39,19 @@ class Config:
     stop_at_newline: bool = True
     max_steps_off_policy: int = 0
     connect_timeout: float = 60.0
+    setup_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        # build_config has already named the variable or flag; this catches a
+        # Config built by hand, e.g. Config(group=1) passed to run_grpo.
+        for setting in SETTINGS:
+            value = getattr(self, setting.field)
+            if not setting.check(value):
+                raise ConfigError(
+                    f"Config.{setting.field} must be {setting.requirement} (got {value!r})"
+                )
+        if self.backend not in ("mint", "fake"):
+            raise ConfigError(f"Config.backend must be 'mint' or 'fake' (got {self.backend!r})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +67,20 @@ class Setting:
     check: Callable[[Any], bool]
 
 
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|nan)", re.ASCII)
+
+
 def _int(text: str) -> int:
+    # Plain ASCII digits only: int() would also take "1_0" and non-Latin digits.
+    if not _INT.fullmatch(text.strip()):
+        raise ValueError(text)
     return int(text.strip())
 
 
 def _float(text: str) -> float:
+    if not _FLOAT.fullmatch(text.strip().lower()):
+        raise ValueError(text)
     return float(text.strip())
 
 
@@ -98,7 +124,10 @@ SETTINGS: tuple[Setting, ...] = (
             "0: on-policy; 1: sample step k+1 while step k trains",
             _int, "0 or 1", lambda n: n in (0, 1)),
     Setting("connect_timeout", "--connect-timeout", "MINT_CONNECT_TIMEOUT",
-            "seconds to wait for the MinT service",
+            "seconds to wait for the MinT service to answer",
+            _float, "a finite number > 0", _finite_positive),
+    Setting("setup_timeout", "--setup-timeout", "MINT_SETUP_TIMEOUT",
+            "seconds MinT may take to create the LoRA client and load the tokenizer",
             _float, "a finite number > 0", _finite_positive),
 )
 # fmt: on
@@ -114,6 +143,7 @@ def default_of(setting: Setting) -> Any:
 def build_config(
     flags: Mapping[str, str | None],
     env: Mapping[str, str],
+    only: Collection[str] | None = None,
     **fixed: Any,
 ) -> Config:
     """Build a validated Config: a flag beats its variable, which beats the default.
@@ -121,10 +151,14 @@ def build_config(
     Args:
         flags: raw flag values by field name (None where the flag was absent).
         env: the environment (after `.env` has been merged in).
+        only: the fields to read (default all); the rest keep their defaults,
+            so a setting a command does not use cannot make it fail.
         fixed: fields given already typed, e.g. the `--backend` choice.
     """
     values: dict[str, Any] = dict(fixed)
     for setting in SETTINGS:
+        if only is not None and setting.field not in only:
+            continue
         raw, source = flags.get(setting.field), setting.flag
         if raw is None and setting.env is not None:
             raw, source = env.get(setting.env), setting.env

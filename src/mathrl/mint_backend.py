@@ -35,14 +35,12 @@ from mathrl.backend import (
     TransientBackendError,
     check_train_step,
 )
-from mathrl.config import Config
+from mathrl.config import DEFAULT_BASE_URL, Config
 from mathrl.deadline import run_in_daemon_thread
 from mathrl.grpo import Datum
 from mathrl.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences
 
 T = TypeVar("T")
-DEFAULT_BASE_URL = "https://mint.macaron.xin"
-"""mint 0.2.0's endpoint when MINT_BASE_URL is unset (mint's `_MINT_DEFAULT_BASE_URL`)."""
 LOSS_FN: types.LossFnType = "importance_sampling"
 
 
@@ -151,7 +149,7 @@ class MintBackend:
     async def submit_train_step(
         self, datums_D: Sequence[Datum], learning_rate: float
     ) -> Awaitable[TrainResult]:
-        check_train_step(datums_D, learning_rate, self._tokenizer.vocab_size)
+        check_train_step(datums_D, learning_rate, vocab_size=None)  # the service knows the bound
         data_D = [to_mint_datum(d) for d in datums_D]
         with service_errors("calling forward_backward", self._secret):
             # Submitted back to back, awaited only after: one clock cycle for both.
@@ -313,22 +311,29 @@ async def _connect(
     if service_client is None and not key:
         raise BackendError("MINT_API_KEY must be set to a MinT API key (got nothing)")
 
-    def setup() -> T:
+    def connect() -> ServiceClientLike:
         # Explicit arguments: mint copies MINT_* into TINKER_* only at import time.
+        return service_factory(api_key=key, base_url=url)
+
+    try:
         service = service_client
         if service is None:
-            service = service_factory(api_key=key, base_url=url)
-        return build(service, phase)
-
-    timeout = config.connect_timeout
-    try:
-        return await run_in_daemon_thread(setup, timeout)
-    except TimeoutError:
-        if len(phase) == 1:
-            message = f"could not reach MinT at {url} within {timeout:g} s"
-        else:
-            message = f"MinT at {url} did not finish {phase[-1]} within {timeout:g} s"
-        raise BackendUnreachable(f"{message} (MINT_BASE_URL, --connect-timeout)") from None
+            try:
+                service = await run_in_daemon_thread(connect, config.connect_timeout)
+            except TimeoutError:
+                raise BackendUnreachable(
+                    f"could not reach MinT at {url} within {config.connect_timeout:g} s "
+                    "(MINT_BASE_URL, --connect-timeout)"
+                ) from None
+        # It answers. Creating a LoRA client on a cold service may take minutes.
+        ready = service
+        try:
+            return await run_in_daemon_thread(lambda: build(ready, phase), config.setup_timeout)
+        except TimeoutError:
+            raise BackendUnreachable(
+                f"MinT at {url} did not finish {phase[-1]} within {config.setup_timeout:g} s "
+                "(MINT_SETUP_TIMEOUT, --setup-timeout)"
+            ) from None
     except tinker.TinkerError as exc:
         raise translate_error(exc, phase[-1], key) from None
     except BackendError:
