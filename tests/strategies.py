@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from mathrl.config import SETTINGS, Config
 from mathrl.math_task import OPERAND_MAX, AdditionProblem
 
 operands = st.integers(min_value=0, max_value=OPERAND_MAX)
@@ -32,6 +33,11 @@ integer_free_text = st.text(
 rewards = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
 """A finite reward of plausible magnitude (differences cannot overflow)."""
 
+any_finite_rewards = st.lists(
+    st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=8
+)
+"""A group of any finite floats, including ones near the largest float."""
+
 reward_groups = st.lists(rewards, min_size=1, max_size=32)
 """The rewards of one group."""
 
@@ -47,11 +53,11 @@ prompts_T = st.lists(tokens, min_size=1, max_size=40)
 
 @st.composite
 def completions(draw: st.DrawFn) -> tuple[list[int], list[float]]:
-    """A completion (possibly empty) with one sampler logprob per token."""
+    """A completion (possibly empty) with one sampler logprob per token (>= -1e4)."""
     tokens_T = draw(st.lists(tokens, max_size=16))
     logprobs_T = draw(
         st.lists(
-            st.floats(max_value=0.0, allow_nan=False, allow_infinity=False),
+            st.floats(min_value=-1e4, max_value=0.0),
             min_size=len(tokens_T),
             max_size=len(tokens_T),
         )
@@ -61,3 +67,59 @@ def completions(draw: st.DrawFn) -> tuple[list[int], list[float]]:
 
 ascii_text = st.text(st.characters(max_codepoint=127))
 """Any ASCII string, the fake tokenizer's domain."""
+
+
+counts = st.integers(min_value=1, max_value=1000)
+"""A valid value for a count setting such as steps or batch."""
+
+raw_setting_values = st.text(max_size=8)
+"""Whatever a user might type as a setting's value."""
+
+setting_indices = st.integers(min_value=0, max_value=len(SETTINGS) - 1)
+"""An index into mathrl.config.SETTINGS."""
+
+policy_thetas = st.floats(-0.02, 0.02)
+"""A fake-policy parameter: WIDTH * theta spans logits from -20 to +20."""
+
+fake_token_ids = st.integers(min_value=0, max_value=128)
+"""A token id of the fake's vocabulary (128 is EOS)."""
+
+temperatures = st.sampled_from([0.25, 0.5, 1.0, 2.0])
+"""A positive sampling temperature."""
+
+sampling_temperatures = st.sampled_from([0.0, 0.5, 1.0, 2.0])
+"""A sampling temperature, greedy (0) included."""
+
+
+@st.composite
+def small_configs(draw: st.DrawFn) -> Config:
+    """A two-step run small enough to run many times in a property test."""
+    return Config(
+        steps=2,
+        seed=draw(st.integers(0, 2**31)),
+        batch=draw(st.integers(1, 6)),
+        group=draw(st.integers(2, 5)),
+        max_tokens=draw(st.integers(1, 6)),
+        temperature=draw(sampling_temperatures),
+    )
+
+
+configs = st.builds(
+    Config,
+    base_model=st.sampled_from(["Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B"]),
+    lora_rank=st.integers(1, 64),
+    batch=st.integers(1, 64),
+    group=st.integers(2, 16),
+    lr=st.floats(1e-6, 1e-2),
+    max_tokens=st.integers(1, 32),
+    temperature=st.floats(0.0, 2.0),
+    seed=st.integers(0, 2**31),
+    stop_at_newline=st.booleans(),
+    max_steps_off_policy=st.integers(0, 1),
+)
+"""Any valid training configuration."""
+
+stop_strings = st.lists(
+    st.text(st.characters(max_codepoint=127), min_size=1, max_size=3), max_size=4
+).map(tuple)
+"""Stop strings as SampleParams holds them."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
+import strategies as st_
 from mathrl.config import SETTINGS, Config, ConfigError, build_config
 
 NO_FLAGS: dict[str, str | None] = {}
@@ -20,7 +20,7 @@ def test_defaults_are_the_seed_pages() -> None:
     assert (config.group, config.lr, config.max_tokens, config.temperature) == (4, 1e-4, 8, 1.0)
 
 
-@given(flag=st.integers(1, 1000), env=st.integers(1, 1000))
+@given(flag=st_.counts, env=st_.counts)
 def test_flag_beats_environment(flag: int, env: int) -> None:
     assert build_config({"steps": str(flag)}, {"MINT_RL_STEPS": str(env)}).steps == flag
     assert build_config(NO_FLAGS, {"MINT_RL_STEPS": f" {env} "}).steps == env
@@ -33,7 +33,7 @@ def _build_from(setting_index: int, raw: str) -> Config:
     return build_config({setting.field: raw}, {})
 
 
-@given(st.integers(0, len(SETTINGS) - 1), st.text(max_size=8))
+@given(st_.setting_indices, st_.raw_setting_values)
 def test_a_bad_value_names_its_source_and_never_escapes_as_another_error(
     index: int, raw: str
 ) -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import strategies as st_
 from backend_contract import check_backend
@@ -57,11 +56,7 @@ def test_tokenizer_refuses_what_it_cannot_represent() -> None:
 
 
 @settings(max_examples=25)
-@given(
-    theta=st.floats(-0.02, 0.02),
-    target=st.integers(0, VOCAB_SIZE - 1),
-    temperature=st.sampled_from([0.25, 0.5, 1.0, 2.0]),
-)
+@given(theta=st_.policy_thetas, target=st_.fake_token_ids, temperature=st_.temperatures)
 def test_reported_logprobs_are_those_of_the_sampled_distribution(
     theta: float, target: int, temperature: float
 ) -> None:

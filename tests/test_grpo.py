@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import assume, given
 
 import strategies as st_
+from mathrl.backend import check_datums, check_train_step
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
 
 
@@ -39,6 +41,23 @@ def test_binary_rewards_above_the_mean_get_positive_advantage(rewards_G: list[fl
         assert (a > 0) == (r == 1.0) or is_constant_group(rewards_G)
 
 
+@given(st_.any_finite_rewards)
+def test_any_finite_rewards_give_finite_advantages_or_a_clear_error(rewards_G: list[float]) -> None:
+    # |r - mean| <= max - min: while that span is a float, advantages always are.
+    # Past it, some groups still fit ([1.7e308, -1.7e308]); the rest are refused.
+    refusal = ""
+    try:
+        advantages_G = group_advantages(rewards_G)
+    except ValueError as exc:
+        refusal = str(exc)
+    if refusal:
+        assert not math.isfinite(max(rewards_G) - min(rewards_G))
+        assert "too wide a range" in refusal
+        return
+    assert all(math.isfinite(a) for a in advantages_G)
+    assert (max(advantages_G) > 0 > min(advantages_G)) or is_constant_group(rewards_G)
+
+
 def test_advantage_worked_examples() -> None:
     # mean 0.5 -> advantages +0.5, -0.5, +0.5, -0.5
     assert group_advantages([1.0, 0.0, 1.0, 0.0]) == [0.5, -0.5, 0.5, -0.5]
@@ -50,6 +69,13 @@ def test_advantage_worked_examples() -> None:
     assert is_constant_group([0.1, 0.1, 0.1])
     with pytest.raises(ValueError, match="finite"):
         group_advantages([0.0, math.nan])
+    # Equal rewards carry no signal, even infinite ones: exact zeros.
+    assert group_advantages([math.inf] * 3) == [0.0, 0.0, 0.0]
+    # fsum overflows at 3.4e308, the mean (1.13e308) does not: 1.7e308 - 1.13e308 = 5.7e307
+    assert group_advantages([1.7e308, 1.7e308, 0.0])[0] == pytest.approx(5.667e307, rel=1e-3)
+    # 1.7e308 - (-1.7e308) is past the largest float: refused, not silently infinite
+    with pytest.raises(ValueError, match="too wide a range"):
+        group_advantages([1.7e308, 1.7e308, -1.7e308])
 
 
 @given(st_.prompts_T, st_.completions(), st_.rewards)
@@ -94,3 +120,19 @@ def test_datum_refuses_missing_or_misaligned_logprobs() -> None:
     with pytest.raises(ValueError, match="non-empty prompt"):
         build_datum([], [2], [-0.5], 1.0)
     assert build_datum([1], [], None, 1.0) is None  # empty completion: no datum
+
+
+@given(st_.prompts_T, st_.completions(), st_.rewards)
+def test_built_datums_pass_the_service_checks(
+    prompt_T: list[int], completion: tuple[list[int], list[float]], advantage: float
+) -> None:
+    datum = build_datum(prompt_T, *completion, advantage)
+    if datum is None:
+        return
+    check_datums([datum], vocab_size=151_936)
+    check_train_step([datum], 1e-4, vocab_size=None)
+    # Any field one entry short is refused, and the message names every length.
+    for name in ("model_input", "target_tokens", "logprobs", "advantages"):
+        short = replace(datum, **{name: getattr(datum, name)[:-1]})
+        with pytest.raises(ValueError, match=f"{name}={len(getattr(datum, name)) - 1}"):
+            check_datums([short], vocab_size=None)

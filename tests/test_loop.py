@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import strategies as st_
 from mathrl.config import Config
 from mathrl.grpo import Datum, build_datum, group_advantages
 from mathrl.loop import checkpoint_name, request_seed, run_grpo, sample_params
@@ -50,23 +52,11 @@ def test_a_run_learns_at_the_cli_defaults(fake_backend_factory: FakeFactory, see
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    seed=st.integers(0, 2**31),
-    batch=st.integers(1, 6),
-    group=st.integers(2, 5),
-    max_tokens=st.integers(1, 6),
-    temperature=st.sampled_from([0.0, 0.5, 1.0, 2.0]),
-)
+@given(config=st_.small_configs())
 def test_datums_are_the_non_empty_completions_of_non_constant_groups(
-    fake_backend_factory: FakeFactory,
-    seed: int,
-    batch: int,
-    group: int,
-    max_tokens: int,
-    temperature: float,
+    fake_backend_factory: FakeFactory, config: Config
 ) -> None:
-    config = Config(steps=2, seed=seed, batch=batch, group=group, max_tokens=max_tokens,
-                    temperature=temperature)  # fmt: skip
+    seed, batch = config.seed, config.batch
     recorder = RecordingBackend(fake_backend_factory(seed=seed))
     adapter = MathAdapter()
     result = run_grpo(recorder, adapter, config)
@@ -125,3 +115,31 @@ def test_the_loop_matches_a_serial_reference_loop(
     reference = asyncio.run(serial_reference_run(fake_backend_factory(seed=seed), config))
     assert [d for d in reference if d] == recorder.trained
     assert sum(map(len, reference)) > 0
+
+
+@given(st_.seeds, st_.steps, st.integers(0, 10_000))
+def test_request_seeds_are_stable_and_fit_31_bits(seed: int, step: int, problem: int) -> None:
+    value = request_seed(seed, step, problem)
+    assert value == request_seed(seed, step, problem)
+    assert 0 <= value < 2**31
+
+
+def test_request_seeds_differ_between_the_problems_of_a_step() -> None:
+    assert len({request_seed(0, 1, i) for i in range(256)}) == 256
+
+
+@given(st_.configs)
+def test_sample_params_follow_the_config(config: Config) -> None:
+    params = sample_params(config, seed=5)
+    assert (params.max_tokens, params.temperature, params.seed) == (
+        config.max_tokens, config.temperature, 5
+    )  # fmt: skip
+    assert params.stop == (("\n",) if config.stop_at_newline else ())
+
+
+@given(st_.configs, st_.configs, st.integers(0, 100))
+def test_checkpoint_names_change_with_training_settings(a: Config, b: Config, step: int) -> None:
+    # Same settings (whatever the step count), same name; any change, another name.
+    assert checkpoint_name(a, step) == checkpoint_name(replace(a, steps=a.steps + 1), step)
+    same = replace(b, steps=a.steps, backend=a.backend) == a
+    assert (checkpoint_name(a, step) == checkpoint_name(b, step)) == same

@@ -93,6 +93,11 @@ def test_the_reference_completion_earns_full_reward(problem: AdditionProblem) ->
     assert adapter.compute_reward(adapter.reference_completion(problem), problem) == 1.0
 
 
+@given(st_.binary_reward_groups)
+def test_accuracy_is_the_share_of_rewarded_completions(rewards: list[float]) -> None:
+    assert MathAdapter().evaluate(rewards) == rewards.count(1.0) / len(rewards)
+
+
 def test_worked_examples() -> None:
     # The seed's rule: first "-?digits" in the text.
     assert parse_answer(" 57\n") == 57

@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import tinker
+from hypothesis import given
 from tinker import types
 
+import strategies as st_
 from backend_contract import check_backend
 from cli_process import user_env
 from conftest import math_references
@@ -40,6 +43,7 @@ from mathrl.mint_backend import (
     MintSampler,
     open_backend,
     open_sampler,
+    to_mint_datum,
     translate_error,
 )
 from mathrl_fakes.fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
@@ -616,3 +620,33 @@ def test_the_fake_backend_never_imports_mint(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+@given(st_.stop_strings)
+def test_stop_sequences_keep_every_stop_string_and_add_the_eos(stop: tuple[str, ...]) -> None:
+    tokenizer = HFTokenizer(FakeHFTokenizer())
+    sent = stop_sequences(stop, tokenizer)
+    if not stop:
+        assert sent == [EOS]  # token ids: SamplingParams cannot mix them with strings
+        return
+    assert sent == list(dict.fromkeys([*stop, EOS_TEXT]))
+
+
+@given(st_.prompts_T, st_.completions(), st_.rewards)
+def test_mint_datums_carry_the_same_numbers(
+    prompt_T: list[int], completion: tuple[list[int], list[float]], advantage: float
+) -> None:
+    datum = build_datum(prompt_T, *completion, advantage)
+    if datum is None:
+        return
+    sent = to_mint_datum(datum)
+    assert sent.model_input.to_ints() == list(datum.model_input)
+    inputs = sent.loss_fn_inputs
+    assert set(inputs) == {"target_tokens", "logprobs", "advantages"}
+    assert inputs["target_tokens"].dtype == "int64"
+    assert inputs["target_tokens"].tolist() == list(datum.target_tokens)
+    for name in ("logprobs", "advantages"):
+        assert inputs[name].dtype == "float32"
+        assert inputs[name].shape == [len(datum.target_tokens)]
+        # The wire format is float32: equal after rounding to it.
+        assert inputs[name].tolist() == np.asarray(getattr(datum, name), np.float32).tolist()

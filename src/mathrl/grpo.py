@@ -49,16 +49,27 @@ def is_constant_group(rewards_G: Sequence[float]) -> bool:
 def group_advantages(rewards_G: Sequence[float]) -> list[float]:
     """Return each reward minus the group mean (GRPO without std scaling).
 
-    A constant group gets exactly 0.0 for every member, so it carries no
-    signal and the loop drops it. Rewards must be finite.
+    A constant group gets exactly 0.0 for every member (whatever the rewards,
+    even infinite ones), so it carries no signal and the loop drops it. In a
+    non-constant group every reward must be finite, and the advantages must
+    be representable: rewards spanning more than the largest float raise.
     """
+    if is_constant_group(rewards_G):
+        return [0.0] * len(rewards_G)
     for r in rewards_G:
         if not math.isfinite(r):
             raise ValueError(f"rewards must be finite (got {r!r} in {list(rewards_G)!r})")
-    if is_constant_group(rewards_G):
-        return [0.0] * len(rewards_G)
-    mean = math.fsum(rewards_G) / len(rewards_G)
-    return [r - mean for r in rewards_G]
+    n = len(rewards_G)
+    try:
+        mean = math.fsum(rewards_G) / n
+    except OverflowError:  # the sum passes the largest float; the mean need not
+        mean = math.fsum(r / n for r in rewards_G)
+    advantages_G = [r - mean for r in rewards_G]
+    if not all(math.isfinite(a) for a in advantages_G):
+        raise ValueError(
+            f"rewards span too wide a range for float advantages (got {list(rewards_G)!r})"
+        )
+    return advantages_G
 
 
 def build_datum(
