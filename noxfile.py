@@ -29,7 +29,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
-    session.install("ruff>=0.6")
+    session.install("ruff==0.17.6")  # pinned: a new release may add lint rules
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
@@ -37,7 +37,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on src and fakes, and on the tests too."""
-    session.install("-e", ".", "mypy>=1.10", *TEST_TOOLS)
+    session.install("-e", ".", "mypy==2.4.1", *TEST_TOOLS)  # pinned, as ruff
     session.run("mypy", "--strict", "src", "fakes", "tests")
 
 

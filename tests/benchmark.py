@@ -60,6 +60,23 @@ TARGET_ON_POLICY_L, TARGET_OFF_POLICY_L = 3.3, 2.2
 TARGET_US_PER_COMPLETION, TARGET_RSS_MB = 50.0, 300.0
 
 
+@dataclass(frozen=True)
+class Target:
+    """One of the issue's targets, and what was measured against it."""
+
+    what: str
+    measured: float
+    limit: float
+    unit: str
+
+    @property
+    def met(self) -> bool:
+        return self.measured <= self.limit
+
+
+TARGETS: list[Target] = []
+
+
 @cache
 def references() -> Mapping[str, str]:
     return reference_table(MathAdapter(), all_problems())
@@ -146,25 +163,34 @@ def bench_config(batch: int, group: int, steps: int, off_policy: bool = False) -
 def latency_table(sizes: Sequence[tuple[int, int]], latency: float, steps: int) -> list[str]:
     rows = [
         f"Step wall time in round trips L (virtual clock, L = {latency * 1e3:g} ms, "
-        f"{steps}-step runs, steady state):",
+        f"{steps}-step runs, steady state). The +CPU columns also charge mathrl's own "
+        "CPU time (not the fake's) to the clock:",
         "",
-        f"| batch x group | mathrl (target <= {TARGET_ON_POLICY_L} L) "
-        f"| mathrl, off-policy 1 (target <= {TARGET_OFF_POLICY_L} L) | serial | serial / mathrl "
-        "| datums identical |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
+        f"| batch x group | mathrl (target <= {TARGET_ON_POLICY_L} L) | mathrl +CPU "
+        f"| off-policy 1 (target <= {TARGET_OFF_POLICY_L} L) | off-policy 1 +CPU | serial "
+        "| serial / mathrl | datums identical |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for batch, group in sizes:
         config = bench_config(batch, group, steps)
-        on, _ = run_virtual(timed_run("mathrl", make_fake(latency), config))
         off_config = bench_config(batch, group, steps, off_policy=True)
+        on, _ = run_virtual(timed_run("mathrl", make_fake(latency), config))
         off, _ = run_virtual(timed_run("mathrl", make_fake(latency), off_config))
+        on_cpu, off_cpu = (charged_run(make_fake(latency), c) for c in (config, off_config))
         serial, _ = run_virtual(timed_run("serial", make_fake(latency), config))
         for k, (ours, theirs) in enumerate(zip(on.trained, serial.trained, strict=True), 1):
             assert ours == theirs, f"{batch}x{group}: train step {k} datums differ"
-        on_l, off_l, serial_l = (r.step_time() / latency for r in (on, off, serial))
+        on_l, on_cpu_l, off_l, off_cpu_l, serial_l = (
+            r.step_time() / latency for r in (on, on_cpu, off, off_cpu, serial)
+        )
+        TARGETS.append(Target(f"mathrl step, {batch} x {group}", on_l, TARGET_ON_POLICY_L, "L"))
+        TARGETS.append(
+            Target(f"off-policy step, {batch} x {group}", off_l, TARGET_OFF_POLICY_L, "L")
+        )
         rows.append(
-            f"| {batch} x {group} | {on_l:.2f} L | {off_l:.2f} L | {serial_l:.2f} L "
-            f"| {serial_l / on_l:.1f}x | yes ({sum(map(len, on.trained))} datums) |"
+            f"| {batch} x {group} | {on_l:.2f} L | {on_cpu_l:.2f} L | {off_l:.2f} L "
+            f"| {off_cpu_l:.2f} L | {serial_l:.2f} L | {serial_l / on_l:.1f}x "
+            f"| yes ({sum(map(len, on.trained))} datums) |"
         )
     rows += [
         "",
@@ -172,6 +198,17 @@ def latency_table(sizes: Sequence[tuple[int, int]], latency: float, steps: int) 
         "one sample request per problem, forward_backward, optim_step = batch + 4 L.",
     ]
     return rows
+
+
+def charged_run(backend: FakeBackend, config: Config) -> Run:
+    """A mathrl run on the virtual clock, charged with mathrl's CPU but not the fake's."""
+    timer = FakeComputeTimer()
+    with timer.patched():
+        run, _ = run_virtual(
+            timed_run("mathrl", backend, config),
+            cpu_clock=lambda: time.perf_counter() - timer.seconds,
+        )
+    return run
 
 
 def real_clock_table(size: tuple[int, int], latency: float, steps: int) -> list[str]:
@@ -255,6 +292,11 @@ def overhead_table(sizes: Sequence[tuple[int, int]], steps: int) -> list[str]:
             asyncio.run(run_grpo_async(backend, MathAdapter(), bench_config(batch, group, steps)))
             wall = time.perf_counter() - start
         per_completion = (wall - timer.seconds) / (steps * batch * group)
+        if (batch, group) == (256, 16):
+            TARGETS.append(
+                Target("client overhead, 256 x 16", per_completion * 1e6,
+                       TARGET_US_PER_COMPLETION, "µs / completion")
+            )  # fmt: skip
         rows.append(
             f"| {batch} x {group} | {wall / steps * 1e3:.1f} | {timer.seconds / steps * 1e3:.1f} "
             f"| {per_completion * 1e6:.1f} |"
@@ -284,6 +326,7 @@ def peak_memory_line(size: tuple[int, int], steps: int) -> list[str]:
         check=True,
     )
     peak = json.loads(child.stdout.splitlines()[-1])["peak_rss_mb"]
+    TARGETS.append(Target(f"peak RSS, {steps} steps {batch} x {group}", peak, TARGET_RSS_MB, "MB"))
     return [
         f"Peak memory (VmHWM of a child process) of a {steps}-step {batch} x {group} run "
         f"at L = 0: **{peak:.0f} MB** (target <= {TARGET_RSS_MB:.0f} MB)."
@@ -312,6 +355,7 @@ def curve_table(seeds: Sequence[int], steps: int = 20) -> list[str]:
             ends.append(end)
             cells += [f"{start:.1%}", f"{end:.1%}"]
         gap = (ends[1] - ends[0]) * 100
+        TARGETS.append(Target(f"off-policy end gap, seed {seed}", abs(gap), 10.0, "points"))
         rows.append(f"| {seed} | {' | '.join(cells)} | {gap:+.1f} |")
     return rows
 
@@ -357,7 +401,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         sections.append(peak_memory_line(max(args.sizes, key=math.prod), 20))
     if not args.skip_curve:
         sections.append(curve_table(CURVE_SEEDS))
+    sections.append(targets_table())
     print("\n\n".join("\n".join(rows) for rows in sections))
+    if not all(t.met for t in TARGETS):
+        sys.exit(1)
+
+
+def targets_table() -> list[str]:
+    rows = ["Targets (the benchmark exits 1 if one is missed):", "",
+            "| target | measured | limit | met |", "| --- | ---: | ---: | --- |"]  # fmt: skip
+    for t in TARGETS:
+        rows.append(
+            f"| {t.what} | {t.measured:.2f} {t.unit} | <= {t.limit:g} {t.unit} "
+            f"| {'yes' if t.met else 'NO'} |"
+        )
+    return rows
 
 
 if __name__ == "__main__":
