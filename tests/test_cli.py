@@ -33,6 +33,14 @@ def test_fake_run_prints_the_seed_demo_lines(tmp_path: Path) -> None:
     assert done.stderr == ""
 
 
+def test_the_readme_shows_the_real_output_of_an_offline_run(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    shown = readme.split("python -m mathrl --backend fake\n```\n\n```text\n", 1)[1]
+    shown = shown.split("```", 1)[0]
+    done = run_cli(tmp_path, "--backend", "fake")
+    assert done.stdout.replace(str(tmp_path), "/tmp") == shown
+
+
 def test_same_seed_same_stdout_other_seed_other_stdout(tmp_path: Path) -> None:
     runs = [run_cli(tmp_path, "--backend", "fake", "--steps", "4", "--seed", s) for s in "005"]
     assert runs[0].stdout == runs[1].stdout

@@ -36,7 +36,7 @@ from mathrl.backend import (
 from mathrl.config import DEFAULT_BASE_URL, Config
 from mathrl.grpo import Datum, build_datum
 from mathrl.hf_tokenizer import HFTokenizer, stop_sequences
-from mathrl.loop import run_grpo_async
+from mathrl.loop import checkpoint_name, run_grpo_async
 from mathrl.math_task import AdditionProblem, MathAdapter
 from mathrl.mint_backend import (
     MintBackend,
@@ -46,6 +46,7 @@ from mathrl.mint_backend import (
     to_mint_datum,
     translate_error,
 )
+from mathrl_fakes import RecordingBackend
 from mathrl_fakes.fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
 from mathrl_fakes.policy import EOS
 
@@ -220,6 +221,24 @@ def test_the_loop_pipelines_training_and_keeps_every_sample_in_flight(
     # Every prompt's sample call of a step was in flight at once.
     assert server.peak_in_flight("sample") == config.batch
     assert server.log.count("sample") == config.batch * config.steps
+
+
+def test_off_policy_over_mint_samples_one_step_behind(make_server: ServerFactory) -> None:
+    # The same schedule as on the fake: step k + 1 samples from the weights step k
+    # itself sampled from, while step k trains.
+    config = Config(steps=4, batch=4, group=4, seed=4, max_steps_off_policy=1)
+    recorder = RecordingBackend(backend_on(make_server()))
+    result = asyncio.run(run_grpo_async(recorder, MathAdapter(), config))
+    assert all(m.datums for m in result.steps)
+    paths_by_step = [
+        {call.path for call in recorder.samples[i : i + config.batch]}
+        for i in range(0, len(recorder.samples), config.batch)
+    ]
+    # Steps 1 and 2 sample the initial weights, step k >= 3 those after step k - 2.
+    expected = [
+        {f"{checkpoint_name(config, max(step - 2, 0))}.json"} for step in range(1, config.steps + 1)
+    ]
+    assert [{Path(p).name for p in paths} for paths in paths_by_step] == expected
 
 
 def datums(backend: MintBackend) -> list[Datum]:
