@@ -115,9 +115,7 @@ async def run_serial_async(
         for i, prompt_T in enumerate(prompts_P_T):
             params = sample_params(config, request_seed(config.seed, step, i))
             completions_P_G.append(await sampler.sample(prompt_T, config.group, params))
-        batch = score(
-            adapter, backend.tokenizer.decode, step, problems_P, prompts_P_T, completions_P_G
-        )
+        batch = score(adapter, backend.tokenizer.decode, problems_P, prompts_P_T, completions_P_G)
         if batch.datums_D:
             recorder.trained.append(batch.datums_D)
             recorder.train_submitted_at.append(asyncio.get_running_loop().time())

@@ -61,7 +61,6 @@ class RunResult:
 class Rollout:
     """One step's samples, scored and turned into datums."""
 
-    step: int
     completions_P_G: list[list[Completion]]
     rewards_P_G: list[list[float]]
     datums_D: list[Datum]
@@ -84,7 +83,6 @@ def request_seed(run_seed: int, step: int, problem: int) -> int:
 def score(
     adapter: Adapter[P],
     decode: Callable[[Sequence[int]], str],
-    step: int,
     problems_P: Sequence[P],
     prompts_P_T: Sequence[Sequence[int]],
     completions_P_G: list[list[Completion]],
@@ -107,7 +105,7 @@ def score(
             if datum is not None:
                 datums_D.append(datum)
     accuracy = adapter.evaluate([r for rewards_G in rewards_P_G for r in rewards_G])
-    return Rollout(step, completions_P_G, rewards_P_G, datums_D, accuracy, constant_groups)
+    return Rollout(completions_P_G, rewards_P_G, datums_D, accuracy, constant_groups)
 
 
 async def rollout(
@@ -128,7 +126,7 @@ async def rollout(
             )
         )
     )
-    return score(adapter, backend.tokenizer.decode, step, problems_P, prompts_P_T, completions_P_G)
+    return score(adapter, backend.tokenizer.decode, problems_P, prompts_P_T, completions_P_G)
 
 
 def checkpoint_name(config: Config, step: int) -> str:
