@@ -29,9 +29,8 @@ pytestmark = [
 
 
 def smoke_config() -> Config:
-    # Creating a training client and fetching its tokenizer can take minutes on a cold service.
-    timeout = float(os.environ.get("MINT_CONNECT_TIMEOUT", "300"))
-    return Config(steps=1, batch=2, group=2, connect_timeout=timeout)
+    # The defaults' MINT_SETUP_TIMEOUT (600 s) covers a cold service's LoRA creation.
+    return Config(steps=1, batch=2, group=2)
 
 
 def test_one_real_step() -> None:
