@@ -1,0 +1,163 @@
+"""The script the sandbox's child runs, kept as text: it never runs in the trainer.
+
+`mathrl.sandbox` passes `HARNESS` to `python -I -S -B -c`. In the child it
+reads the request from stdin before any untrusted code exists, points fds 0-2
+at /dev/null (so stray writes fail), installs the audit hook (`guard`) after
+removing the unaudited ways out (`disarm`), runs the completion, calls the
+function once per input, and writes one JSON line to a private copy of the
+original stdout. Kept as a string, not a module, because it must import
+nothing but the standard library, and because nothing in it may run here.
+"""
+
+HARNESS = r'''
+import io, json, os, sys
+
+
+def guard(root):
+    # The hook's state is this call's cells, all immutable: the completion can rebind builtins
+    # and module attributes, and see these values in a traceback, but not change them.
+    deny, is_a, length, tup = PermissionError, isinstance, len, tuple
+    stat, link = os.stat, os.readlink
+    encode, split, starts, join = str.encode, bytes.split, bytes.startswith, bytes.join
+    parts_of, name_starts = str.split, str.startswith
+    top = encode(root, "utf-8", "surrogateescape")
+    base = tup(part for part in split(top, b"/") if part)
+    size, writes = length(base), os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    always = frozenset("""os.fork os.forkpty os.posix_spawn os.spawn os.exec os.system
+        subprocess.Popen pty.spawn os.kill os.killpg os.chdir os.link os.symlink
+        resource.setrlimit resource.prlimit sys.settrace sys.setprofile sys._current_frames
+        gc.get_objects gc.get_referrers gc.get_referents code.__new__ marshal.load marshal.loads
+        cpython.PyInterpreterState_New socket.__new__ socket.bind socket.connect socket.sendto
+        socket.sendmsg socket.getaddrinfo socket.gethostbyname socket.gethostbyaddr
+        socket.getnameinfo socket.sethostname fcntl.ioctl sqlite3.connect
+        sqlite3.enable_load_extension ctypes.dlopen ctypes.call_function ctypes.cdata""".split())
+    modules = frozenset("""ctypes _ctypes _posixsubprocess _posixshmem _multiprocessing sqlite3
+        _sqlite3 readline _curses _curses_panel _tkinter _lsprof _dbm _gdbm xxlimited
+        xxlimited_35 ossaudiodev nis""".split())
+    table = (  # event, how many leading path arguments, where its dir_fd arguments start
+        ("os.remove", 1, 1), ("os.rmdir", 1, 1), ("os.mkdir", 1, 2), ("os.chmod", 1, 2),
+        ("os.chown", 1, 3), ("os.utime", 1, 3), ("os.rename", 2, 2), ("os.truncate", 1, 9),
+        ("os.setxattr", 1, 9), ("os.removexattr", 1, 9))
+    watched = always | {"import", "open"} | {row[0] for row in table}
+
+    def hook(event, args):
+        if event not in watched:
+            return
+        if event in always:
+            raise deny("sandbox: " + event + " is not allowed")
+        if event == "import":
+            for name in parts_of(args[0], "."):  # all: "x._ctypes" would load _ctypes too
+                if name in modules or name_starts(name, ("_test", "_xx")):
+                    raise deny("sandbox: importing " + name + " is not allowed")
+            return
+        if event == "open":
+            if is_a(args[0], int):  # a descriptor it already has
+                return
+            folders_only = not args[2] & writes  # a folder's descriptor, as dir_fd, would
+            if folders_only and args[1] is not None:  # reach outside; open() refuses folders
+                return
+            pairs, itself = ((args[0], -1),), True  # its folder itself: to read, or O_TMPFILE
+        else:
+            for name, count, at in table:
+                if name == event:
+                    break
+            if event == "os.truncate" and is_a(args[0], int):  # that fd is open for writing
+                return
+            folders = args[at:] + (-1, -1)  # each path's dir_fd
+            pairs = ((args[0], folders[0]), (args[count - 1], folders[count - 1]))[:count]
+            folders_only = itself = False
+        for path, folder in pairs:
+            if is_a(path, str):
+                path = encode(path, "utf-8", "surrogateescape")
+            elif not is_a(path, bytes):
+                raise deny("sandbox: " + event + " on a descriptor is not allowed")
+            if not starts(path, b"/"):  # relative to cwd, or to the folder dir_fd names
+                where = top if folder is None or folder == -1 else encode(
+                    link("/proc/self/fd/%d" % folder), "utf-8", "surrogateescape")
+                path = join(b"/", (where, path))
+            kept = []  # resolved as text: chdir and links are refused, so no symlink misleads
+            for part in split(path, b"/"):
+                if part == b"..":
+                    kept[-1:] = []
+                elif part and part != b".":
+                    kept.append(part)
+            if length(kept) > size - itself and tup(kept[:size]) == base:
+                continue
+            if folders_only and stat(path).st_mode & 0o170000 != 0o40000:
+                continue
+            raise deny("sandbox: " + event + " outside its folder is not allowed")
+
+    return hook
+
+
+def disarm():
+    # Unaudited ways out go. Every builtin module is imported first, so that _imp.create_builtin,
+    # which would hand out fresh copies of these modules, can go too.
+    import _imp, _signal, posix
+    for name in sys.builtin_module_names:
+        __import__(name)
+    names = "mkfifo mknod chroot pidfd_open setpriority nice sched_setscheduler sched_setparam"
+    gone = [module.__dict__.pop(name, None) for module in (posix, os) for name in names.split()]
+    gone.append(_signal.__dict__.pop("pidfd_send_signal", None))
+    for functions in (os.supports_dir_fd, os.supports_fd, os.supports_follow_symlinks):
+        functions.difference_update(gone)
+    del _imp.create_builtin
+
+
+class Discard(io.RawIOBase):
+    def writable(self):
+        return True
+
+    def write(self, data):
+        return len(data)
+
+
+def describe(exc):
+    try:
+        message = str(exc)
+        return (type(exc).__name__ + (": " + message if message else ""))[:300]
+    except BaseException:
+        return "an exception that cannot be printed"
+
+
+def main():
+    request = json.loads(sys.stdin.buffer.read())  # all of it, before untrusted code runs
+    reply, null = os.dup(1), os.open(os.devnull, os.O_RDONLY)  # stray writes to 1 and 2 fail
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = io.TextIOWrapper(
+        io.BufferedWriter(Discard()), write_through=True)
+    sys.stdin = sys.__stdin__ = io.StringIO()
+    sys.pycache_prefix = os.devnull + "/none"  # imports compile from source: marshal is refused
+    if request["hook"]:
+        disarm()
+        sys.addaudithook(guard(os.getcwd()))
+    inputs, budget = request["inputs"], request["budget"]
+    status, detail, results = "ok", "", ["null"] * len(inputs)
+    try:
+        namespace = {"__name__": "__sandbox__", "__builtins__": __builtins__}
+        exec(compile(request["source"], "<completion>", "exec"), namespace)
+        function = namespace.get(request["function"])
+        if not callable(function):
+            raise LookupError("the code defines no function " + request["function"])
+    except BaseException as exc:
+        status, detail = "error", describe(exc)
+    else:
+        for i, args in enumerate(inputs):
+            try:
+                text = json.dumps(function(*args))
+                if len(text) > budget:
+                    raise ValueError(f"the result is over {budget} bytes as JSON")
+                results[i] = text
+            except BaseException as exc:
+                detail = detail or f"input {i}: {describe(exc)}"
+    line = '{"status": %s, "detail": %s, "results": [%s]}\n' % (
+        json.dumps(status), json.dumps(detail), ", ".join(results))
+    data = line.encode()
+    while data:
+        data = data[os.write(reply, data):]
+    os._exit(0)  # no atexit handlers or finalizers of the completion's
+
+
+main()
+'''

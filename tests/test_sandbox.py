@@ -1,0 +1,481 @@
+"""The sandbox: honest code gets its results back; hostile code scores nothing and changes nothing.
+
+Every hostile case runs under the production set-up, and the ones a single layer is meant to
+stop also run with only that layer (the audit hook, or the kernel layers), so each test fails if
+the protection it names were missing. Each call runs against a `world` folder, snapshotted
+before and after, with the sandbox's own temp folders under `sandboxes`, which must be empty
+afterwards. Timing is never a criterion beyond "finished within the wall limit and a margin".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import platform
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mathrl import sandbox
+from mathrl.sandbox import STATUSES, JsonValue, Limits, Outcome, call_function
+
+FAST = Limits(cpu_seconds=1, wall_seconds=3.0)
+MARGIN = 2.0  # seconds beyond the wall limit a call may take, start-up and clean-up included
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, int, bytes]]:
+    """Every entry under `root`: mode, size, mtime and (for files) content."""
+    entries = {}
+    for path in [root, *sorted(root.rglob("*"))]:
+        info = path.lstat()
+        content = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+        entries[str(path)] = (info.st_mode, info.st_size, info.st_mtime_ns, content)
+    return entries
+
+
+def no_children_left() -> bool:
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return False
+
+
+@dataclass(frozen=True)
+class Box:
+    world: Path  # what the completion must not touch
+    sandboxes: Path  # where call_function makes its temp folders
+
+    def run(
+        self,
+        source: str,
+        inputs: Sequence[Sequence[JsonValue]] = ((),),
+        limits: Limits = FAST,
+        function: str = "f",
+    ) -> Outcome:
+        before = snapshot(self.world)
+        started = time.monotonic()
+        outcome = call_function(
+            source.replace("WORLD", repr(str(self.world))), function, inputs, limits
+        )
+        assert time.monotonic() - started < limits.wall_seconds + MARGIN
+        assert snapshot(self.world) == before
+        assert list(self.sandboxes.iterdir()) == []
+        assert no_children_left()
+        assert outcome.status in STATUSES
+        assert len(outcome.results) == len(inputs)
+        assert "\n" not in outcome.detail
+        return outcome
+
+
+@pytest.fixture
+def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Box:
+    world, sandboxes = tmp_path / "world", tmp_path / "sandboxes"
+    (world / "sub").mkdir(parents=True)
+    (world / "keep.txt").write_text("keep")
+    sandboxes.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(sandboxes))
+    return Box(world, sandboxes)
+
+
+# What the machine offers the kernel layers is asked here, not of the sandbox: a layer that
+# breaks must fail its tests, not skip them.
+
+
+@functools.cache
+def landlock_and_seccomp() -> bool:
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return False
+    word = ctypes.c_ulong
+    abi = ctypes.CDLL(None).syscall(word(444), None, word(0), word(1))  # Landlock's ABI version
+    return int(abi) >= 1 and "Seccomp:" in Path("/proc/self/status").read_text()
+
+
+@functools.cache
+def mount_namespaces() -> bool:
+    child = os.fork()
+    if child == 0:  # the child only reports
+        os._exit(0 if ctypes.CDLL(None).unshare(0x20000) == 0 else 1)  # CLONE_NEWNS
+    return os.waitpid(child, 0)[1] == 0
+
+
+@pytest.fixture(params=["both", "hook", "kernel"])
+def layers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The production set-up, then each optional layer on its own."""
+    return use_layers(str(request.param), monkeypatch)
+
+
+def use_layers(which: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the sandbox with `which` layers: "both", "hook" or "kernel"."""
+    if which == "kernel" and not landlock_and_seccomp():
+        pytest.skip("the kernel layers need Landlock and seccomp on x86-64")
+    chosen = {"both": {"hook", "kernel"}, "hook": {"hook"}, "kernel": {"kernel"}}[which]
+    monkeypatch.setattr(sandbox, "_LAYERS", frozenset(chosen))
+    return which
+
+
+def scores_nothing(outcome: Outcome, success: JsonValue) -> bool:
+    return all(result != success for result in outcome.results)
+
+
+# --- honest code -----------------------------------------------------------------------------
+
+
+def test_a_correct_function_returns_its_results(box: Box) -> None:
+    source = "def add(a, b):\n    return a + b\n"
+    inputs: list[list[JsonValue]] = [[1, 2], [-5, 5], [0.5, 0.25], ["a", "b"], [[1], [2]]]
+    outcome = box.run(source, inputs, function="add")
+    assert outcome == Outcome("ok", (3, 0, 0.75, "ab", [1, 2]), "")
+
+
+def test_a_call_that_raises_loses_only_its_own_result(box: Box) -> None:
+    outcome = box.run("def f(x):\n    return 10 // x\n", [[5], [0], [2]])
+    assert outcome.status == "ok"
+    assert outcome.results == (2, None, 5)
+    assert outcome.detail == "input 1: ZeroDivisionError: integer division or modulo by zero"
+
+
+def test_a_syntax_error_is_an_error_with_a_one_line_detail(box: Box) -> None:
+    outcome = box.run("def f(:\n    return 1\n", [[1], [2]])
+    assert outcome.status == "error"
+    assert outcome.results == (None, None)
+    assert outcome.detail.startswith("SyntaxError: ")
+
+
+@pytest.mark.parametrize(
+    ("source", "detail"),
+    [
+        ("def g():\n    return 1\n", "LookupError: the code defines no function f"),
+        ("f = 3\n", "LookupError: the code defines no function f"),
+        ("raise SystemExit(0)\n", "SystemExit: 0"),
+        ("import no_such_module\n", "ModuleNotFoundError: No module named 'no_such_module'"),
+    ],
+)
+def test_source_that_defines_no_callable_is_an_error(box: Box, source: str, detail: str) -> None:
+    assert box.run(source, [[1]]) == Outcome("error", (None,), detail)
+
+
+def test_hostile_exception_text_reaches_the_logs_as_one_printable_line(box: Box) -> None:
+    source = "def f():\n    raise ValueError('\\x1b[2J\\nforged\\udcff line' + 'x' * 999)\n"
+    outcome = box.run(source)
+    assert outcome.detail.startswith("input 0: ValueError: ?[2J forged? linexxx")
+    assert outcome.detail.isprintable()
+    assert len(outcome.detail) == 200
+
+
+def test_results_are_json_values_and_anything_else_is_none(box: Box) -> None:
+    source = (
+        "class Cheat:\n"
+        "    def __eq__(self, other):\n"
+        "        return True\n"
+        "def f(kind):\n"
+        "    return {'set': {1}, 'object': Cheat(), 'tuple': (1, 2), 'dict': {1: 'one'},\n"
+        "            'none': None, 'bytes': b'x'}[kind]\n"
+    )
+    kinds = ["set", "object", "tuple", "dict", "none", "bytes"]
+    outcome = box.run(source, [[kind] for kind in kinds])
+    assert outcome.results == (None, None, [1, 2], {"1": "one"}, None, None)
+
+
+def test_printing_inside_the_function_does_not_corrupt_results(box: Box) -> None:
+    source = (
+        "import sys\n"
+        'print(\'{"status": "ok", "detail": "", "results": [1]}\')\n'
+        "def f(x):\n"
+        "    print('noise', x)\n"
+        "    print('more noise', file=sys.stderr)\n"
+        "    sys.stdout.buffer.write(b'raw noise\\n')\n"
+        "    return x * 2\n"
+    )
+    assert box.run(source, [[1], [2]]) == Outcome("ok", (2, 4), "")
+
+
+def test_huge_and_deep_results_become_none_and_break_nothing(box: Box) -> None:
+    source = (
+        "def f(kind):\n"
+        "    if kind == 'huge':\n"
+        "        return 10 ** 100_000\n"
+        "    if kind == 'long':\n"
+        "        return 'x' * 10 ** 6\n"
+        "    if kind == 'deep':\n"
+        "        value = []\n"
+        "        for _ in range(100_000):\n"
+        "            value = [value]\n"
+        "        return value\n"
+        "    if kind == 'loop':\n"
+        "        value = []\n"
+        "        value.append(value)\n"
+        "        return value\n"
+        "    if kind == 'recurse':\n"
+        "        return f(kind)\n"
+        "    return 10 ** 50\n"
+    )
+    outcome = box.run(source, [["huge"], ["long"], ["deep"], ["loop"], ["recurse"], ["fine"]])
+    assert outcome.status == "ok"
+    assert outcome.results == (None, None, None, None, None, 10**50)
+
+
+def test_the_code_may_use_its_own_folder_and_the_standard_library(box: Box) -> None:
+    source = (
+        "import collections, dataclasses, fractions, functools, heapq, itertools, math, os\n"
+        "import random, re, statistics, string, tempfile, typing\n"
+        "def f(text):\n"
+        "    os.mkdir('notes')\n"
+        "    with open('notes/text.txt', 'w') as file:\n"
+        "        file.write(text)\n"
+        "    with tempfile.TemporaryFile() as scratch:\n"
+        "        scratch.write(b'x')\n"
+        "    with tempfile.TemporaryDirectory() as scratch:\n"
+        "        os.mkdir(os.path.join(scratch, 'inner'))\n"
+        "    with open(os.path.join(os.getcwd(), 'notes', 'text.txt')) as file:\n"
+        "        words = collections.Counter(re.findall('[a-z]+', file.read()))\n"
+        "    return [words.most_common(1)[0][0], math.comb(5, 2), sorted(os.listdir('.'))]\n"
+    )
+    assert box.run(source, [["a b b c"]]).results == (["b", 10, ["notes"]],)
+
+
+def test_bad_arguments_from_the_programmer_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="function must be a Python identifier"):
+        call_function("", "not a name", [])
+    with pytest.raises(ValueError, match="inputs must be a sequence of argument sequences"):
+        call_function("", "f", ["ab"])
+    with pytest.raises(ValueError, match="inputs must hold JSON values only"):
+        call_function("", "f", [[{1, 2}]])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"Limits.cpu_seconds must be a number >= 1, got 0"):
+        Limits(cpu_seconds=0)
+    with pytest.raises(ValueError, match=r"Limits.memory_bytes must be a number >= 1, got 1.5"):
+        Limits(memory_bytes=1.5)  # type: ignore[arg-type]
+
+
+@settings(max_examples=10, deadline=None, database=None)
+@given(source=st.text())
+def test_any_text_as_source_gives_an_outcome(source: str) -> None:
+    outcome = call_function(source, "f", [[1]], FAST)
+    assert outcome.status in STATUSES
+    assert len(outcome.results) == 1
+    assert "\n" not in outcome.detail
+
+
+# --- hostile code that the limits stop, whatever the layers ----------------------------------
+
+
+def test_an_endless_loop_is_stopped_by_the_cpu_limit(box: Box) -> None:
+    limits = Limits(cpu_seconds=1, wall_seconds=30.0)  # however busy the machine, CPU ends it
+    outcome = box.run("def f():\n    while True:\n        pass\n", limits=limits)
+    assert outcome == Outcome("timeout", (None,), "cpu limit of 1 s exceeded")
+
+
+def test_an_idle_wait_is_stopped_by_the_wall_clock(box: Box) -> None:
+    limits = Limits(cpu_seconds=1, wall_seconds=1.0)
+    outcome = box.run("import time\ndef f():\n    time.sleep(60)\n    return 1\n", limits=limits)
+    assert outcome == Outcome("timeout", (None,), "killed after 1 s (wall-clock limit)")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "b = bytearray(10 * 2**30)\n    return 'allocated'",
+        "chunks = []\n    while True:\n        chunks.append([0] * 10**6)",
+    ],
+    ids=["10GB-at-once", "growing-list"],
+)
+def test_allocating_too_much_memory_scores_nothing(box: Box, body: str) -> None:
+    outcome = box.run(f"def f():\n    {body}\n")
+    assert outcome.status in ("ok", "crashed")
+    assert scores_nothing(outcome, "allocated")
+
+
+@pytest.mark.parametrize(
+    ("body", "statuses"),
+    [
+        ("while True:\n        print('x' * 1000)", ("timeout",)),
+        ("while True:\n        os.write(1, b'x' * 1000)", ("ok",)),
+        (
+            "while True:\n        for fd in range(1, 64):\n            try:\n"
+            "                os.write(fd, b'x' * 65536)\n            except OSError:\n"
+            "                pass",
+            ("output_limit",),
+        ),
+    ],
+    ids=["print", "fd-1", "every-fd"],
+)
+def test_flooding_the_output_scores_nothing(box: Box, body: str, statuses: tuple[str]) -> None:
+    outcome = box.run(f"import os\ndef f():\n    {body}\n")
+    assert outcome.status in statuses
+    assert outcome.results == (None,)
+
+
+def test_exiting_early_scores_nothing(box: Box) -> None:
+    outcome = box.run("import os\ndef f(x):\n    os._exit(0)\n", [[1]])
+    assert outcome == Outcome("crashed", (None,), "exited with code 0: no result")
+
+
+def test_a_forged_result_line_cannot_say_what_the_code_does_not_know(box: Box) -> None:
+    # The expected outputs never reach the child: a line it forges holds only what it computed.
+    source = (
+        "import os\n"
+        "def f(x):\n"
+        '    line = b\'{"status": "ok", "detail": "", "results": ["forged", "forged"]}\\n\'\n'
+        "    for fd in range(1, 64):\n"
+        "        try:\n"
+        "            os.write(fd, line)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    os._exit(0)\n"
+    )
+    outcome = box.run(source, [[3], [4]])
+    assert scores_nothing(outcome, 9)
+    assert scores_nothing(outcome, 16)
+
+
+# --- hostile code that each layer stops on its own -------------------------------------------
+
+
+ESCAPES = {  # name: (body of f, which returns 'escaped' if it got out; layers that stop it alone)
+    "os.fork": (
+        "pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n"
+        "    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "subprocess.run": (
+        "import subprocess\n    subprocess.run(['true'], check=True)\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "os.system": ("return 'escaped' if os.system('true') == 0 else 'failed'", {"hook", "kernel"}),
+    "absolute write": (
+        "open(os.path.join(WORLD, 'new.txt'), 'w').write('x')\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "../escape.txt": (
+        "open('../escape.txt', 'w').write('x')\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "append to a file": (
+        "open(os.path.join(WORLD, 'keep.txt'), 'a').write('x')\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "remove a file": (
+        "os.remove(os.path.join(WORLD, 'keep.txt'))\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "rename a file": (
+        "os.rename(os.path.join(WORLD, 'keep.txt'), os.path.join(WORLD, 'moved.txt'))\n"
+        "    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "chmod a file": (
+        "os.chmod(os.path.join(WORLD, 'keep.txt'), 0o777)\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "mkfifo": ("os.mkfifo(os.path.join(WORLD, 'fifo'))\n    return 'escaped'", {"hook", "kernel"}),
+    "dir_fd of a folder outside": (
+        "folder = os.open(WORLD, os.O_RDONLY)\n    os.remove('keep.txt', dir_fd=folder)\n"
+        "    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "dir_fd of its own folder": (
+        "folder = os.open('.', os.O_RDONLY)\n"
+        "    os.remove('../../world/keep.txt', dir_fd=folder)\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "symlink out": (
+        "os.symlink(WORLD, 'out')\n    open('out/new.txt', 'w').write('x')\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "raise rlimit": (
+        "import resource\n    resource.setrlimit(resource.RLIMIT_CPU, (-1, -1))\n"
+        "    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "prlimit": (
+        "import resource\n    resource.prlimit(0, resource.RLIMIT_AS, (-1, -1))\n"
+        "    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "import ctypes": ("import ctypes\n    return 'escaped'", {"hook"}),
+    "fork by ctypes": (
+        "import ctypes\n    libc = ctypes.CDLL(None)\n    pid = libc.fork()\n"
+        "    if pid == 0:\n        libc._exit(0)\n    return 'escaped' if pid > 0 else 'failed'",
+        {"hook", "kernel"},
+    ),
+    "signal the trainer": ("os.kill(os.getppid(), 0)\n    return 'escaped'", {"hook", "kernel"}),
+    "signal through a pidfd": (
+        "import _signal\n    _signal.pidfd_send_signal(os.pidfd_open(os.getppid()), 0)\n"
+        "    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "which"),
+    # The production set-up, and each layer that is meant to stop the escape on its own.
+    [(name, which) for name, (_, needs) in ESCAPES.items() for which in ("both", *sorted(needs))],
+)
+def test_escapes_score_nothing_and_change_nothing(
+    box: Box, monkeypatch: pytest.MonkeyPatch, name: str, which: str
+) -> None:
+    use_layers(which, monkeypatch)
+    body, _ = ESCAPES[name]
+    outcome = box.run(f"import os\ndef f():\n    {body}\n")
+    assert scores_nothing(outcome, "escaped"), outcome
+
+
+def test_the_network_is_out_of_reach(box: Box, layers: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        source = (
+            "import socket\n"
+            "def f():\n"
+            f"    with socket.create_connection(('127.0.0.1', {port}), timeout=1):\n"
+            "        return 'escaped'\n"
+        )
+        outcome = box.run(source)
+        server.settimeout(0)
+        with contextlib.suppress(BlockingIOError):
+            server.accept()[0].close()
+            pytest.fail("the code reached the trainer's loopback")
+    assert scores_nothing(outcome, "escaped"), outcome
+
+
+@pytest.mark.parametrize("which", ["both", "kernel"])  # reads are not the hook's to stop
+def test_files_of_other_users_stay_unreadable(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    # Root reads anything; without its capabilities it reads only what root's own files allow.
+    use_layers(which, monkeypatch)
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    private = box.world / "private.txt"
+    private.write_text("secret")
+    private.chmod(0o600)
+    os.chown(private, 12345, 12345)
+    outcome = box.run("def f():\n    return open(WORLD + '/private.txt').read()\n")
+    assert scores_nothing(outcome, "secret"), outcome
+
+
+@pytest.mark.parametrize("which", ["both", "kernel"])  # disk space is not the hook's to limit
+def test_the_folder_holds_at_most_file_bytes(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    use_layers(which, monkeypatch)
+    if not mount_namespaces():
+        pytest.skip("a private tmpfs needs mount namespaces (CAP_SYS_ADMIN)")
+    source = (
+        "def f():\n"
+        "    for i in range(64):\n"
+        "        with open(f'{i}.bin', 'wb') as file:\n"
+        "            file.write(bytes(2**19))\n"
+        "    return 'filled'\n"
+    )
+    assert scores_nothing(box.run(source), "filled")
