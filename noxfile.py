@@ -1,4 +1,8 @@
-"""Developer sessions. `nox` runs tests, lint and typecheck; `nox -s bench` runs the benchmark."""
+"""Developer sessions: `nox` runs tests, lint and typecheck; bench and smoke run on request.
+
+Sessions use the Python that runs nox (3.11 or newer), so `nox` works on a
+machine with any one of them.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,15 @@ import nox
 
 nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
-nox.options.error_on_missing_interpreters = True
 
-PYTHON = "3.11"
+PYTHON = None  # the interpreter running nox; pyproject.toml requires >= 3.11
 TEST_TOOLS = ["hypothesis>=6.100", "pytest>=8", "pytest-cov>=5", "coverage[toml]>=7.10"]
 
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The offline suite, with the branch-coverage floor on src (95%)."""
-    session.install("-e", ".", *TEST_TOOLS)
+    """The offline suite, with the branch-coverage floor on src (95%); plots included."""
+    session.install("-e", ".[plot]", *TEST_TOOLS)
     session.run(
         "pytest",
         "--cov=mathrl",
@@ -37,12 +40,19 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on src and fakes, and on the tests too."""
-    session.install("-e", ".", "mypy==2.4.1", *TEST_TOOLS)  # pinned, as ruff
+    session.install("-e", ".[plot]", "mypy==2.4.1", *TEST_TOOLS)  # pinned, as ruff
     session.run("mypy", "--strict", "src", "fakes", "tests")
 
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Step wall time in round trips, client overhead and peak memory (not a test)."""
+    """Step wall time in round trips, evaluation overhead, client overhead, peak memory."""
     session.install("-e", ".")
     session.run("python", "tests/benchmark.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def smoke(session: nox.Session) -> None:
+    """The real-API smoke tests: needs MINT_API_KEY, costs a little real compute."""
+    session.install("-e", ".", *TEST_TOOLS)
+    session.run("pytest", "-m", "smoke", "-p", "no:cacheprovider", *session.posargs)

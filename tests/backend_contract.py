@@ -17,7 +17,7 @@ import pytest
 
 from mathrl.backend import Backend, BackendError, SampleParams
 from mathrl.grpo import build_datum
-from mathrl.math_task import FEWSHOT, AdditionProblem
+from mathrl.tasks.addition import FEWSHOT, AdditionProblem
 
 
 def check_backend(make_backend: Callable[[], Backend]) -> None:
@@ -30,6 +30,8 @@ async def _check(backend: Backend) -> None:
     prompt_text = FEWSHOT + AdditionProblem(12, 30).question
     prompt_T = tok.encode(prompt_text)
     assert tok.decode(prompt_T) == prompt_text
+    unicode = "Gr\u00f6\u00dfe \u2019 42 \u2014 \u7b54"  # accents, a curly quote, a dash, CJK
+    assert tok.decode(tok.encode(unicode)) == unicode
     assert 0 <= tok.eos_token_id < tok.vocab_size
 
     # Saving and sampling.
@@ -73,6 +75,19 @@ async def _check(backend: Backend) -> None:
     greedy = SampleParams(max_tokens=6, temperature=0.0, stop=("\n",), seed=1)
     (best,) = await (await backend.create_sampler(path1)).sample(prompt_T, 1, greedy)
     assert len(best.logprobs) == len(best.tokens)
+
+    # The full training state: a restore undoes training, optimizer included.
+    state = await (await backend.submit_save_state("contract-state"))
+    assert isinstance(state, str)
+    assert state
+    losses = [(await (await backend.submit_train_step(datums_D, 1e-3))).loss for _ in range(2)]
+    await (await backend.submit_load_state(state))
+    again = [(await (await backend.submit_train_step(datums_D, 1e-3))).loss for _ in range(2)]
+    # The first loss needs the weights back; the second, the Adam moments too.
+    assert again == pytest.approx(losses, rel=1e-4)
+    assert losses[1] != pytest.approx(losses[0], rel=1e-6)  # training did move the weights
+    with pytest.raises(BackendError):
+        await (await backend.submit_load_state(state + "-missing"))
 
     # Misuse the service refuses.
     good = datums_D[0]

@@ -11,7 +11,8 @@ from pathlib import Path
 def user_env(tmp_path: Path, **env: str) -> dict[str, str]:
     """The caller's environment less MINT_*/TINKER_*, home and temp under `tmp_path`."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("MINT_", "TINKER_"))}
-    base.update(TMPDIR=str(tmp_path), HOME=str(tmp_path), **env)
+    base.update(TMPDIR=str(tmp_path), HOME=str(tmp_path))
+    base.update(env)
     return base
 
 

@@ -1,22 +1,50 @@
-"""Shared fixtures: a FakeBackend factory writing checkpoints under tmp_path."""
+"""Shared fixtures: a private temp folder for the session, and a FakeBackend factory."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import atexit
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
-from mathrl.math_task import MathAdapter, all_problems
-from mathrl_fakes import FakeBackend, reference_table
+from mathrl.tasks.addition import MathAdapter, all_problems
+from mathrl_fakes import FakeBackend, Reference, references_for
+
+# Nothing of hypothesis's in the checkout (no example database, no caches):
+# tests write only to temporary folders, and remove them.
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="mathrl-hypothesis-")
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+settings.register_profile("mathrl", database=None)
+settings.load_profile("mathrl")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_temp_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Point the temp folder (the fake's default checkpoint folder) somewhere of our own."""
+    folder = str(tmp_path_factory.mktemp("tmp"))
+    saved = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir, os.environ["TMPDIR"] = folder, folder
+    yield
+    tempfile.tempdir = saved[0]
+    if saved[1] is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = saved[1]
 
 
 @cache
-def math_references() -> Mapping[str, str]:
-    """Prompt -> reference completion for every addition problem (built once)."""
-    return reference_table(MathAdapter(), all_problems())
+def math_references() -> Mapping[str, Reference]:
+    """Prompt -> reference for every addition problem, held-out ones included (built once)."""
+    return references_for(MathAdapter(), list(all_problems()))
 
 
 @pytest.fixture
@@ -25,6 +53,6 @@ def fake_backend_factory(tmp_path: Path) -> Callable[..., FakeBackend]:
 
     def make(**kwargs: Any) -> FakeBackend:
         kwargs.setdefault("checkpoint_dir", tmp_path / f"ckpt{next(counter)}")
-        return FakeBackend(math_references(), **kwargs)
+        return FakeBackend(math_references(), task_name="addition", **kwargs)
 
     return make

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mathrl.config import SETTINGS, Config
-from mathrl.math_task import OPERAND_MAX, AdditionProblem
+from mathrl.config import MAX_SEED, SETTINGS, TrainConfig
+from mathrl.tasks.addition import OPERAND_MAX, AdditionProblem
 
 operands = st.integers(min_value=0, max_value=OPERAND_MAX)
 """An operand of the addition task."""
@@ -65,8 +65,8 @@ def completions(draw: st.DrawFn) -> tuple[list[int], list[float]]:
     return tokens_T, logprobs_T
 
 
-ascii_text = st.text(st.characters(max_codepoint=127))
-"""Any ASCII string, the fake tokenizer's domain."""
+unicode_text = st.text(st.characters(codec=None, categories=None))
+"""Any string at all, lone surrogates included (the fake tokenizer round-trips them)."""
 
 
 counts = st.integers(min_value=1, max_value=1000)
@@ -78,11 +78,14 @@ raw_setting_values = st.text(max_size=8)
 setting_indices = st.integers(min_value=0, max_value=len(SETTINGS) - 1)
 """An index into mathrl.config.SETTINGS."""
 
-policy_thetas = st.floats(-0.02, 0.02)
+policy_thetas = st.floats(-0.01, 0.01)
 """A fake-policy parameter: WIDTH * theta spans logits from -20 to +20."""
 
-fake_token_ids = st.integers(min_value=0, max_value=128)
-"""A token id of the fake's vocabulary (128 is EOS)."""
+fake_token_ids = st.integers(min_value=0, max_value=256)
+"""A token id of the fake's vocabulary (256 is EOS)."""
+
+biases = st.floats(-8.0, 8.0)
+"""The untrained part of a fake-policy logit."""
 
 temperatures = st.sampled_from([0.25, 0.5, 1.0, 2.0])
 """A positive sampling temperature."""
@@ -92,11 +95,11 @@ sampling_temperatures = st.sampled_from([0.0, 0.5, 1.0, 2.0])
 
 
 @st.composite
-def small_configs(draw: st.DrawFn) -> Config:
+def small_configs(draw: st.DrawFn) -> TrainConfig:
     """A two-step run small enough to run many times in a property test."""
-    return Config(
+    return TrainConfig(
         steps=2,
-        seed=draw(st.integers(0, 2**31)),
+        seed=draw(st.integers(0, MAX_SEED)),
         batch=draw(st.integers(1, 6)),
         group=draw(st.integers(2, 5)),
         max_tokens=draw(st.integers(1, 6)),
@@ -105,21 +108,23 @@ def small_configs(draw: st.DrawFn) -> Config:
 
 
 configs = st.builds(
-    Config,
-    base_model=st.sampled_from(["Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B"]),
-    lora_rank=st.integers(1, 64),
+    TrainConfig,
+    steps=st.integers(1, 100),
     batch=st.integers(1, 64),
     group=st.integers(2, 16),
     lr=st.floats(1e-6, 1e-2),
-    max_tokens=st.integers(1, 32),
+    max_tokens=st.one_of(st.none(), st.integers(1, 32)),
     temperature=st.floats(0.0, 2.0),
-    seed=st.integers(0, 2**31),
-    stop_at_newline=st.booleans(),
+    seed=st.integers(0, MAX_SEED),
     max_steps_off_policy=st.integers(0, 1),
+    eval_every=st.integers(0, 10),
+    eval_problems=st.integers(1, 200),
+    save_every=st.integers(1, 10),
 )
 """Any valid training configuration."""
 
-stop_strings = st.lists(
-    st.text(st.characters(max_codepoint=127), min_size=1, max_size=3), max_size=4
-).map(tuple)
+stop_strings = st.lists(st.text(min_size=1, max_size=3), max_size=4).map(tuple)
 """Stop strings as SampleParams holds them."""
+
+fault_rates = st.sampled_from([0.1, 0.2, 0.3])
+"""A share of fake calls that fail transiently."""

@@ -1,4 +1,4 @@
-"""build_config: precedence and validation, without a subprocess."""
+"""build_config: precedence, validation and limits, without a subprocess."""
 
 from __future__ import annotations
 
@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given
 
 import strategies as st_
-from mathrl.config import SETTINGS, Config, ConfigError, build_config
+from mathrl.config import (
+    SETTINGS,
+    Config,
+    ConfigError,
+    TrainConfig,
+    api_key,
+    base_url,
+    build_config,
+    shown,
+)
 
 NO_FLAGS: dict[str, str | None] = {}
 
@@ -14,23 +23,28 @@ NO_FLAGS: dict[str, str | None] = {}
 def test_defaults_are_the_seed_pages() -> None:
     config = build_config(NO_FLAGS, {})
     assert config == Config()
-    assert (config.base_model, config.lora_rank, config.steps, config.batch) == (
+    train = config.train
+    assert (config.base_model, config.lora_rank, train.steps, train.batch) == (
         "Qwen/Qwen3-0.6B", 16, 5, 10
     )  # fmt: skip
-    assert (config.group, config.lr, config.max_tokens, config.temperature) == (4, 1e-4, 8, 1.0)
+    assert (train.group, train.lr, train.temperature) == (4, 1e-4, 1.0)
+    assert train.max_tokens is None  # the task's: 8 for addition, the seed's MINT_RL_MAX_TOKENS
+    assert (config.call_timeout, config.retries, train.save_every, train.eval_every) == (
+        600.0, 3, 5, 0
+    )  # fmt: skip
 
 
 @given(flag=st_.counts, env=st_.counts)
 def test_flag_beats_environment(flag: int, env: int) -> None:
-    assert build_config({"steps": str(flag)}, {"MINT_RL_STEPS": str(env)}).steps == flag
-    assert build_config(NO_FLAGS, {"MINT_RL_STEPS": f" {env} "}).steps == env
+    assert build_config({"steps": str(flag)}, {"MINT_RL_STEPS": str(env)}).train.steps == flag
+    assert build_config(NO_FLAGS, {"MINT_RL_STEPS": f" {env} "}).train.steps == env
 
 
 def _build_from(setting_index: int, raw: str) -> Config:
     setting = SETTINGS[setting_index]
     if setting.env:
-        return build_config(NO_FLAGS, {setting.env: raw})
-    return build_config({setting.field: raw}, {})
+        return build_config(NO_FLAGS, {setting.env: raw}, backend="fake")
+    return build_config({setting.field: raw}, {}, backend="fake")
 
 
 @given(st_.setting_indices, st_.raw_setting_values)
@@ -45,24 +59,87 @@ def test_a_bad_value_names_its_source_and_never_escapes_as_another_error(
     except ConfigError as exc:
         message = str(exc)
     assert not message or message == (
-        f"{source} must be {SETTINGS[index].requirement} (got {raw!r})"
+        f"{source} must be {SETTINGS[index].requirement} (got {shown(raw)})"
     )
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MINT_RL_BATCH": "99999999999999999999"},
+         "MINT_RL_BATCH must be an integer from 1 to 32,768"),
+        ({"MINT_RL_GROUP": "70000"}, "MINT_RL_GROUP must be an integer from 2 to 65,536"),
+        ({"MINT_RL_MAX_TOKENS": "32769"}, "MINT_RL_MAX_TOKENS must be an integer from 1 to 32,768"),
+        ({"MINT_RL_BATCH": "1000", "MINT_RL_GROUP": "100"},
+         "MINT_RL_BATCH x MINT_RL_GROUP must be at most 65,536 completions a step "
+         "(got 1,000 x 100 = 100,000)"),
+        ({"MINT_RL_BATCH": "20000"}, "MINT_RL_BATCH x group must be at most 65,536"),
+        ({"MINT_RL_STEPS": "1" * 5000}, "(5,000 characters)"),
+    ],
+)  # fmt: skip
+def test_limits_keep_a_typo_from_eating_the_machine(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        build_config(NO_FLAGS, env)
+    assert message in str(excinfo.value)
+    assert len(str(excinfo.value)) < 200  # long values are cut short
+
+
+def test_shown_cuts_long_values() -> None:
+    # 40 characters, then the length: enough to recognise, never a screenful.
+    assert shown("x" * 5000) == repr("x" * 40) + "... (5,000 characters)"
+    assert shown("short") == "'short'"
+
+
 def test_empty_model_name_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"MINT_BASE_MODEL must be a model name \(got ' '\)"):
+    with pytest.raises(ConfigError, match=r"MINT_BASE_MODEL must be a model name .*\(got ' '\)"):
         build_config(NO_FLAGS, {"MINT_BASE_MODEL": " "})
 
 
 def test_a_config_built_by_hand_is_checked_too() -> None:
-    with pytest.raises(ConfigError, match=r"^Config.group must be an integer >= 2 \(got 1\)$"):
-        Config(group=1)
+    with pytest.raises(ConfigError, match=r"^TrainConfig.group must be an integer from 2"):
+        TrainConfig(group=1)
+    with pytest.raises(ConfigError, match=r"^TrainConfig.batch x TrainConfig.group must be"):
+        TrainConfig(batch=30_000, group=4)
     with pytest.raises(ConfigError, match=r"^Config.backend must be 'mint' or 'fake'"):
         Config(backend="gpu")
+    with pytest.raises(ConfigError, match=r"--fake-fault-rate and --fake-latency work only"):
+        Config(backend="mint", fake_latency=0.5)
 
 
 def test_only_reads_the_settings_named() -> None:
     env = {"MINT_RL_STEPS": "oops", "MINT_RL_BATCH": "3"}
-    assert build_config(NO_FLAGS, env, only=["batch"]).batch == 3
+    assert build_config(NO_FLAGS, env, only=["batch"]).train.batch == 3
     with pytest.raises(ConfigError, match="MINT_RL_STEPS"):
         build_config(NO_FLAGS, env)
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("", "MINT_API_KEY must be set to a MinT API key (got nothing)"),
+        ("  \t", "MINT_API_KEY must be set to a MinT API key (got nothing)"),
+        ("abc", "MINT_API_KEY must be a MinT key: 'sk-' then the rest, with no spaces "
+                "(got a 3-character value that is not; it is not shown)"),
+        (" sk-x", "(got a 5-character value that is not; it is not shown)"),
+        ("sk-a b", "(got a 6-character value"),
+    ],
+)  # fmt: skip
+def test_the_api_key_is_checked_and_never_echoed(key: str, message: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        api_key({"MINT_API_KEY": key})
+    assert message in str(excinfo.value)
+    assert key.strip() == "" or key.strip() not in str(excinfo.value)
+    assert api_key({"MINT_API_KEY": "sk-good"}) == "sk-good"
+
+
+@pytest.mark.parametrize(
+    "url", ["notaurl", "ftp://host", "http://", "https://host:99999", "http://host:0", "http://a b"]
+)
+def test_a_malformed_base_url_is_refused(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"^MINT_BASE_URL must be an http:// or https:// URL"):
+        base_url({"MINT_BASE_URL": url})
+
+
+def test_good_base_urls_pass() -> None:
+    assert base_url({}) == "https://mint.macaron.xin"
+    assert base_url({"MINT_BASE_URL": "http://127.0.0.1:8000/api"}) == "http://127.0.0.1:8000/api"

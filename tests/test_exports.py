@@ -8,23 +8,35 @@ import mathrl
 def test_all_is_pinned() -> None:
     assert sorted(mathrl.__all__) == [
         "Adapter",
+        "AdapterError",
         "AdditionProblem",
         "Backend",
         "BackendError",
         "BackendUnreachable",
+        "Checkpoint",
         "Completion",
         "Config",
         "ConfigError",
         "CredentialsRejected",
         "Datum",
+        "EvalMetrics",
         "MathAdapter",
+        "Observer",
+        "Resume",
+        "RetriesExhausted",
+        "RetryPolicy",
+        "RetryingBackend",
         "RunResult",
         "SampleParams",
         "Sampler",
         "StepMetrics",
+        "Task",
         "Tokenizer",
+        "TrainConfig",
         "TrainResult",
         "TransientBackendError",
+        "__version__",
+        "as_task",
         "build_datum",
         "group_advantages",
         "heldout_problems",
@@ -38,6 +50,18 @@ def test_all_is_pinned() -> None:
     ]
     for name in mathrl.__all__:
         assert getattr(mathrl, name) is not None
+
+
+def test_the_fakes_and_the_conformance_kit_are_public_too() -> None:
+    import mathrl.testing
+    import mathrl_fakes
+
+    assert sorted(mathrl_fakes.__all__) == [
+        "ByteTokenizer", "CallLog", "CallRecord", "FakeBackend", "FakeModel", "FakeSampler",
+        "RecordingBackend", "RecordingSampler", "Reference", "SampleCall", "references_for",
+        "run_problems",
+    ]  # fmt: skip
+    assert callable(mathrl.testing.check_adapter)
 
 
 def test_the_pure_core_is_exported_under_its_issue_names() -> None:

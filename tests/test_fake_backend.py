@@ -3,32 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import strategies as st_
 from backend_contract import check_backend
-from mathrl.backend import SampleParams, TransientBackendError
-from mathrl.grpo import build_datum
-from mathrl.math_task import AdditionProblem, MathAdapter
-from mathrl_fakes import CharTokenizer, FakeBackend
+from conftest import math_references
+from mathrl.backend import BackendError, SampleParams, TransientBackendError
+from mathrl.config import TrainConfig
+from mathrl.grpo import Datum, build_datum
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl_fakes import ByteTokenizer, FakeBackend, Reference, references_for, run_problems
 from mathrl_fakes.policy import (
+    DECISION_DEPTH,
     EOS,
+    FULL_TARGET_PROB,
     VOCAB_SIZE,
-    WIDTH,
     Step,
     draw,
-    initial_theta,
+    easy_bias,
     logprob,
-    other_logprob,
-    target_logprob,
+    make_target,
+    token_logprobs,
     uniforms,
 )
 from virtual_clock import run_virtual
@@ -41,31 +46,48 @@ def test_fake_backend_passes_the_contract(fake_backend_factory: FakeFactory) -> 
     check_backend(fake_backend_factory)
 
 
-@given(st_.ascii_text)
-def test_tokenizer_round_trips_ascii(text: str) -> None:
-    tok = CharTokenizer()
+# -- the tokenizer ------------------------------------------------------------------
+
+
+@given(st_.unicode_text)
+def test_the_tokenizer_round_trips_every_string(text: str) -> None:
+    tok = ByteTokenizer()
     assert tok.decode(tok.encode(text)) == text
     assert tok.decode([*tok.encode(text), EOS]) == text
 
 
-def test_tokenizer_refuses_what_it_cannot_represent() -> None:
-    with pytest.raises(ValueError, match=r"ASCII only \(got 'é' at index 1\)"):
-        CharTokenizer().encode("aé")
-    with pytest.raises(ValueError, match=r"token ids must be in 0\.\.128"):
-        CharTokenizer().decode([129])
+@given(st.lists(st_.fake_token_ids))
+def test_decoding_any_tokens_gives_text(tokens: list[int]) -> None:
+    assert isinstance(ByteTokenizer().decode(tokens), str)
+
+
+def test_tokenizer_worked_examples() -> None:
+    tok = ByteTokenizer()
+    # "é" is two UTF-8 bytes; a curly apostrophe three; a lone surrogate three.
+    assert tok.encode("aé") == [97, 0xC3, 0xA9]
+    assert tok.encode("\u2019") == [0xE2, 0x80, 0x99]
+    assert tok.decode(tok.encode("\ud800")) == "\ud800"
+    assert tok.decode([0xFF, 97]) == "\ufffda"  # not UTF-8: replaced, never raised
+    with pytest.raises(ValueError, match=r"token ids must be in 0\.\.256"):
+        tok.decode([257])
+
+
+# -- the policy ---------------------------------------------------------------------
 
 
 @settings(max_examples=25)
-@given(theta=st_.policy_thetas, target=st_.fake_token_ids, temperature=st_.temperatures)
+@given(
+    theta=st_.policy_thetas,
+    bias=st_.biases,
+    target=st_.fake_token_ids,
+    shift=st.integers(1, 255),
+    temperature=st_.temperatures,
+)
 def test_reported_logprobs_are_those_of_the_sampled_distribution(
-    theta: float, target: int, temperature: float
+    theta: float, bias: float, target: int, shift: int, temperature: float
 ) -> None:
     params = [theta] * 8
-    step = Step(target, 0)
-    # The reported distribution is normalised: p(target) + (V - 1) p(other) = 1.
-    scaled = WIDTH * theta / temperature
-    total = math.exp(target_logprob(scaled)) + (VOCAB_SIZE - 1) * math.exp(other_logprob(scaled))
-    assert math.isclose(total, 1.0, rel_tol=1e-9)
+    step = Step(target, 0, bias, (target + shift) % 256)
     # Drawing by inverse CDF over an even grid of uniforms gives each token a
     # share of the grid equal to exp(its reported logprob), to grid resolution.
     grid = 4_000
@@ -83,14 +105,48 @@ def test_reported_logprobs_are_those_of_the_sampled_distribution(
             assert math.isclose(lp, logprob(params, step, token), rel_tol=1e-12)
 
 
-def test_logprobs_normalise_over_the_vocabulary() -> None:
-    theta = initial_theta()
-    for step in (Step(42, 0), Step(None, 0)):
-        total = math.fsum(math.exp(logprob(theta, step, t)) for t in range(VOCAB_SIZE))
+@given(theta=st_.policy_thetas, bias=st_.biases)
+def test_logprobs_normalise_over_the_vocabulary(theta: float, bias: float) -> None:
+    for step in (Step(42, 3, bias, 7), Step(None)):
+        total = math.fsum(math.exp(logprob([theta] * 8, step, t)) for t in range(VOCAB_SIZE))
         assert math.isclose(total, 1.0, rel_tol=1e-12)
-    # Initially the target has probability 0.8: logit ln(0.8 * 128 / 0.2) = ln 512.
-    assert math.isclose(WIDTH * theta[0], math.log(512))
-    assert math.isclose(math.exp(logprob(theta, Step(42, 0), 42)), 0.8)
+
+
+@given(st.integers(1, 200))
+def test_an_untrained_target_of_any_length_comes_out_whole_equally_often(length: int) -> None:
+    lp_target, _, _ = token_logprobs(easy_bias(length))
+    assert math.isclose(math.exp(length * lp_target), FULL_TARGET_PROB, rel_tol=1e-9)
+
+
+@given(st.binary(min_size=1, max_size=40), st.lists(st_.fake_token_ids, min_size=1, max_size=30))
+def test_each_target_has_one_decision_position_and_distractors_that_are_not_it(
+    prompt: bytes, tokens: list[int]
+) -> None:
+    answer = max(1, len(tokens) - 2)
+    target = make_target(list(prompt), tokens, answer)
+    assert target == make_target(list(prompt), tokens, answer)  # a function of the tokens
+    easy = easy_bias(len(tokens))
+    lowered = [j for j, b in enumerate(target.biases) if b != easy]
+    assert len(lowered) <= 1
+    assert all(j < answer and easy - DECISION_DEPTH < target.biases[j] for j in lowered)
+    assert all(d != t and 0 <= d < 256 for d, t in zip(target.distractors, tokens, strict=True))
+
+
+def test_policy_worked_example() -> None:
+    # A 5-token target starts at p = 0.5 ** (1/5) = 0.8706 per token: the logit
+    # b with e^b / (e^b + 1 + 0.05) = 0.8706 is ln(0.8706 * 1.05 / 0.1294) = 1.955.
+    assert math.isclose(easy_bias(5), math.log(0.5**0.2 * 1.05 / (1 - 0.5**0.2)))
+    assert math.isclose(easy_bias(5), 1.955, abs_tol=1e-3)
+    # At logit 0 the target and the distractor tie: 1 / 2.05 each; the other
+    # 255 tokens share the remaining 0.05 / 2.05.
+    target, distractor, other = (math.exp(x) for x in token_logprobs(0.0))
+    assert math.isclose(target, 1 / 2.05)
+    assert math.isclose(distractor, 1 / 2.05)
+    assert math.isclose(255 * other, 0.05 / 2.05)
+    # Greedy decoding writes the distractor until the target's logit passes 0.
+    step = Step(42, 0, -0.5, 7)
+    assert draw([0.0] * 8, step, 0.3, 0.0) == (7, 0.0)
+    assert draw([0.001] * 8, step, 0.3, 0.0) == (42, 0.0)  # -0.5 + 2000 * 0.001 > 0
 
 
 def test_uniforms_are_stable_and_in_range() -> None:
@@ -99,6 +155,95 @@ def test_uniforms_are_stable_and_in_range() -> None:
     assert u != uniforms("j", 20)
     assert all(0.0 <= x < 1.0 for x in u)
     assert uniforms("k", 5) == u[:5]
+
+
+# -- serving any task ---------------------------------------------------------------
+
+
+class Accents:
+    """A task whose prompts and answers are not ASCII."""
+
+    name = "accents"
+
+    def build_dataset(self, seed: int, step: int, size: int) -> list[int]:
+        return [(seed * 31 + step * 7 + i) % 50 for i in range(size)]
+
+    def make_prompt(self, problem: int) -> str:
+        # A multiplication sign, an accent and a curly apostrophe.
+        return f"Combien font {problem} \u00d7 2 ? R\u00e9ponse\u2019 :"
+
+    def compute_reward(self, completion: str, problem: int) -> float:
+        return 1.0 if completion.strip() == f"«{2 * problem}»" else 0.0
+
+    def reference_completion(self, problem: int) -> str:
+        return f" «{2 * problem}»"
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+def test_for_run_knows_every_prompt_a_run_draws_and_nothing_else(tmp_path: Path) -> None:
+    config = TrainConfig(steps=3, batch=4, eval_problems=5)
+    backend = FakeBackend.for_run(Accents(), config, checkpoint_dir=tmp_path)
+    problems: list[int] = run_problems(Accents(), config)
+    assert len(problems) == 3 * 4 + 5
+    tok = backend.tokenizer
+
+    async def go() -> None:
+        sampler = await backend.create_sampler(await (await backend.submit_save_for_sampler("a")))
+        params = SampleParams(12, 0.0, ("\n",), seed=1)
+        for problem in problems:
+            (c,) = await sampler.sample(tok.encode(Accents().make_prompt(problem)), 1, params)
+            assert c.tokens
+        with pytest.raises(BackendError, match=r"no reference for the prompt 'Combien font 99"):
+            await sampler.sample(tok.encode(Accents().make_prompt(99)), 1, params)
+
+    asyncio.run(go())
+
+
+def test_for_run_draws_each_step_as_the_run_gets_there(tmp_path: Path) -> None:
+    # A million steps of 32,768 problems: drawn up front, that would eat the machine.
+    config = TrainConfig(steps=1_000_000, batch=32_768, group=2, eval_problems=7)
+    backend = FakeBackend.for_run(MathAdapter(), config, checkpoint_dir=tmp_path)
+    assert len(backend.model.table) == 7  # only the held-out problems so far
+    small = TrainConfig(steps=10, batch=3, eval_problems=2)
+    backend = FakeBackend.for_run(MathAdapter(), small, checkpoint_dir=tmp_path, first_step=4)
+    tok = backend.tokenizer
+
+    async def go() -> None:
+        sampler = await backend.create_sampler(await (await backend.submit_save_for_sampler("l")))
+        params = SampleParams(8, 1.0, ("\n",), seed=1)
+        # Step 5's problems: drawn now, with step 4's (the first a resumed run needs).
+        for problem in MathAdapter().build_dataset(0, 5, 3):
+            await sampler.sample(tok.encode(MathAdapter().make_prompt(problem)), 1, params)
+        assert len(backend.model.table) <= 2 + 2 * 3
+        (first, *_) = MathAdapter().build_dataset(0, 1, 3)  # step 1: before the resumed run
+        prompt = tok.encode(MathAdapter().make_prompt(first))
+        with pytest.raises(BackendError, match="no reference for the prompt"):
+            await sampler.sample(prompt, 1, params)
+
+    asyncio.run(go())
+
+
+def test_unknown_prompts_get_the_uniform_policy_only_when_asked(tmp_path: Path) -> None:
+    refs = {"known": Reference(" yes", "\n")}
+    strict = FakeBackend(refs, checkpoint_dir=tmp_path / "a")
+    lenient = FakeBackend(refs, checkpoint_dir=tmp_path / "b", unknown_prompts="uniform")
+
+    async def go() -> None:
+        for backend in (strict, lenient):
+            path = await (await backend.submit_save_for_sampler("u"))
+            sampler = await backend.create_sampler(path)
+            if backend is strict:
+                with pytest.raises(BackendError, match=r"'\\x01\\x02\\x03' \(1 known\)"):
+                    await sampler.sample([1, 2, 3], 1, SampleParams(5, 1.0, (), seed=1))
+                continue
+            (c,) = await sampler.sample([1, 2, 3], 1, SampleParams(5, 1.0, (), seed=1))
+            assert c.logprobs == (-math.log(VOCAB_SIZE),) * len(c.tokens)
+            (g,) = await sampler.sample([1, 2, 3], 1, SampleParams(3, 0.0, (), seed=1))
+            assert g.logprobs == (0.0, 0.0, 0.0)
+
+    asyncio.run(go())
 
 
 def test_sampling_is_deterministic_across_processes(tmp_path: Path) -> None:
@@ -128,40 +273,133 @@ def test_sampling_is_deterministic_across_processes(tmp_path: Path) -> None:
     assert len(outputs) == 1
 
 
-def test_checkpoints_are_real_files(fake_backend_factory: FakeFactory) -> None:
+# -- training, state and checkpoints -------------------------------------------------
+
+
+def a_datum(backend: FakeBackend, answer: str = " 42\n", advantage: float = 1.0) -> Datum:
+    tok = backend.tokenizer
+    datum = build_datum(tok.encode(PROMPT), tok.encode(answer), [-0.2] * len(answer), advantage)
+    assert datum is not None
+    return datum
+
+
+def test_checkpoints_are_real_files_and_states_hold_the_optimizer(
+    fake_backend_factory: FakeFactory,
+) -> None:
     backend = fake_backend_factory()
 
-    async def go() -> str:
-        return await (await backend.submit_save_for_sampler("ckpt"))
+    async def go() -> tuple[str, str]:
+        await (await backend.submit_train_step([a_datum(backend)], 1e-4))
+        sampler = await (await backend.submit_save_for_sampler("ckpt"))
+        return sampler, await (await backend.submit_save_state("ckpt-state"))
 
-    path = Path(asyncio.run(go()))
-    payload = json.loads(path.read_text())
-    assert payload["theta"] == initial_theta()
+    sampler, state = (json.loads(Path(p).read_text()) for p in asyncio.run(go()))
+    assert sampler["theta"] == state["theta"] == backend.theta
+    assert (sampler["kind"], sampler["task"], state["kind"], state["t"]) == (
+        "sampler", "addition", "state", 1
+    )  # fmt: skip
+    assert "m" not in sampler
     with pytest.raises(ValueError, match="plain file name"):
         asyncio.run(backend.submit_save_for_sampler("../escape"))
+
+
+def test_a_restored_state_trains_on_exactly_as_before(fake_backend_factory: FakeFactory) -> None:
+    backend = fake_backend_factory()
+    datum = a_datum(backend)
+
+    async def go() -> None:
+        state = await (await backend.submit_save_state("s0"))
+        first = [(await (await backend.submit_train_step([datum], 1e-4))).loss for _ in range(3)]
+        theta = list(backend.theta)
+        await (await backend.submit_load_state(state))
+        assert backend.theta == [0.0] * 8
+        again = [(await (await backend.submit_train_step([datum], 1e-4))).loss for _ in range(3)]
+        assert (again, backend.theta) == (first, theta)
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("not json", "not JSON"),
+        (json.dumps({"format": "other"}), "is not a mathrl-fake-checkpoint/2 file"),
+        (json.dumps({"format": "mathrl-fake-checkpoint/2", "kind": "state"}), "is a state"),
+        (json.dumps({"format": "mathrl-fake-checkpoint/2", "kind": "sampler", "theta": ["x"]}),
+         "holds no usable weights"),
+    ],
+)  # fmt: skip
+def test_a_bad_checkpoint_file_is_a_backend_error_naming_it(
+    fake_backend_factory: FakeFactory, tmp_path: Path, payload: str, message: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(payload)
+    with pytest.raises(BackendError, match=message):
+        asyncio.run(fake_backend_factory().create_sampler(str(path)))
+
+
+def test_an_unwritable_checkpoint_folder_is_a_backend_error_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    backend = FakeBackend(math_references(), checkpoint_dir=blocker)
+    with pytest.raises(BackendError, match=rf"cannot write the fake checkpoint {blocker}/x\.json"):
+        asyncio.run(_saved(backend, "x"))
+
+
+def test_a_read_only_checkpoint_folder_is_a_backend_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Root writes anywhere, so refuse the write the way a read-only folder would.
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    backend = FakeBackend(math_references(), checkpoint_dir=tmp_path)
+    with pytest.raises(BackendError, match=r"x\.json \(Permission denied\)$"):
+        asyncio.run(_saved(backend, "x"))
+
+
+async def _saved(backend: FakeBackend, name: str) -> str:
+    return await (await backend.submit_save_for_sampler(name))
 
 
 def test_training_moves_the_target_probability_the_right_way(
     fake_backend_factory: FakeFactory,
 ) -> None:
     backend = fake_backend_factory()
-    tok = backend.tokenizer
-    prompt = tok.encode(PROMPT)
+    right, wrong = a_datum(backend, " 42\n", +0.5), a_datum(backend, " 41\n", -0.5)
+    asyncio.run(_train(backend, [right, wrong]))
+    # Adam's first step moves every parameter with a gradient by about lr.
+    # " " and "4" are in both completions: equal and opposite pushes cancel.
+    assert backend.theta[0] == backend.theta[1] == 0.0
+    assert math.isclose(backend.theta[2], 1e-4, rel_tol=1e-3)  # "2" was rewarded
 
-    async def go() -> None:
-        right = tok.encode(" 42\n")
-        wrong = tok.encode(" 41\n")
-        lp = [logprob(backend.theta, Step(t, 0), t) for t in right]  # not exact; any finite works
-        datums = [build_datum(prompt, right, lp, +0.5), build_datum(prompt, wrong, lp, -0.5)]
-        before = list(backend.theta)
-        await (await backend.submit_train_step([d for d in datums if d], 1e-4))
-        # Adam's first step moves every parameter with a gradient by about lr.
-        moved = [a - b for a, b in zip(backend.theta, before, strict=True)]
-        assert moved[0] == 0.0  # " " is in both completions: equal and opposite pushes
-        assert moved[2] > 0  # "2" was rewarded at position 2
-        assert math.isclose(moved[2], 1e-4, rel_tol=1e-3)
 
-    asyncio.run(go())
+async def _train(backend: FakeBackend, datums: list[Datum]) -> None:
+    await (await backend.submit_train_step(datums, 1e-4))
+
+
+def test_training_calls_complete_in_submission_order(fake_backend_factory: FakeFactory) -> None:
+    backend = fake_backend_factory(latency=1.0)  # one round trip = 1.0 on the virtual clock
+    datum = a_datum(backend)
+
+    async def go() -> str:
+        training = await backend.submit_train_step([datum], 1e-4)
+        saving = await backend.submit_save_for_sampler("after")
+        await training
+        return await saving
+
+    path, elapsed = run_virtual(go())
+    # Three calls in flight together cost one round trip, not three...
+    assert elapsed == 1.0
+    assert backend.log.kinds() == ["forward_backward", "optim_step", "save_weights_for_sampler"]
+    assert [c.finished for c in backend.log.calls] == [1.0, 1.0, 1.0]
+    assert backend.log.max_in_flight == 3
+    # ...and the save, submitted last, holds the trained weights.
+    assert json.loads(Path(path).read_text())["theta"] == backend.theta != [0.0] * 8
+
+
+# -- faults -------------------------------------------------------------------------
 
 
 def test_injected_failures_and_call_log(fake_backend_factory: FakeFactory) -> None:
@@ -185,84 +423,61 @@ def test_injected_failures_and_call_log(fake_backend_factory: FakeFactory) -> No
     assert backend.log.kinds() == [
         "save_weights_for_sampler", "create_sampler", "create_sampler", "sample", "sample", "sample"
     ]  # fmt: skip
-    assert all(c.finished >= c.submitted for c in backend.log.calls)
+    assert [c.failed for c in backend.log.calls] == ["", "before", "", "", "before", ""]
 
 
-def test_training_calls_complete_in_submission_order(fake_backend_factory: FakeFactory) -> None:
-    backend = fake_backend_factory(latency=1.0)  # one round trip = 1.0 on the virtual clock
-    tok = backend.tokenizer
-    prompt = tok.encode(PROMPT)
-
-    async def go() -> str:
-        datum = build_datum(prompt, tok.encode(" 42\n"), [-0.1] * 4, 1.0)
-        assert datum is not None
-        training = await backend.submit_train_step([datum], 1e-4)
-        saving = await backend.submit_save_for_sampler("after")
-        await training
-        return await saving
-
-    path, elapsed = run_virtual(go())
-    # Three calls in flight together cost one round trip, not three...
-    assert elapsed == 1.0
-    assert [c.kind for c in backend.log.calls] == [
-        "forward_backward", "optim_step", "save_weights_for_sampler"
-    ]  # fmt: skip
-    assert [c.finished for c in backend.log.calls] == [1.0, 1.0, 1.0]
-    assert backend.log.max_in_flight == 3
-    # ...and the save, submitted last, holds the trained weights.
-    assert json.loads(Path(path).read_text())["theta"] == backend.theta != initial_theta()
-
-
-def test_unknown_prompts_get_the_uniform_policy(fake_backend_factory: FakeFactory) -> None:
-    backend = fake_backend_factory()
-
-    async def go() -> None:
-        sampler = await backend.create_sampler(await (await backend.submit_save_for_sampler("u")))
-        (c,) = await sampler.sample([1, 2, 3], 1, SampleParams(5, 1.0, (), seed=1))
-        assert c.logprobs == (-math.log(VOCAB_SIZE),) * len(c.tokens)
-        (g,) = await sampler.sample([1, 2, 3], 1, SampleParams(3, 0.0, (), seed=1))
-        assert g.logprobs == (0.0, 0.0, 0.0)
-
-    asyncio.run(go())
-
-
-def _one_train_step(backend: FakeBackend, fail: str | None) -> list[float]:
-    """Train once on a fixed datum; with `fail`, that call fails first and is retried."""
-    tok = backend.tokenizer
-    datum = build_datum(tok.encode(PROMPT), tok.encode(" 42\n"), [-0.2] * 4, 1.0)
-    assert datum is not None
-
-    async def go() -> None:
-        if fail is not None:
-            backend.fail_next(fail)
-            with pytest.raises(TransientBackendError, match=fail):
-                await (await backend.submit_train_step([datum], 1e-4))
-        await (await backend.submit_train_step([datum], 1e-4))
-
-    asyncio.run(go())
-    return list(backend.theta)
-
-
-@pytest.mark.parametrize("fail", ["forward_backward", "optim_step"])
-def test_a_failed_train_step_leaves_no_trace(
-    fake_backend_factory: FakeFactory, fail: str, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("kind", ["forward_backward", "optim_step"])
+def test_a_training_fault_may_or_may_not_have_taken_effect(
+    fake_backend_factory: FakeFactory, kind: str
 ) -> None:
-    # A retried step must apply its gradient once, exactly as a clean step does.
-    clean = _one_train_step(fake_backend_factory(), None)
-    assert _one_train_step(fake_backend_factory(), fail) == clean
-    assert not [r for r in caplog.records if r.levelname == "ERROR"]  # nothing left unobserved
+    # Retried as it is, a call that failed before taking effect trains once, as
+    # a clean step does; one that failed after taking effect trains twice. A
+    # client cannot tell them apart, so it must restore a state (mathrl.retry).
+    def thetas(after_apply: bool | None) -> list[float]:
+        backend = fake_backend_factory()
+        datum = a_datum(backend)
+
+        async def go() -> None:
+            if after_apply is not None:
+                backend.fail_next(kind, after_apply=after_apply)
+                with pytest.raises(TransientBackendError, match=kind):
+                    await _train(backend, [datum])
+            await _train(backend, [datum])
+
+        asyncio.run(go())
+        return list(backend.theta)
+
+    clean = thetas(None)
+    if kind == "forward_backward":
+        assert thetas(after_apply=False) == clean
+    assert thetas(after_apply=True) != clean
+
+
+@settings(max_examples=5, deadline=None)
+@given(rate=st_.fault_rates, seed=st.integers(0, 1000))
+def test_a_fault_rate_fails_a_seeded_share_of_calls(rate: float, seed: int) -> None:
+    def failures() -> list[str]:
+        backend = FakeBackend({"p": Reference("a")}, seed=seed, fault_rate=rate)
+
+        async def go() -> None:
+            for _ in range(400):
+                with contextlib.suppress(TransientBackendError):
+                    await backend.call("ping", lambda: None)
+
+        asyncio.run(go())
+        return [c.failed for c in backend.log.calls]
+
+    first = failures()
+    assert first == failures()  # the same calls fail every time
+    share = first.count("before") / len(first)
+    assert abs(share - rate) < 0.1  # 400 draws: the standard error is at most 0.023
 
 
 def test_runs_sharing_checkpoint_names_do_not_share_weights(tmp_path: Path) -> None:
-    from conftest import math_references
-
-    tok = CharTokenizer()
-    datum = build_datum(tok.encode(PROMPT), tok.encode(" 42\n"), [-0.2] * 4, 1.0)
-    assert datum is not None
     backends = [FakeBackend(math_references(), checkpoint_dir=tmp_path) for _ in range(2)]
 
     async def save_after_training(backend: FakeBackend, lr: float) -> str:
-        await (await backend.submit_train_step([datum], lr))
+        await (await backend.submit_train_step([a_datum(backend)], lr))
         return await (await backend.submit_save_for_sampler("same-name"))
 
     async def go() -> None:
@@ -271,6 +486,11 @@ def test_runs_sharing_checkpoint_names_do_not_share_weights(tmp_path: Path) -> N
         ]
         assert paths[0] == paths[1]  # one file, written last by the second run
         first = await backends[0].create_sampler(paths[0])
-        assert first._theta == tuple(backends[0].theta) != tuple(backends[1].theta)
+        assert first.theta == tuple(backends[0].theta) != tuple(backends[1].theta)
 
     asyncio.run(go())
+
+
+def test_references_come_from_the_task_with_its_first_stop() -> None:
+    problem = AdditionProblem(12, 30)
+    assert references_for(MathAdapter(), [problem]) == {PROMPT: Reference(" 42", "\n")}

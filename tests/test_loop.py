@@ -11,10 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import strategies as st_
-from mathrl.config import Config
+from mathrl.adapter import as_task
+from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages
-from mathrl.loop import checkpoint_name, request_seed, run_grpo, sample_params
-from mathrl.math_task import AdditionProblem, MathAdapter
+from mathrl.loop import checkpoint_name, run_grpo, task_of_checkpoint
+from mathrl.rollout import request_seed, sample_params
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
 
 FakeFactory = Callable[..., FakeBackend]
@@ -29,19 +31,20 @@ class ConstantRewardAdapter(MathAdapter):
 
 def test_constant_rewards_give_no_datums_and_no_training(fake_backend_factory: FakeFactory) -> None:
     backend = fake_backend_factory()
-    result = run_grpo(backend, ConstantRewardAdapter(), Config(steps=3, backend="fake"))
+    result = run_grpo(backend, ConstantRewardAdapter(), TrainConfig(steps=3))
     assert [m.datums for m in result.steps] == [0, 0, 0]
     assert [m.constant_groups for m in result.steps] == [10, 10, 10]
     assert all(m.loss is None for m in result.steps)
     assert backend.log.count("forward_backward") == 0
     assert backend.log.count("optim_step") == 0
     # Only the initial weights were ever saved, and they are the final path.
-    assert result.saved_path.endswith(checkpoint_name(Config(), 0) + ".json")
+    task = as_task(ConstantRewardAdapter())
+    assert result.saved_path.endswith(checkpoint_name(task, TrainConfig(), 0) + ".json")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_run_learns_at_the_cli_defaults(fake_backend_factory: FakeFactory, seed: int) -> None:
-    config = Config(steps=20, seed=seed, backend="fake")
+    config = TrainConfig(steps=20, seed=seed)
     result = run_grpo(fake_backend_factory(seed=seed), MathAdapter(), config)
     accuracy = [m.accuracy for m in result.steps]
     assert accuracy[0] <= 0.70
@@ -54,7 +57,7 @@ def test_a_run_learns_at_the_cli_defaults(fake_backend_factory: FakeFactory, see
 )
 @given(config=st_.small_configs())
 def test_datums_are_the_non_empty_completions_of_non_constant_groups(
-    fake_backend_factory: FakeFactory, config: Config
+    fake_backend_factory: FakeFactory, config: TrainConfig
 ) -> None:
     seed, batch = config.seed, config.batch
     recorder = RecordingBackend(fake_backend_factory(seed=seed))
@@ -78,18 +81,19 @@ def test_datums_are_the_non_empty_completions_of_non_constant_groups(
             assert len(next(trained)) == expected
 
 
-async def serial_reference_run(backend: FakeBackend, config: Config) -> list[list[Datum]]:
+async def serial_reference_run(backend: FakeBackend, config: TrainConfig) -> list[list[Datum]]:
     """The loop as the seed writes it: every call awaited in turn, nothing overlapped."""
     adapter = MathAdapter()
+    task = as_task(adapter)
     tok = backend.tokenizer
     datums_by_step: list[list[Datum]] = []
-    path = await (await backend.submit_save_for_sampler(checkpoint_name(config, 0)))
+    path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
     for step in range(1, config.steps + 1):
         sampler = await backend.create_sampler(path)
         datums: list[Datum] = []
         for i, problem in enumerate(adapter.build_dataset(config.seed, step, config.batch)):
             prompt = tok.encode(adapter.make_prompt(problem))
-            params = sample_params(config, request_seed(config.seed, step, i))
+            params = sample_params(task, config, request_seed(config.seed, step, i))
             completions = await sampler.sample(prompt, config.group, params)
             rewards = [adapter.compute_reward(tok.decode(c.tokens), problem) for c in completions]
             if all(r == rewards[0] for r in rewards):
@@ -101,7 +105,9 @@ async def serial_reference_run(backend: FakeBackend, config: Config) -> list[lis
         datums_by_step.append(datums)
         if datums:
             await (await backend.submit_train_step(datums, config.lr))
-            path = await (await backend.submit_save_for_sampler(checkpoint_name(config, step)))
+            path = await (
+                await backend.submit_save_for_sampler(checkpoint_name(task, config, step))
+            )
     return datums_by_step
 
 
@@ -109,7 +115,7 @@ async def serial_reference_run(backend: FakeBackend, config: Config) -> list[lis
 def test_the_loop_matches_a_serial_reference_loop(
     fake_backend_factory: FakeFactory, seed: int
 ) -> None:
-    config = Config(steps=6, seed=seed, batch=8, group=4)
+    config = TrainConfig(steps=6, seed=seed, batch=8, group=4)
     recorder = RecordingBackend(fake_backend_factory(seed=seed))
     run_grpo(recorder, MathAdapter(), config)
     reference = asyncio.run(serial_reference_run(fake_backend_factory(seed=seed), config))
@@ -129,17 +135,55 @@ def test_request_seeds_differ_between_the_problems_of_a_step() -> None:
 
 
 @given(st_.configs)
-def test_sample_params_follow_the_config(config: Config) -> None:
-    params = sample_params(config, seed=5)
+def test_sample_params_follow_the_config_and_the_task(config: TrainConfig) -> None:
+    task = as_task(MathAdapter())
+    params = sample_params(task, config, seed=5)
+    expected_tokens = config.max_tokens if config.max_tokens is not None else task.max_tokens
     assert (params.max_tokens, params.temperature, params.seed) == (
-        config.max_tokens, config.temperature, 5
+        expected_tokens, config.temperature, 5
     )  # fmt: skip
-    assert params.stop == (("\n",) if config.stop_at_newline else ())
+    assert params.stop == ("\n",) == task.stop
+    assert sample_params(task, config, greedy=True).temperature == 0.0
+
+
+def training_part(config: TrainConfig) -> TrainConfig:
+    """The settings that change the weights (the task's max_tokens, 8, filled in)."""
+    return replace(
+        config,
+        steps=1,
+        eval_every=0,
+        eval_problems=1,
+        save_every=1,
+        max_tokens=config.max_tokens or 8,
+    )
 
 
 @given(st_.configs, st_.configs, st.integers(0, 100))
-def test_checkpoint_names_change_with_training_settings(a: Config, b: Config, step: int) -> None:
-    # Same settings (whatever the step count), same name; any change, another name.
-    assert checkpoint_name(a, step) == checkpoint_name(replace(a, steps=a.steps + 1), step)
-    same = replace(b, steps=a.steps, backend=a.backend) == a
-    assert (checkpoint_name(a, step) == checkpoint_name(b, step)) == same
+def test_checkpoint_names_change_with_training_settings(
+    a: TrainConfig, b: TrainConfig, step: int
+) -> None:
+    # Same training settings (whatever the steps, evaluation or save cadence), same name;
+    # any change that trains differently, another name.
+    task = as_task(MathAdapter())
+    same = training_part(a) == training_part(b)
+    assert (checkpoint_name(task, a, step) == checkpoint_name(task, b, step)) == same
+
+
+class Subtraction(MathAdapter):
+    """Another task with the same settings: it must get names of its own."""
+
+    name = "subtraction"
+
+
+def test_checkpoint_names_carry_the_task_and_sort_by_step() -> None:
+    config = TrainConfig()
+    names = [checkpoint_name(as_task(MathAdapter()), config, s) for s in (0, 9, 10, 99_999)]
+    assert names == sorted(names)
+    assert names[1].startswith("addition-seed0-")
+    assert names[1].endswith("-step0000009")
+    other = checkpoint_name(as_task(Subtraction()), config, 9)
+    assert other.startswith("subtraction-seed0-")
+    assert other != names[1]
+    assert task_of_checkpoint(f"tinker://run/sampler_weights/{other}") == "subtraction"
+    assert task_of_checkpoint(f"/tmp/x/{names[1]}.json") == "addition"
+    assert task_of_checkpoint("/tmp/mine.json") is None

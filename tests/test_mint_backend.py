@@ -1,6 +1,6 @@
 """MintBackend over the fake mint surface: the contract, translation, errors, deadlines.
 
-Nothing here touches a network: the service is `mathrl_fakes.fake_mint`,
+Nothing here touches a network: the service is `fake_mint` (beside this file),
 which takes and returns real `mint.types` and refuses what MinT refuses.
 """
 
@@ -26,6 +26,8 @@ import strategies as st_
 from backend_contract import check_backend
 from cli_process import user_env
 from conftest import math_references
+from fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
+from mathrl.adapter import as_task
 from mathrl.backend import (
     BackendError,
     BackendUnreachable,
@@ -33,11 +35,10 @@ from mathrl.backend import (
     SampleParams,
     TransientBackendError,
 )
-from mathrl.config import DEFAULT_BASE_URL, Config
+from mathrl.config import DEFAULT_BASE_URL, Config, TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl.loop import checkpoint_name, run_grpo_async
-from mathrl.math_task import AdditionProblem, MathAdapter
 from mathrl.mint_backend import (
     MintBackend,
     MintSampler,
@@ -46,8 +47,8 @@ from mathrl.mint_backend import (
     to_mint_datum,
     translate_error,
 )
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import RecordingBackend
-from mathrl_fakes.fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
 from mathrl_fakes.policy import EOS
 
 KEY = "sk-test-SECRET123"
@@ -102,7 +103,7 @@ def test_open_backend_with_an_injected_service_passes_the_contract(
 
 def test_the_tokenizer_is_the_hf_one_adapted(make_server: ServerFactory) -> None:
     tok = backend_on(make_server()).tokenizer
-    assert (tok.eos_token_id, tok.vocab_size, tok.eos_text) == (EOS, 129, EOS_TEXT)
+    assert (tok.eos_token_id, tok.vocab_size, tok.eos_text) == (EOS, 257, EOS_TEXT)
     assert tok.decode([*tok.encode("A: 42\n"), EOS]) == "A: 42\n"  # EOS is not text
 
 
@@ -207,7 +208,7 @@ def test_the_loop_pipelines_training_and_keeps_every_sample_in_flight(
     make_server: ServerFactory,
 ) -> None:
     server = make_server(latency=0.01)
-    config = Config(steps=2, batch=8, group=4)
+    config = TrainConfig(steps=2, batch=8, group=4)
     result = asyncio.run(run_grpo_async(backend_on(server), MathAdapter(), config))
     trained = sum(1 for m in result.steps if m.datums)
     assert trained == config.steps  # seed 0: no step had only constant groups
@@ -226,7 +227,7 @@ def test_the_loop_pipelines_training_and_keeps_every_sample_in_flight(
 def test_off_policy_over_mint_samples_one_step_behind(make_server: ServerFactory) -> None:
     # The same schedule as on the fake: step k + 1 samples from the weights step k
     # itself sampled from, while step k trains.
-    config = Config(steps=4, batch=4, group=4, seed=4, max_steps_off_policy=1)
+    config = TrainConfig(steps=4, batch=4, group=4, seed=4, max_steps_off_policy=1)
     recorder = RecordingBackend(backend_on(make_server()))
     result = asyncio.run(run_grpo_async(recorder, MathAdapter(), config))
     assert all(m.datums for m in result.steps)
@@ -235,10 +236,12 @@ def test_off_policy_over_mint_samples_one_step_behind(make_server: ServerFactory
         for i in range(0, len(recorder.samples), config.batch)
     ]
     # Steps 1 and 2 sample the initial weights, step k >= 3 those after step k - 2.
+    task = as_task(MathAdapter())
     expected = [
-        {f"{checkpoint_name(config, max(step - 2, 0))}.json"} for step in range(1, config.steps + 1)
+        {f"tinker://fake-run/sampler_weights/{checkpoint_name(task, config, max(step - 2, 0))}"}
+        for step in range(1, config.steps + 1)
     ]
-    assert [{Path(p).name for p in paths} for paths in paths_by_step] == expected
+    assert paths_by_step == expected
 
 
 def datums(backend: MintBackend) -> list[Datum]:
@@ -295,7 +298,7 @@ def test_the_service_not_the_tokenizer_bounds_token_ids(make_server: ServerFacto
     async def go() -> None:
         await (await backend.submit_train_step([beyond], 1e-4))
 
-    with pytest.raises(BackendError, match=r"outside 0\.\.128"):
+    with pytest.raises(BackendError, match=r"outside 0\.\.256"):
         asyncio.run(go())
     assert server.log.count("forward_backward") == 1
 
@@ -415,9 +418,9 @@ def test_a_service_that_never_answers_is_unreachable_by_the_deadline(
     async def go() -> BackendError:
         start = time.monotonic()
         opening = (
-            open_backend(config, ENV, service_factory=server.connect)
+            open_backend(config, ENV, service_factory=server.connect, probe=None)
             if opener == "backend"
-            else open_sampler(config, ENV, "ckpt", service_factory=server.connect)
+            else open_sampler(config, ENV, "ckpt", service_factory=server.connect, probe=None)
         )
         with pytest.raises(BackendUnreachable) as excinfo:
             await opening
@@ -440,7 +443,10 @@ def test_the_deadline_message_names_the_default_url(make_server: ServerFactory) 
     with pytest.raises(BackendUnreachable, match=f"could not reach MinT at {DEFAULT_BASE_URL}"):
         asyncio.run(
             open_backend(
-                Config(connect_timeout=0.1), {"MINT_API_KEY": KEY}, service_factory=server.connect
+                Config(connect_timeout=0.1),
+                {"MINT_API_KEY": KEY},
+                service_factory=server.connect,
+                probe=None,
             )
         )
 
@@ -451,9 +457,9 @@ def test_a_rejected_key_is_credentials_rejected_without_the_key(
 ) -> None:
     server = make_server(reject_key=True)
     opening = (
-        open_backend(Config(), ENV, service_factory=server.connect)
+        open_backend(Config(), ENV, service_factory=server.connect, probe=None)
         if opener == "backend"
-        else open_sampler(Config(), ENV, "ckpt", service_factory=server.connect)
+        else open_sampler(Config(), ENV, "ckpt", service_factory=server.connect, probe=None)
     )
     with pytest.raises(CredentialsRejected) as excinfo:
         run(opening)
@@ -468,7 +474,9 @@ def test_a_rejection_after_the_deadline_goes_nowhere(make_server: ServerFactory)
 
     async def go() -> None:
         with pytest.raises(BackendUnreachable):
-            await open_backend(Config(connect_timeout=0.1), ENV, service_factory=server.connect)
+            await open_backend(
+                Config(connect_timeout=0.1), ENV, service_factory=server.connect, probe=None
+            )
         server.release.set()
         while any(t.name == "mathrl-mint-setup" for t in threading.enumerate()):
             await asyncio.sleep(0.01)
@@ -509,7 +517,7 @@ def test_other_setup_failures_are_one_line_backend_errors(make_server: ServerFac
 def test_no_key_is_refused_before_any_connection(make_server: ServerFactory) -> None:
     server = make_server()
     with pytest.raises(BackendError, match="MINT_API_KEY"):
-        run(open_backend(Config(), {}, service_factory=server.connect))
+        run(open_backend(Config(), {}, service_factory=server.connect, probe=None))
     assert server.log.calls == []
 
 
@@ -549,7 +557,7 @@ def mint_datum(**inputs: types.TensorData) -> types.Datum:
         (
             [mint_datum(target_tokens=types.TensorData([2, 999], "int64"))],
             "importance_sampling",
-            "outside 0..128",
+            "outside 0..256",
         ),
         (["not a datum"], "importance_sampling", "must be a types.Datum"),
     ],
@@ -623,7 +631,7 @@ def test_the_fake_backend_never_imports_mint(tmp_path: Path) -> None:
         "from mathrl.cli import main\n"
         "assert main(['--backend', 'fake', '--steps', '1']) == 0\n"
         "assert main(['sample', '--backend', 'fake', '--problems', '2',\n"
-        "             '--model-path', 'x']) == 1\n"
+        "             '--model-path', 'x']) == 2\n"
         "loaded = sorted(m for m in ('mint', 'tinker') if m in sys.modules)\n"
         "assert not loaded, loaded\n"
         "import mathrl, mathrl_fakes\n"

@@ -1,7 +1,8 @@
 """One real GRPO step, and the Backend contract, against the MinT API.
 
-Runs only when MINT_API_KEY is set (MINT_BASE_URL and MINT_CONNECT_TIMEOUT
-are honoured too); the offline suite skips it. Each test creates a LoRA
+Runs only on request: `nox -s smoke` (or `pytest -m smoke`), with MINT_API_KEY
+set (MINT_BASE_URL and MINT_CONNECT_TIMEOUT are honoured too). An exported key
+alone never runs it: `nox -s tests` deselects it. Each test creates a LoRA
 training client on the service, so it costs a little real compute.
 """
 
@@ -13,33 +14,38 @@ import os
 import pytest
 
 from backend_contract import check_backend
-from mathrl.config import Config
+from mathrl.config import Config, TrainConfig, api_key
 from mathrl.loop import RunResult, run_grpo_async
-from mathrl.math_task import MathAdapter
-from mathrl.mint_backend import open_backend
+from mathrl.tasks.addition import MathAdapter
 
 pytestmark = [
-    pytest.mark.skipif(
-        not os.environ.get("MINT_API_KEY"), reason="set MINT_API_KEY to run the real-API smoke test"
-    ),
+    pytest.mark.smoke,
     # tinker 0.22.0 leaves the sockets of its one-off connection pools unclosed, and
     # Python reports each as a ResourceWarning (seen against a loopback server).
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
 ]
 
 
+@pytest.fixture(autouse=True)
+def key() -> str:
+    """The smoke tests were asked for: a missing or malformed key is a failure, not a skip."""
+    return api_key(os.environ)
+
+
 def smoke_config() -> Config:
     # The defaults' MINT_SETUP_TIMEOUT (600 s) covers a cold service's LoRA creation.
-    return Config(steps=1, batch=2, group=2)
+    return Config(train=TrainConfig(steps=1, batch=2, group=2))
 
 
 def test_one_real_step() -> None:
+    from mathrl.mint_backend import open_backend
+
     config = smoke_config()
 
     async def step() -> RunResult:
         backend = await open_backend(config, os.environ)
         assert backend.tokenizer.vocab_size > 0
-        return await run_grpo_async(backend, MathAdapter(), config)
+        return await run_grpo_async(backend, MathAdapter(), config.train)
 
     result = asyncio.run(step())
     assert [m.step for m in result.steps] == [1]
@@ -47,4 +53,6 @@ def test_one_real_step() -> None:
 
 
 def test_the_real_backend_passes_the_contract() -> None:
+    from mathrl.mint_backend import open_backend
+
     check_backend(lambda: asyncio.run(open_backend(smoke_config(), os.environ)))

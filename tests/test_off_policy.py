@@ -12,9 +12,11 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from mathrl.config import Config
-from mathrl.loop import RunResult, checkpoint_name, request_seed, run_grpo, run_grpo_async
-from mathrl.math_task import MathAdapter
+from mathrl.adapter import as_task
+from mathrl.config import TrainConfig
+from mathrl.loop import RunResult, checkpoint_name, run_grpo, run_grpo_async
+from mathrl.rollout import request_seed
+from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import CallRecord, FakeBackend, RecordingBackend
 from virtual_clock import run_virtual
 
@@ -38,8 +40,8 @@ def accuracies(result: RunResult) -> list[float]:
 def test_off_policy_learns_and_ends_near_on_policy(
     fake_backend_factory: FakeFactory, seed: int
 ) -> None:
-    on_config = Config(steps=20, seed=seed)
-    off_config = Config(steps=20, seed=seed, max_steps_off_policy=1)
+    on_config = TrainConfig(steps=20, seed=seed)
+    off_config = TrainConfig(steps=20, seed=seed, max_steps_off_policy=1)
     on = accuracies(run_grpo(fake_backend_factory(seed=seed), MathAdapter(), on_config))
     off = accuracies(run_grpo(fake_backend_factory(seed=seed), MathAdapter(), off_config))
     # "Ends" is the mean of steps 16-20, "starts" the mean of steps 1-5.
@@ -54,7 +56,7 @@ def test_off_policy_learns_and_ends_near_on_policy(
 def test_step_k_plus_1_samples_from_the_weights_before_step_k_trains(
     fake_backend_factory: FakeFactory, max_steps_off_policy: int
 ) -> None:
-    config = Config(steps=6, seed=4, max_steps_off_policy=max_steps_off_policy)
+    config = TrainConfig(steps=6, seed=4, max_steps_off_policy=max_steps_off_policy)
     seed_to_step = {
         request_seed(config.seed, step, i): step
         for step in range(1, config.steps + 1)
@@ -69,7 +71,7 @@ def test_step_k_plus_1_samples_from_the_weights_before_step_k_trains(
     assert all(m.datums > 0 for m in result.steps)  # so every step saved new weights
 
     def checkpoint(step: int) -> str:
-        return checkpoint_name(config, step) + ".json"
+        return checkpoint_name(as_task(MathAdapter()), config, step) + ".json"
 
     # Off-policy, step k + 1 is sampled while step k trains, from the weights
     # step k itself was sampled from (step 1 and 2: the initial weights).
@@ -96,15 +98,16 @@ def test_an_on_policy_step_costs_three_round_trips(
     fake_backend_factory: FakeFactory, batch: int, group: int, steps: int
 ) -> None:
     backend = fake_backend_factory(seed=1, latency=1.0)
-    config = Config(steps=steps, batch=batch, group=group, seed=1)
+    config = TrainConfig(steps=steps, batch=batch, group=group, seed=1)
     result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config))
     assert all(m.datums > 0 for m in result.steps)
 
-    # The initial save and sampler, then per step: every sample request, the
-    # training calls back to back, and the next step's sampler.
+    # The initial saves and sampler, then per step: every sample request, the
+    # training calls back to back, and the next step's sampler. The last step
+    # saves the full state too.
     step_kinds = ["sample"] * batch + TRAINING_KINDS
-    expected = ["save_weights_for_sampler", "create_sampler"]
-    expected += [*step_kinds, "create_sampler"] * (steps - 1) + step_kinds
+    expected = ["save_weights_for_sampler", "save_state", "create_sampler"]
+    expected += [*step_kinds, "create_sampler"] * (steps - 1) + [*step_kinds, "save_state"]
     assert backend.log.kinds() == expected
 
     calls = backend.log.calls
@@ -115,7 +118,7 @@ def test_an_on_policy_step_costs_three_round_trips(
         assert {c.finished for c in wave} == {start + 1.0}  # one round trip for all
     assert backend.log.max_in_flight >= batch
     for step in range(steps):
-        trio = calls[2 + step * (batch + 4) + batch :][:3]
+        trio = calls[3 + step * (batch + 4) + batch :][:3]
         assert [c.kind for c in trio] == TRAINING_KINDS
         # Submitted together, done together: one round trip for all three.
         assert len({c.submitted for c in trio}) == 1
@@ -130,7 +133,7 @@ def test_an_off_policy_step_costs_two_round_trips_and_samples_while_training(
     fake_backend_factory: FakeFactory, batch: int, steps: int
 ) -> None:
     backend = fake_backend_factory(seed=2, latency=1.0)
-    config = Config(steps=steps, batch=batch, seed=2, max_steps_off_policy=1)
+    config = TrainConfig(steps=steps, batch=batch, seed=2, max_steps_off_policy=1)
     result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config))
     assert all(m.datums > 0 for m in result.steps)
 

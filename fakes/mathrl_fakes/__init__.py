@@ -1,32 +1,27 @@
 """Test doubles for mathrl: an in-memory backend that really learns.
 
-`FakeBackend` implements `mathrl.backend.Backend` without a network. The
-loop, the CLI (`--backend fake`) and the test suite all use it.
+`FakeBackend` implements `mathrl.backend.Backend` without a network, for any
+task: `FakeBackend.for_run(task, config)`. The loop, the CLI
+(`--backend fake`) and the test suite all use it; `FakeModel` is the engine
+underneath, with no I/O.
 """
 
-from collections.abc import Iterable, Mapping
-from typing import TypeVar
-
-from mathrl.adapter import Adapter
 from mathrl_fakes.fake_backend import CallLog, CallRecord, FakeBackend, FakeSampler
-from mathrl_fakes.policy import CharTokenizer
+from mathrl_fakes.model import FakeModel, Reference, references_for, run_problems
+from mathrl_fakes.policy import ByteTokenizer
 from mathrl_fakes.recording import RecordingBackend, RecordingSampler, SampleCall
 
 __all__ = [
+    "ByteTokenizer",
     "CallLog",
     "CallRecord",
-    "CharTokenizer",
     "FakeBackend",
+    "FakeModel",
     "FakeSampler",
     "RecordingBackend",
     "RecordingSampler",
+    "Reference",
     "SampleCall",
-    "reference_table",
+    "references_for",
+    "run_problems",
 ]
-
-P = TypeVar("P")
-
-
-def reference_table(adapter: Adapter[P], problems: Iterable[P]) -> Mapping[str, str]:
-    """Prompt text -> reference completion, through the adapter's own methods."""
-    return {adapter.make_prompt(p): adapter.reference_completion(p) for p in problems}

@@ -1,16 +1,22 @@
 """FakeBackend: an in-memory `Backend` the GRPO loop cannot tell from MinT.
 
 It is deterministic (every completion's randomness is keyed to the backend's
-seed, the sampler's checkpoint, the prompt's index and the sample's index),
-it trains for real (the importance-sampling loss of REFERENCE.md, then Adam),
-it writes checkpoints to real files, and it refuses misuse the way the
-service does. It also records every call, and has knobs for simulated latency
-and injected transient failures.
+seed, the sampler's checkpoint, the request's seed and the sample's index),
+it trains for real (`FakeModel`: the importance-sampling loss, then Adam), it
+writes checkpoints to real files, and it refuses misuse the way the service
+does. It also records every call, and has knobs for simulated latency and
+injected transient failures.
 
 Latency model, when `latency` > 0: every call costs one round trip from
 submission to result; calls in flight overlap freely; training-side calls
-(forward_backward, optim_step, save_weights_for_sampler) complete in
+(forward_backward, optim_step, the two saves and load_state) complete in
 submission order; creating a sampler costs one round trip.
+
+Faults: `fault_rate` P makes a seeded share P of all calls raise
+`TransientBackendError`, and `fail_next` fails the next calls of one kind.
+A training-side fault happens either before the call takes effect or after
+(the effect stays, as when a service applies a request and the answer is
+lost), so a client cannot assume a failed call did nothing.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from mathrl.adapter import Adapter, Task, as_task
 from mathrl.backend import (
     BackendError,
     Completion,
@@ -36,24 +43,22 @@ from mathrl.backend import (
     check_learning_rate,
     check_train_step,
 )
+from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
-from mathrl_fakes.policy import (
-    VOCAB_SIZE,
-    WIDTH,
-    CharTokenizer,
-    ReferenceTable,
-    draw,
-    initial_theta,
-    logprob,
-    step_at,
-    uniforms,
+from mathrl_fakes.model import (
+    FakeModel,
+    Reference,
+    StepReferences,
+    UnknownPrompts,
+    parse_weights,
+    references_for,
 )
+from mathrl_fakes.policy import VOCAB_SIZE, ByteTokenizer, uniforms
 
 T = TypeVar("T")
+P = TypeVar("P")
 
-CHECKPOINT_FORMAT = "mathrl-fake-checkpoint/1"
-ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.95, 1e-12
-"""Tinker's `AdamParams` defaults."""
+CHECKPOINT_FORMAT = "mathrl-fake-checkpoint/2"
 
 
 @dataclass(slots=True)
@@ -65,13 +70,8 @@ class CallRecord:
     finished: float = math.nan
     size: int = 0
     """Datums for forward_backward, else 0."""
-
-
-@dataclass
-class _Adam:
-    m: list[float]
-    v: list[float]
-    t: int = 0
+    failed: str = ""
+    """"before" or "after" (the effect) for an injected fault, else ""."""
 
 
 @dataclass
@@ -90,12 +90,12 @@ class CallLog:
 
 
 class FakeSampler:
-    """A sampler pinned to the weights of one checkpoint file."""
+    """A sampler pinned to the weights of one checkpoint."""
 
     def __init__(self, backend: FakeBackend, name: str, theta: Sequence[float]) -> None:
         self._backend = backend
-        self._name = name
-        self._theta = tuple(theta)
+        self.name = name
+        self.theta = tuple(theta)
         self._unseeded: Counter[tuple[int, ...]] = Counter()
 
     async def sample(
@@ -115,80 +115,96 @@ class FakeSampler:
             request_key = f"unseeded-{self._unseeded[prompt]}"
         else:
             request_key = f"seed-{params.seed}"
-        key = f"{self._backend.seed}/{self._name}/{request_key}/{','.join(map(str, prompt))}"
-        return await self._backend._call(
-            "sample", 0, lambda: self._sample_now(prompt, key, num_samples, params)
+        key = f"{self._backend.seed}/{self.name}/{request_key}/{','.join(map(str, prompt))}"
+        model = self._backend.model
+        return await self._backend.call(
+            "sample", lambda: model.sample(self.theta, prompt, key, num_samples, params)
         )
-
-    def _sample_now(
-        self, prompt_T: tuple[int, ...], key: str, num_samples: int, params: SampleParams
-    ) -> list[Completion]:
-        _, target = self._backend._references.split(prompt_T)
-        return [
-            self._complete(target, uniforms(f"{key}/{g}", params.max_tokens), params)
-            for g in range(num_samples)
-        ]
-
-    def _complete(
-        self, target: tuple[int, ...] | None, u_T: list[float], params: SampleParams
-    ) -> Completion:
-        tokens: list[int] = []
-        logprobs: list[float] = []
-        text = ""
-        for u in u_T:
-            token, lp = draw(self._theta, step_at(target, tokens), u, params.temperature)
-            tokens.append(token)
-            logprobs.append(lp)
-            if token == self._backend.tokenizer.eos_token_id:
-                break
-            text += chr(token)
-            if any(text.endswith(s) for s in params.stop if s):
-                break
-        return Completion(tuple(tokens), tuple(logprobs))
 
 
 class FakeBackend:
     """The in-memory backend. See the module docstring for what it models.
 
     Args:
-        references: prompt text -> the adapter's reference completion. The
-            policy uses it, and nothing else, to know what a good answer is.
-        seed: keys every random draw.
+        references: prompt text -> what the policy should learn to write.
+            Build it from a task with `for_run` or `for_problems`.
+        more: where to get more references when a prompt is missing (see
+            `mathrl_fakes.model.StepReferences`).
+        task_name: written into checkpoints, so `sample` can refuse another
+            task's weights.
+        seed: keys every random draw, injected faults included.
         latency: simulated seconds per round trip.
-        checkpoint_dir: where checkpoints are written; a folder under the
-            system's temp dir by default.
+        fault_rate: the share of calls that fail transiently.
+        checkpoint_dir: where checkpoints are written; `mathrl-fake` under the
+            system's temp folder by default.
+        unknown_prompts: "error" (a prompt without a reference raises
+            BackendError naming it) or "uniform" (it gets a uniform policy).
     """
 
     def __init__(
         self,
-        references: Mapping[str, str],
+        references: Mapping[str, Reference],
         *,
+        task_name: str | None = None,
         seed: int = 0,
         latency: float = 0.0,
+        fault_rate: float = 0.0,
         checkpoint_dir: Path | None = None,
+        unknown_prompts: UnknownPrompts = "error",
+        more: Callable[[], Mapping[str, Reference] | None] | None = None,
     ) -> None:
+        if not 0.0 <= fault_rate <= 1.0:
+            raise ValueError(f"fault_rate must be in [0, 1] (got {fault_rate})")
+        self.task_name = task_name
         self.seed = seed
         self.latency = latency
+        self.fault_rate = fault_rate
         self.checkpoint_dir = checkpoint_dir or Path(tempfile.gettempdir()) / "mathrl-fake"
         self.log = CallLog()
-        self._tokenizer = CharTokenizer()
-        self._references = ReferenceTable(references, self._tokenizer)
-        self.theta = initial_theta()
-        self._adam = _Adam([0.0] * len(self.theta), [0.0] * len(self.theta))
-        self._pending_grad: list[float] | None = None
-        self._failures: Counter[str] = Counter()
+        self.model = FakeModel(references, unknown_prompts, more)
+        self._failures: Counter[tuple[str, bool]] = Counter()
         self._training_tail: asyncio.Future[None] | None = None
         self._saved: dict[str, tuple[str, tuple[float, ...]]] = {}
+        self._states: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def for_problems(
+        cls, task: Adapter[P] | Task[P], problems: Sequence[P], **knobs: Any
+    ) -> FakeBackend:
+        """A fake that knows the reference of each of `problems`, through the task's methods."""
+        return cls(references_for(task, problems), task_name=as_task(task).name, **knobs)
+
+    @classmethod
+    def for_run(
+        cls, task: Adapter[P] | Task[P], config: TrainConfig, first_step: int = 1, **knobs: Any
+    ) -> FakeBackend:
+        """A fake for every problem a run of `config` draws, held-out ones included.
+
+        The held-out problems' references are drawn now; each training step's,
+        through the task's own `build_dataset`, as the run reaches it (from
+        `first_step`, for a resumed run).
+        """
+        knobs.setdefault("seed", config.seed)
+        resolved = as_task(task)
+        heldout = resolved.heldout(config.seed, config.eval_problems)
+        more = StepReferences(resolved, config, first_step)
+        return cls.for_problems(resolved, heldout, more=more, **knobs)
 
     @property
-    def tokenizer(self) -> CharTokenizer:
-        return self._tokenizer
+    def tokenizer(self) -> ByteTokenizer:
+        return self.model.tokenizer
 
-    # -- knobs -------------------------------------------------------------
+    @property
+    def theta(self) -> list[float]:
+        """The current weights (the model's parameters)."""
+        return self.model.theta
 
-    def fail_next(self, kind: str, times: int = 1) -> None:
-        """Make the next `times` calls of `kind` raise TransientBackendError."""
-        self._failures[kind] += times
+    def fail_next(self, kind: str, times: int = 1, *, after_apply: bool = False) -> None:
+        """Make the next `times` calls of `kind` raise TransientBackendError.
+
+        With `after_apply`, a training-side call takes effect first.
+        """
+        self._failures[kind, after_apply] += times
 
     # -- the Backend protocol ----------------------------------------------
 
@@ -196,8 +212,20 @@ class FakeBackend:
         self, datums_D: Sequence[Datum], learning_rate: float
     ) -> Awaitable[TrainResult]:
         check_train_step(datums_D, learning_rate, VOCAB_SIZE)  # before anything is submitted
-        forward = await self.submit_forward_backward(datums_D)
-        step = await self.submit_optim_step(learning_rate)
+        datums = list(datums_D)
+        # One call of the protocol, so one draw of the fault rate, landing on either half.
+        fault, u_half = self._draw(len(self.log.calls), training=True)
+        forward = self.training_call(
+            "forward_backward",
+            lambda: self.model.forward_backward(datums),
+            size=len(datums),
+            drawn=fault if u_half < 0.5 else "",
+        )
+        step = self.training_call(
+            "optim_step",
+            lambda: self.model.optim_step(learning_rate),
+            drawn=fault if u_half >= 0.5 else "",
+        )
 
         async def both() -> TrainResult:
             # Wait on both, so a failure of one never leaves the other unobserved.
@@ -210,127 +238,128 @@ class FakeBackend:
 
         return asyncio.ensure_future(both())
 
-    # -- the service's separate training calls (beyond the protocol) -----------
-
     async def submit_forward_backward(self, datums_D: Sequence[Datum]) -> Awaitable[float]:
-        """forward_backward alone: accumulate the gradient, return the loss."""
+        """forward_backward alone (beyond the protocol): accumulate the gradient."""
         check_datums(datums_D, VOCAB_SIZE)
         datums = list(datums_D)
-        return self._training_call(
-            "forward_backward", len(datums), lambda: self._forward_backward(datums)
+        return self.training_call(
+            "forward_backward", lambda: self.model.forward_backward(datums), size=len(datums)
         )
 
     async def submit_optim_step(self, learning_rate: float) -> Awaitable[None]:
-        """optim_step alone: one Adam step on the accumulated gradient."""
+        """optim_step alone (beyond the protocol): one Adam step."""
         check_learning_rate(learning_rate)
-        return self._training_call(
-            "optim_step", 0, lambda: self._optim_step(learning_rate), on_failure=self._drop_grad
-        )
+        return self.training_call("optim_step", lambda: self.model.optim_step(learning_rate))
 
     async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
-        if not name or "/" in name or name.startswith("."):
-            raise ValueError(f"checkpoint name must be a plain file name (got {name!r})")
-        return self._training_call("save_weights_for_sampler", 0, lambda: self._save(name))
+        _check_name(name)
+        return self.training_call("save_weights_for_sampler", lambda: self.save(name, "sampler"))
+
+    async def submit_save_state(self, name: str) -> Awaitable[str]:
+        _check_name(name)
+        return self.training_call("save_state", lambda: self.save(name, "state"))
+
+    async def submit_load_state(self, path: str) -> Awaitable[None]:
+        return self.training_call("load_state", lambda: self.restore(path))
 
     async def create_sampler(self, path: str) -> FakeSampler:
-        return await self._call("create_sampler", 0, lambda: self._load(path))
+        return await self.call("create_sampler", lambda: self.open_sampler(path))
 
-    # -- the service's side --------------------------------------------------
+    # -- checkpoint files ---------------------------------------------------
 
-    def _forward_backward(self, datums: list[Datum]) -> float:
-        """Importance-sampling loss and its gradient with respect to theta."""
-        grad = [0.0] * len(self.theta)
-        loss = 0.0
-        for datum in datums:
-            full = (*datum.model_input, datum.target_tokens[-1])
-            prompt_len, target = self._references.split(full)
-            for i, (token, sampled_lp, adv) in enumerate(
-                zip(datum.target_tokens, datum.logprobs, datum.advantages, strict=True)
-            ):
-                if adv == 0.0:
-                    continue  # contributes exactly 0 to the loss and its gradient
-                completion = full[prompt_len : i + 1] if i + 1 >= prompt_len else None
-                step = step_at(target if completion is not None else None, completion or ())
-                ratio = math.exp(logprob(self.theta, step, token) - sampled_lp)
-                loss -= ratio * adv
-                if step.target is not None:
-                    p = math.exp(logprob(self.theta, step, step.target))
-                    dlogp_dlogit = (1.0 if token == step.target else 0.0) - p
-                    grad[step.position] -= ratio * adv * dlogp_dlogit * WIDTH
-        # Gradients accumulate until the next optim_step, as on the service.
-        if self._pending_grad is not None:
-            grad = [a + b for a, b in zip(self._pending_grad, grad, strict=True)]
-        self._pending_grad = grad
-        return loss
-
-    def _drop_grad(self) -> None:
-        # A failed optim_step leaves no trace: its gradient is not applied later.
-        self._pending_grad = None
-
-    def _optim_step(self, lr: float) -> None:
-        grad, self._pending_grad = self._pending_grad, None
-        if grad is None:
-            raise BackendError("optim_step without a preceding forward_backward")
-        adam = self._adam
-        adam.t += 1
-        for j, g in enumerate(grad):
-            adam.m[j] = ADAM_BETA1 * adam.m[j] + (1 - ADAM_BETA1) * g
-            adam.v[j] = ADAM_BETA2 * adam.v[j] + (1 - ADAM_BETA2) * g * g
-            m_hat = adam.m[j] / (1 - ADAM_BETA1**adam.t)
-            v_hat = adam.v[j] / (1 - ADAM_BETA2**adam.t)
-            self.theta[j] -= lr * m_hat / (math.sqrt(v_hat) + ADAM_EPS)
-
-    def _save(self, name: str) -> str:
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    def save(self, name: str, kind: str) -> str:
+        """Write the weights ("sampler") or weights and optimizer ("state"); return the path."""
         path = self.checkpoint_dir / f"{name}.json"
-        payload = {"format": CHECKPOINT_FORMAT, "name": name, "theta": self.theta}
+        state = self.model.state()
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "kind": kind,
+            "name": name,
+            "task": self.task_name,
+            **(state if kind == "state" else {"theta": state["theta"]}),
+        }
         # Written whole or not at all: another process may be reading this path.
         partial = path.with_name(f".{path.name}.{os.getpid()}-{id(self)}.tmp")
-        partial.write_text(json.dumps(payload))
-        partial.replace(path)
-        self._saved[str(path)] = (name, tuple(self.theta))
+        try:
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(payload))
+            partial.replace(path)
+        except OSError as exc:
+            raise BackendError(
+                f"cannot write the fake checkpoint {path} ({exc.strerror or exc})"
+            ) from None
+        if kind == "sampler":
+            self._saved[str(path)] = (name, tuple(self.model.theta))
+        else:
+            self._states[str(path)] = state
         return str(path)
 
-    def _load(self, path: str) -> FakeSampler:
+    def read(self, path: str, kind: str) -> dict[str, Any]:
+        """A checkpoint file's contents; BackendError unless it is a fake `kind` checkpoint."""
+        try:
+            payload = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            reason = getattr(exc, "strerror", None) or f"not JSON: {exc}"
+            raise BackendError(f"cannot load the fake checkpoint {path!r} ({reason})") from None
+        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+            raise BackendError(f"{path!r} is not a {CHECKPOINT_FORMAT} file")
+        if payload.get("kind") != kind:
+            raise BackendError(f"{path!r} is a {payload.get('kind')} checkpoint, not a {kind} one")
+        return payload
+
+    def restore(self, path: str) -> None:
+        """Load the weights and optimizer state saved at `path` into the model."""
+        # As for samplers: this run's own states come from memory.
+        state = self._states.get(path) or self.read(path, "state")
+        try:
+            self.model.load_state(state)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BackendError(f"{path!r} holds no usable training state ({exc})") from None
+
+    def open_sampler(self, path: str) -> FakeSampler:
+        """A sampler for a sampler checkpoint written by this backend or another process."""
         # Our own checkpoints come from memory, so another run reusing the file
         # name cannot change what this run samples from.
         if path in self._saved:
             return FakeSampler(self, *self._saved[path])
+        payload = self.read(path, "sampler")
         try:
-            payload = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"cannot load fake checkpoint {path!r}: {exc}") from None
-        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-            raise BackendError(f"{path!r} is not a {CHECKPOINT_FORMAT} file")
-        return FakeSampler(self, str(payload["name"]), [float(x) for x in payload["theta"]])
+            theta = parse_weights(payload.get("theta"))
+        except (TypeError, ValueError) as exc:
+            raise BackendError(f"{path!r} holds no usable weights ({exc})") from None
+        return FakeSampler(self, str(payload.get("name")), theta)
 
-    # -- latency, ordering, failures, records ---------------------------------
+    # -- latency, ordering, faults, records -----------------------------------
 
-    def _training_call(
-        self,
-        kind: str,
-        size: int,
-        work: Callable[[], T],
-        on_failure: Callable[[], None] | None = None,
+    def training_call(
+        self, kind: str, work: Callable[[], T], size: int = 0, drawn: str | None = None
     ) -> asyncio.Future[T]:
         """Schedule a training-side call: done after one round trip and after its predecessor."""
         previous = self._training_tail
-        result = asyncio.ensure_future(self._call(kind, size, work, previous, on_failure))
+        call = self.call(kind, work, size, after=previous, training=True, drawn=drawn)
+        result = asyncio.ensure_future(call)
         tail: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         result.add_done_callback(lambda _: tail.set_result(None))
         self._training_tail = tail
         return result
 
-    async def _call(
+    async def call(
         self,
         kind: str,
-        size: int,
         work: Callable[[], T],
+        size: int = 0,
         after: asyncio.Future[None] | None = None,
-        on_failure: Callable[[], None] | None = None,
+        training: bool = False,
+        drawn: str | None = None,
     ) -> T:
+        """Run one call: record it, wait a round trip (and for `after`), maybe fail, do `work`.
+
+        `drawn` is a fault already drawn for it ("", "before" or "after"); by
+        default the call draws its own from the fault rate.
+        """
         loop = asyncio.get_running_loop()
         record = CallRecord(kind, loop.time(), size=size)
+        number = len(self.log.calls)
         self.log.calls.append(record)
         self.log.in_flight += 1
         self.log.max_in_flight = max(self.log.max_in_flight, self.log.in_flight)
@@ -339,12 +368,38 @@ class FakeBackend:
                 await asyncio.sleep(self.latency)
             if after is not None:
                 await after
-            if self._failures[kind] > 0:
-                self._failures[kind] -= 1
-                if on_failure is not None:
-                    on_failure()
+            fault = self._injected(kind)
+            if not fault:
+                fault = drawn if drawn is not None else self._draw(number, training)[0]
+            if fault == "before":
+                record.failed = fault
                 raise TransientBackendError(f"{kind}: injected transient failure")
-            return work()
+            result = work()
+            if fault == "after":
+                record.failed = fault
+                raise TransientBackendError(f"{kind}: injected transient failure (after applying)")
+            return result
         finally:
             self.log.in_flight -= 1
             record.finished = loop.time()
+
+    def _injected(self, kind: str) -> str:
+        for after_apply in (False, True):
+            if self._failures[kind, after_apply] > 0:
+                self._failures[kind, after_apply] -= 1
+                return "after" if after_apply else "before"
+        return ""
+
+    def _draw(self, number: int, training: bool) -> tuple[str, float]:
+        """A fault from the rate for call `number` ("", "before", "after"), and a spare uniform."""
+        if self.fault_rate == 0.0:
+            return "", 0.0
+        u_fail, u_when, u_spare = uniforms(f"{self.seed}/fault/{number}", 3)
+        if u_fail >= self.fault_rate:
+            return "", u_spare
+        return ("after" if training and u_when < 0.5 else "before"), u_spare
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name.startswith(".") or len(name) > 200:
+        raise ValueError(f"checkpoint name must be a plain file name (got {name!r})")

@@ -1,25 +1,40 @@
-"""The fake's model: a char tokenizer and a tiny policy with exact logprobs.
+"""The fake's model: a byte tokenizer and a tiny policy with exact logprobs.
 
-The policy knows one thing about the task: a table from prompt text to the
-adapter's reference completion. It never parses a prompt. Given a context,
-it finds the longest known prompt the context starts with; the tokens after
-it are the completion so far.
+The policy knows one thing about the task: a table from prompt text to its
+target, `reference + stop[0]` then end-of-sequence (see `ReferenceTable`). It
+never parses a prompt. Given a context, it finds the longest known prompt the
+context starts with; the tokens after it are the completion so far.
 
-At completion position j, while the completion so far matches the target
-`reference + "\\n" + EOS`, the target token has logit `WIDTH * theta[j]` and
-every other token logit 0. Off target, or past it, every token has logit 0.
-Unknown prompts get the uniform distribution. Logprobs are computed in
-closed form, so the ones reported at sampling time are exactly those of the
+At completion position j, while the completion so far matches the target,
+three kinds of token compete: the target token, with logit
+`bias_j + WIDTH * theta[min(j, POSITIONS - 1)]`; one distractor (a plausible
+wrong token, chosen by a hash of the prompt and j), with logit 0; and the
+255 other tokens, with logit -NOISE, which together weigh NOISE_MASS. Off the
+target, or past it, every token has logit 0. Logprobs are computed in closed
+form, so the ones reported at sampling time are exactly those of the
 distribution the token was drawn from.
 
+The bias makes accuracy mean something, greedy accuracy included:
+
+- Length. An untrained policy writes the whole target at temperature 1 with
+  probability about FULL_TARGET_PROB, however long the target: each of its
+  L tokens starts at probability FULL_TARGET_PROB ** (1 / L). A one-line
+  answer and a ten-line function are then equally learnable.
+- Difficulty. Each problem has one decision position among its answer's
+  tokens, and a depth in [0, DECISION_DEPTH), both chosen by a hash of the
+  prompt's tokens: there the target's logit starts `depth` lower. Where that
+  puts it below the distractor's 0, greedy decoding writes the distractor,
+  and sampling mostly does; only training, which lifts the shared
+  parameters, carries it over. So untrained greedy accuracy is well below
+  100%, and it rises as theta does.
+
 Why lr 1e-4 moves it visibly: a real LoRA adapter shifts a logit through
-millions of parameters moving in concert. Here each `theta[j]` stands for a
+millions of parameters moving in concert. Here each `theta[k]` stands for a
 block of WIDTH tied parameters whose sum is the logit. They start equal and
 always receive equal gradients, so Adam, which is per-coordinate, keeps them
-equal, and storing one of them with the logit at `WIDTH * theta[j]` is
-exact. Adam moves each parameter by about lr per step, so the logit moves by
-up to WIDTH * lr = 0.1 per step: about 20 steps take the per-token
-probability of the target from 0.8 to above 0.95.
+equal, and storing one of them with the logit at `WIDTH * theta[k]` is exact.
+Adam moves each parameter by about lr per step, so a logit moves by up to
+WIDTH * lr = 0.2 a step: about 4 in 20 steps, which is DECISION_DEPTH.
 """
 
 from __future__ import annotations
@@ -30,18 +45,22 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-EOS = 128
-VOCAB_SIZE = 129
-WIDTH = 1000
+EOS = 256
+VOCAB_SIZE = 257
+WIDTH = 2000
 POSITIONS = 8
-INITIAL_TARGET_PROB = 0.8
-"""Per-token probability of the target before any training (temperature 1)."""
+FULL_TARGET_PROB = 0.5
+DECISION_DEPTH = 4.0
+NOISE_MASS = 0.05
+NOISE = math.log((VOCAB_SIZE - 2) / NOISE_MASS)
+"""The other tokens' logit is -NOISE, so VOCAB_SIZE - 2 of them weigh NOISE_MASS."""
 
 
-class CharTokenizer:
-    """Token i is the ASCII character chr(i); token 128 is end-of-sequence.
+class ByteTokenizer:
+    """Tokens 0-255 are the bytes of UTF-8 text; token 256 is end-of-sequence.
 
-    `decode(encode(s)) == s` for every ASCII string. EOS decodes to "".
+    `decode(encode(s)) == s` for every string, lone surrogates included.
+    EOS decodes to "". Bytes that are not valid UTF-8 decode to U+FFFD.
     """
 
     @property
@@ -53,55 +72,88 @@ class CharTokenizer:
         return VOCAB_SIZE
 
     def encode(self, text: str) -> list[int]:
-        tokens = [ord(c) for c in text]
-        for i, t in enumerate(tokens):
-            if t >= EOS:
-                raise ValueError(
-                    f"the fake tokenizer encodes ASCII only (got {text[i]!r} at index {i})"
-                )
-        return tokens
+        return list(text.encode("utf-8", "surrogatepass"))
 
     def decode(self, tokens: Sequence[int]) -> str:
         for t in tokens:
             if not 0 <= t < VOCAB_SIZE:
                 raise ValueError(f"token ids must be in 0..{VOCAB_SIZE - 1} (got {t})")
-        return "".join(chr(t) for t in tokens if t != EOS)
+        data = bytes(t for t in tokens if t != EOS)
+        try:
+            return data.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            return data.decode("utf-8", "replace")
 
 
-def initial_theta() -> list[float]:
-    """Parameters at which every target token has probability INITIAL_TARGET_PROB."""
-    p = INITIAL_TARGET_PROB
-    logit = math.log(p * (VOCAB_SIZE - 1) / (1 - p))
-    return [logit / WIDTH] * POSITIONS
+def log_normaliser(logit: float) -> float:
+    """log of the partition function: target `logit`, distractor 0, the rest -NOISE."""
+    top = max(logit, 0.0)
+    return top + math.log(math.exp(logit - top) + math.exp(-top) * (1 + NOISE_MASS))
 
 
-def target_logprob(logit: float) -> float:
-    """log p(target) when the target has `logit` and VOCAB_SIZE - 1 others have 0."""
-    # -log(1 + (V-1) e^-x), stable for large positive or negative x.
-    if logit >= 0:
-        return -math.log1p((VOCAB_SIZE - 1) * math.exp(-logit))
-    return logit - math.log(math.exp(logit) + VOCAB_SIZE - 1)
-
-
-def other_logprob(logit: float) -> float:
-    """log p(one given non-target token) in the same distribution."""
-    return target_logprob(logit) - logit
+def token_logprobs(logit: float) -> tuple[float, float, float]:
+    """(log p(target), log p(distractor), log p(one other token)) at a target `logit`."""
+    z = log_normaliser(logit)
+    return logit - z, -z, -NOISE - z
 
 
 UNIFORM_LOGPROB = -math.log(VOCAB_SIZE)
 
 
-class ReferenceTable:
-    """Prompt tokens -> target tokens, looked up by the longest matching prefix."""
+def easy_bias(length: int) -> float:
+    """The logit at which `length` target tokens all come out with FULL_TARGET_PROB."""
+    p = FULL_TARGET_PROB ** (1 / length)
+    return math.log(p * (1 + NOISE_MASS) / (1 - p))
 
-    def __init__(self, references: Mapping[str, str], tokenizer: CharTokenizer) -> None:
-        self._targets: dict[tuple[int, ...], tuple[int, ...]] = {}
-        for prompt, reference in references.items():
-            key = tuple(tokenizer.encode(prompt))
-            self._targets[key] = (*tokenizer.encode(reference + "\n"), EOS)
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What the policy should write after one prompt, and how hard that is."""
+
+    tokens: tuple[int, ...]
+    """`reference + stop[0]`, then EOS."""
+    biases: tuple[float, ...]
+    """The target's logit at each position before any training."""
+    distractors: tuple[int, ...]
+    """The plausible wrong token at each position."""
+
+
+def make_target(prompt: Sequence[int], tokens: Sequence[int], answer_length: int) -> Target:
+    """The target for `prompt`: its biases, its decision position and its distractors."""
+    tokens = tuple(tokens)
+    biases = [easy_bias(len(tokens))] * len(tokens)
+    digest = hashlib.blake2b(bytes(prompt_bytes(prompt)), digest_size=64, person=b"policy").digest()
+    u_where, u_depth = (w / 2.0**64 for w in struct.unpack("<2Q", digest[:16]))
+    if answer_length > 0:
+        biases[int(u_where * answer_length)] -= DECISION_DEPTH * u_depth
+    # A shift of 1..255 bytes: never the target itself.
+    shifts = [1 + int(u * 255) for u in uniforms(digest.hex(), len(tokens))]
+    distractors = tuple((t + k) % 256 for t, k in zip(tokens, shifts, strict=True))
+    return Target(tokens, tuple(biases), distractors)
+
+
+def prompt_bytes(tokens: Sequence[int]) -> list[int]:
+    """A prompt's tokens as bytes, for hashing (prompts never hold EOS)."""
+    return [t & 0xFF for t in tokens]
+
+
+class ReferenceTable:
+    """Prompt tokens -> Target, looked up by the longest matching prefix."""
+
+    def __init__(self, targets: Mapping[tuple[int, ...], Target]) -> None:
+        self._targets: dict[tuple[int, ...], Target] = {}
+        self._lengths: list[int] = []
+        self.add(targets)
+
+    def add(self, targets: Mapping[tuple[int, ...], Target]) -> None:
+        """Learn more prompts' targets."""
+        self._targets.update(targets)
         self._lengths = sorted({len(k) for k in self._targets}, reverse=True)
 
-    def split(self, context: Sequence[int]) -> tuple[int, tuple[int, ...] | None]:
+    def __len__(self) -> int:
+        return len(self._targets)
+
+    def split(self, context: Sequence[int]) -> tuple[int, Target | None]:
         """Return (prompt length, target) for the longest known prompt prefix.
 
         (0, None) when the context starts with no known prompt.
@@ -120,24 +172,35 @@ class Step:
 
     target: int | None
     """The token with the learnable logit, or None for the uniform case."""
-    position: int
+    position: int = 0
     """Which parameter carries that logit."""
+    bias: float = 0.0
+    """The logit's untrained part."""
+    distractor: int = 0
 
 
-def step_at(target: tuple[int, ...] | None, completion: Sequence[int]) -> Step:
+UNIFORM = Step(None)
+
+
+def step_at(target: Target | None, completion: Sequence[int]) -> Step:
     """The distribution after `completion`, given the prompt's target (if any)."""
     j = len(completion)
-    if target is None or j >= len(target) or tuple(completion) != target[:j]:
-        return Step(None, 0)
-    return Step(target[j], min(j, POSITIONS - 1))
+    if target is None or j >= len(target.tokens) or tuple(completion) != target.tokens[:j]:
+        return UNIFORM
+    return Step(target.tokens[j], min(j, POSITIONS - 1), target.biases[j], target.distractors[j])
+
+
+def logit_of(theta: Sequence[float], step: Step) -> float:
+    """The target's logit at `step` (temperature 1)."""
+    return step.bias + WIDTH * theta[step.position]
 
 
 def logprob(theta: Sequence[float], step: Step, token: int) -> float:
     """log pi_theta(token) at temperature 1."""
     if step.target is None:
         return UNIFORM_LOGPROB
-    logit = WIDTH * theta[step.position]
-    return target_logprob(logit) if token == step.target else other_logprob(logit)
+    target, distractor, other = token_logprobs(logit_of(theta, step))
+    return target if token == step.target else distractor if token == step.distractor else other
 
 
 def uniforms(key: str, n: int) -> list[float]:
@@ -154,21 +217,32 @@ def uniforms(key: str, n: int) -> list[float]:
 def draw(theta: Sequence[float], step: Step, u: float, temperature: float) -> tuple[int, float]:
     """Draw one token by inverse CDF from `u`; return it with its logprob.
 
-    The distribution is the policy's at `temperature`; 0 means greedy, a point
-    mass whose logprob is 0.
+    The distribution is the policy's at `temperature` (every logit divided by
+    it); 0 means greedy, a point mass whose logprob is 0.
     """
     if step.target is None:
         if temperature == 0:
             return 0, 0.0
         return min(int(u * VOCAB_SIZE), VOCAB_SIZE - 1), UNIFORM_LOGPROB
-    logit = WIDTH * theta[step.position]
+    logit = logit_of(theta, step)
     if temperature == 0:
-        return (step.target if logit > 0 else int(step.target == 0)), 0.0
-    scaled = logit / temperature
-    lp_target = target_logprob(scaled)
-    p_target = math.exp(lp_target)
+        return (step.target if logit > 0 else step.distractor), 0.0
+    lp_target, lp_distractor, lp_other = _tempered(logit, temperature)
+    p_target, p_distractor = math.exp(lp_target), math.exp(lp_distractor)
     if u < p_target:
         return step.target, lp_target
-    k = min(int((u - p_target) / (1 - p_target) * (VOCAB_SIZE - 1)), VOCAB_SIZE - 2)
-    token = k if k < step.target else k + 1  # the k-th token other than the target
-    return token, other_logprob(scaled)
+    if u < p_target + p_distractor:
+        return step.distractor, lp_distractor
+    share = (u - p_target - p_distractor) / max(1 - p_target - p_distractor, 1e-300)
+    k = min(int(share * (VOCAB_SIZE - 2)), VOCAB_SIZE - 3)
+    low, high = sorted((step.target, step.distractor))
+    token = k + (k >= low) + (k + 1 >= high)  # the k-th token that is neither of the two
+    return token, lp_other
+
+
+def _tempered(logit: float, temperature: float) -> tuple[float, float, float]:
+    """token_logprobs with every logit (target, 0, -NOISE) divided by `temperature`."""
+    a, c = logit / temperature, -NOISE / temperature
+    top = max(a, 0.0, c)
+    z = top + math.log(math.exp(a - top) + math.exp(-top) + (VOCAB_SIZE - 2) * math.exp(c - top))
+    return a - z, -z, c - z

@@ -49,6 +49,12 @@ class RecordingBackend:
     async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
         return await self.inner.submit_save_for_sampler(name)
 
+    async def submit_save_state(self, name: str) -> Awaitable[str]:
+        return await self.inner.submit_save_state(name)
+
+    async def submit_load_state(self, path: str) -> Awaitable[None]:
+        return await self.inner.submit_load_state(path)
+
     async def create_sampler(self, path: str) -> RecordingSampler:
         return RecordingSampler(self, path, await self.inner.create_sampler(path))
 

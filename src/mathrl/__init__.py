@@ -1,10 +1,14 @@
-"""mathrl: a test-first reference implementation of GRPO on a verifiable task.
+"""mathrl: a test-first reference implementation of GRPO on verifiable tasks.
 
 The pure core (problems, answer parsing, reward, advantages, datums) sits
-behind the `Backend` protocol; `run_grpo` drives it. See README.md.
+behind the `Backend` protocol; `run_grpo` drives it for any task that meets
+the `Adapter` contract, which `mathrl.testing.check_adapter` checks. See
+README.md.
 """
 
-from mathrl.adapter import Adapter
+from importlib.metadata import version
+
+from mathrl.adapter import Adapter, AdapterError, Task, as_task
 from mathrl.backend import (
     Backend,
     BackendError,
@@ -17,10 +21,12 @@ from mathrl.backend import (
     TrainResult,
     TransientBackendError,
 )
-from mathrl.config import Config, ConfigError
+from mathrl.config import Config, ConfigError, TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
-from mathrl.loop import RunResult, StepMetrics, run_grpo, run_grpo_async
-from mathrl.math_task import (
+from mathrl.loop import Resume, RunResult, run_grpo, run_grpo_async
+from mathrl.report import Checkpoint, EvalMetrics, Observer, StepMetrics
+from mathrl.retry import RetriesExhausted, RetryingBackend, RetryPolicy
+from mathrl.tasks.addition import (
     AdditionProblem,
     MathAdapter,
     heldout_problems,
@@ -30,25 +36,39 @@ from mathrl.math_task import (
     reward,
 )
 
+__version__ = version("mathrl")
+
 __all__ = [
     "Adapter",
+    "AdapterError",
     "AdditionProblem",
     "Backend",
     "BackendError",
     "BackendUnreachable",
+    "Checkpoint",
     "Completion",
     "Config",
     "ConfigError",
     "CredentialsRejected",
     "Datum",
+    "EvalMetrics",
     "MathAdapter",
+    "Observer",
+    "Resume",
+    "RetriesExhausted",
+    "RetryPolicy",
+    "RetryingBackend",
     "RunResult",
     "SampleParams",
     "Sampler",
     "StepMetrics",
+    "Task",
     "Tokenizer",
+    "TrainConfig",
     "TrainResult",
     "TransientBackendError",
+    "__version__",
+    "as_task",
     "build_datum",
     "group_advantages",
     "heldout_problems",

@@ -111,7 +111,7 @@ class Backend(Protocol):
 
     - **Tokenizer.** `tokenizer` is available once the backend is built, and
       is the learner's tokenizer (prompts are encoded with it).
-    - **Submit, then wait.** The three training-side methods are coroutines
+    - **Submit, then wait.** The `submit_*` training-side methods are coroutines
       that return once the call is *submitted*, handing back an awaitable of
       its result. Calls on the training side complete in the order they were
       submitted, so `submit_train_step(...)` immediately followed by
@@ -128,12 +128,21 @@ class Backend(Protocol):
     - **Saving.** `submit_save_for_sampler(name)` persists the weights as they
       are after every training call submitted before it, and its result is a
       path that `create_sampler` accepts, in this process or another one.
+      `submit_save_state(name)` does the same for the full training state
+      (weights and optimizer), and `submit_load_state(path)` restores one,
+      dropping anything accumulated since; both are training-side calls,
+      ordered with the rest. Saving again under a name used before replaces
+      that checkpoint with the current weights.
     - **Sampling.** `create_sampler(path)` costs one round trip and returns a
       `Sampler` for exactly those weights; later training does not change it.
       It raises `BackendError` for a path it cannot load.
     - **Failures.** A failure that may pass on retry raises
-      `TransientBackendError`; anything else raises `BackendError` or
-      `ValueError`. Neither may leave the training side half-applied.
+      `TransientBackendError`. A failed training-side call may or may not
+      have taken effect (a service can apply a request and lose the answer),
+      so a client that retries one must restore a saved state first:
+      `mathrl.retry.RetryingBackend` does. Anything else raises
+      `BackendError` or `ValueError`, and misuse refused at submission
+      leaves the training side untouched.
     """
 
     @property
@@ -147,6 +156,14 @@ class Backend(Protocol):
 
     async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
         """Submit a save of the current weights; await the result for its path."""
+        ...
+
+    async def submit_save_state(self, name: str) -> Awaitable[str]:
+        """Submit a save of the weights and optimizer state; await the result for its path."""
+        ...
+
+    async def submit_load_state(self, path: str) -> Awaitable[None]:
+        """Submit a restore of the state saved at `path`; await the result for completion."""
         ...
 
     async def create_sampler(self, path: str) -> Sampler:

@@ -1,10 +1,14 @@
-"""`python -m mathrl`: turn flags and the environment into a Config, run, report.
+"""`python -m mathrl`: turn flags and the environment into a run, a sample, a check or a plot.
 
-stdout carries exactly the seed demo's lines (`Model: ...`, `Step N: ...`,
-`Saved: ...`; for `sample`, one line per problem and the accuracy). Warnings
-and advice go to stderr. A user's mistake exits 2 with one line; a service
-that cannot be reached or refuses the key exits 1 with one line; neither
-prints a traceback.
+Commands: training (the default; `--resume RUN_DIR` continues one), `sample`,
+`check-adapter` and `plot`. stdout carries exactly the seed demo's lines
+(`Model: ...`, `Step N: ...`, `Saved: ...`; with `--eval-every`, also
+`Eval step N: ...`). Warnings, progress and advice go to stderr.
+
+Exit codes: 0 success; 1 the service or the run failed; 2 a user's mistake
+(one line naming the setting, what it must be and what it got); 130 and 143
+a run stopped by SIGINT or SIGTERM; 141 a run stopped because stdout closed.
+None of them prints a traceback.
 """
 
 from __future__ import annotations
@@ -20,22 +24,43 @@ from typing import NoReturn
 
 from dotenv import dotenv_values
 
-from mathrl.backend import Backend, BackendError, Sampler, Tokenizer
-from mathrl.config import DEFAULT_BASE_URL, SETTINGS, Config, ConfigError, build_config, default_of
-from mathrl.loop import StepMetrics, request_seed, run_grpo_async, sample_params
-from mathrl.math_task import MathAdapter, all_problems, heldout_problems, reward
+from mathrl import __version__
+from mathrl.backend import BackendError
+from mathrl.config import (
+    DEFAULT_BASE_URL,
+    SETTINGS,
+    ConfigError,
+    Setting,
+    api_key,
+    base_url,
+    build_config,
+    default_of,
+    shown,
+)
+from mathrl.loader import load_task
+from mathrl.runlog import RunFolder, RunFolderError, read_run
+from mathrl.session import Plan, train
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 BACKENDS = ("mint", "fake")
-SAMPLE_FIELDS = (
-    "seed",
-    "temperature",
-    "max_tokens",
-    "base_model",
+RESUMABLE = (
     "connect_timeout",
     "setup_timeout",
+    "call_timeout",
+    "retries",
+    "retry_delay",
+    "fake_fault_rate",
+    "fake_latency",
 )
-"""The settings `sample` reads; the others cannot make it fail."""
+"""Settings a resumed run may change: none of them changes what is trained."""
+SAMPLE_FIELDS = (
+    "adapter",
+    "seed",
+    "max_tokens",
+    "base_model",
+    *RESUMABLE[:5],
+)
+"""The settings `sample` reads (and `--temperature`); the others cannot make it fail."""
 MAX_PROBLEMS = 10_000
 
 
@@ -43,12 +68,46 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and a ConfigError."""
 
     def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"{message} (see `python -m mathrl --help`)")
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
+
+
+def _say(message: str) -> None:
+    print(f"mathrl: {message}", file=sys.stderr, flush=True)
+
+
+def one_line(text: str, limit: int = 500) -> str:
+    """`text` as one printable line of at most about `limit` characters.
+
+    A safety net for error messages that quote what a user typed: argparse's,
+    say, which echo a value whole, control characters and all.
+    """
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return line if len(line) <= limit else f"{line[: limit - 120]} ... {line[-100:]}"
+
+
+DEFAULTS_DECIDED_LATER = {
+    "max_tokens": "the task's",
+    "log_dir": "runs/<UTC time>-<task>-<fingerprint>",
+}
+
+
+def _default(setting: Setting) -> object:
+    """A setting's default as --help shows it."""
+    return DEFAULTS_DECIDED_LATER.get(setting.field, default_of(setting))
+
+
+def _add_settings(parser: argparse.ArgumentParser, fields: Sequence[str]) -> None:
+    for s in SETTINGS:
+        if s.field in fields:
+            env = f", env {s.env}" if s.env else ""
+            parser.add_argument(
+                s.flag, dest=s.field, metavar="X", help=f"{s.help} (default {_default(s)}{env})"
+            )
 
 
 def _train_parser() -> _Parser:
     variables = "\n".join(
-        [f"  {s.env:<22} {s.flag:<24} default {default_of(s)}" for s in SETTINGS if s.env]
+        [f"  {s.env:<22} {s.flag:<24} default {_default(s)}" for s in SETTINGS if s.env]
         + [
             f"  {'MINT_API_KEY':<22} {'':<24} required by --backend mint",
             f"  {'MINT_BASE_URL':<22} {'':<24} default {DEFAULT_BASE_URL}",
@@ -56,24 +115,21 @@ def _train_parser() -> _Parser:
     )
     parser = _Parser(
         prog="python -m mathrl",
-        description="Train a LoRA adapter with GRPO on two-digit addition through MinT. "
-        "`python -m mathrl sample --help` evaluates a saved adapter.",
+        description="Train a LoRA adapter with GRPO on a task (two-digit addition by default) "
+        "through MinT. Other commands: `sample`, `check-adapter`, `plot` "
+        "(`python -m mathrl COMMAND --help`).",
         epilog="environment variables (a flag wins over its variable; `.env` is read too):\n"
         + variables,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_settings(parser, [s.field for s in SETTINGS])
     parser.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="mint",
-        help="mint: the real service (needs MINT_API_KEY); fake: offline",
+        "--backend", choices=BACKENDS, help="mint (default): the real service; fake: offline"
     )
     parser.add_argument(
-        "--no-stop-at-newline",
-        dest="stop_at_newline",
-        action="store_false",
-        help="sample up to max-tokens past the answer line (stop only at EOS)",
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a stopped run from its last saved state, with its own settings",
     )
     return parser
 
@@ -81,7 +137,7 @@ def _train_parser() -> _Parser:
 def _sample_parser() -> _Parser:
     parser = _Parser(
         prog="python -m mathrl sample",
-        description="Sample greedy answers to held-out problems from saved weights.",
+        description="Sample greedy answers to a task's held-out problems from saved weights.",
     )
     parser.add_argument("--model-path", required=True, help="the path a run printed as `Saved:`")
     parser.add_argument(
@@ -90,26 +146,42 @@ def _sample_parser() -> _Parser:
         help=f"held-out problems to ask, 1 to {MAX_PROBLEMS} (default 10)",
     )
     parser.add_argument("--backend", choices=BACKENDS, default="mint")
-    _add_settings(parser, [f for f in SAMPLE_FIELDS if f != "temperature"])
+    _add_settings(parser, SAMPLE_FIELDS)
     parser.add_argument(
         "--temperature", metavar="X", help="sampling temperature (default 0: greedy)"
     )
-    parser.set_defaults(stop_at_newline=True)
     return parser
 
 
-def _add_settings(parser: argparse.ArgumentParser, fields: Sequence[str]) -> None:
-    for s in SETTINGS:
-        if s.field in fields:
-            env = f", env {s.env}" if s.env else ""
-            parser.add_argument(
-                s.flag, dest=s.field, metavar="X", help=f"{s.help} (default {default_of(s)}{env})"
-            )
+def _check_parser() -> _Parser:
+    parser = _Parser(
+        prog="python -m mathrl check-adapter",
+        description="Check a task against the Adapter contract (mathrl.testing.check_adapter).",
+    )
+    parser.add_argument("adapter", metavar="module:Class", help="the task to check")
+    parser.add_argument(
+        "--learns", action="store_true", help="also train 20 steps on the fake backend"
+    )
+    return parser
 
 
-def _environment() -> dict[str, str]:
+def _plot_parser() -> _Parser:
+    parser = _Parser(
+        prog="python -m mathrl plot",
+        description="Draw the learning curves of one or more run folders into a PNG.",
+    )
+    parser.add_argument("runs", metavar="RUN_DIR", nargs="+", help="run folders to draw")
+    parser.add_argument(
+        "--out", help="the PNG to write (default RUN_DIR/plot.png; ./plot.png for several runs)"
+    )
+    return parser
+
+
+def environment() -> dict[str, str]:
     """os.environ, with `.env` from the working folder filling in what is unset."""
     dotenv = Path.cwd() / ".env"
+    if dotenv.exists() and not dotenv.is_file():
+        raise ConfigError(f".env must be a file (got something else at {dotenv})")
     try:
         values = dotenv_values(dotenv)
     except UnicodeDecodeError as exc:
@@ -122,126 +194,159 @@ def _environment() -> dict[str, str]:
     return merged
 
 
-def _config(
-    args: argparse.Namespace, env: Mapping[str, str], only: Sequence[str] | None = None
-) -> Config:
-    flags = {s.field: getattr(args, s.field, None) for s in SETTINGS}
-    return build_config(
-        flags, env, only, backend=args.backend, stop_at_newline=args.stop_at_newline
-    )
+def _flags(args: argparse.Namespace) -> dict[str, str | None]:
+    return {s.field: getattr(args, s.field, None) for s in SETTINGS}
 
 
-def _say(message: str) -> None:
-    print(f"mathrl: {message}", file=sys.stderr)
+def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    args = _train_parser().parse_args(argv)
+    if args.resume is not None:
+        plan = _resume_plan(args, env)
+        if plan is None:
+            return EXIT_OK
+    else:
+        config = build_config(_flags(args), env, backend=args.backend or "mint")
+        plan = Plan(config, load_task(config.adapter))
+    if plan.config.backend == "mint":
+        api_key(env)
+        base_url(env)
+    return asyncio.run(train(plan, env, __version__, _say))
 
 
-def _report_step(m: StepMetrics) -> None:
-    print(f"Step {m.step}: accuracy={m.accuracy:.1%}, datums={m.datums}", flush=True)
-    if m.datums == 0 and m.accuracy == 1.0:
-        _say(f"step {m.step}: every completion was right, so there was nothing left to learn.")
-    elif m.datums == 0:
-        _say(
-            f"step {m.step}: all {m.groups} groups had equal rewards, so nothing was trained. "
-            "Sample more varied groups: raise MINT_RL_GROUP or MINT_RL_BATCH, "
-            "raise MINT_RL_TEMPERATURE, or raise MINT_RL_MAX_TOKENS."
-        )
-
-
-def _fake_backend(config: Config, env: Mapping[str, str]) -> Backend:
-    from mathrl_fakes import FakeBackend, reference_table
-
-    return FakeBackend(reference_table(MathAdapter(), all_problems()), seed=config.seed)
-
-
-def _model_line(config: Config, tokenizer: Tokenizer) -> str:
-    suffix = ", Backend: fake" if config.backend == "fake" else ""
-    return f"Model: {config.base_model}, Vocab: {tokenizer.vocab_size:,}{suffix}"
-
-
-def _require_key(env: Mapping[str, str]) -> None:
-    if not env.get("MINT_API_KEY"):
+def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | None:
+    folder = Path(args.resume)
+    try:
+        record = read_run(folder)
+        point = record.resume_point()
+    except RunFolderError as exc:
+        raise ConfigError(f"--resume: {exc}") from None
+    changed = [
+        s.flag for s in SETTINGS if getattr(args, s.field) is not None and s.field not in RESUMABLE
+    ]
+    if args.backend is not None:
+        changed.append("--backend")
+    if changed:
         raise ConfigError(
-            "MINT_API_KEY must be set to a MinT API key (got nothing): export it or put "
-            "`MINT_API_KEY=sk-...` in .env; `--backend fake` runs offline without one"
+            f"{', '.join(changed)} cannot be given with --resume: it would change training, "
+            f"whose settings come from {folder / 'config.json'}"
         )
-
-
-async def _train(config: Config, env: Mapping[str, str]) -> None:
-    if config.backend == "fake":
-        backend = _fake_backend(config, env)
-    else:
-        _require_key(env)
-        from mathrl.mint_backend import open_backend
-
-        backend = await open_backend(config, env)
-    print(_model_line(config, backend.tokenizer), flush=True)
-    result = await run_grpo_async(backend, MathAdapter(), config, _report_step)
-    print(f"Saved: {result.saved_path}", flush=True)
-
-
-async def _sample(config: Config, env: Mapping[str, str], model_path: str, count: int) -> None:
-    tokenizer: Tokenizer
-    sampler: Sampler
-    if config.backend == "fake":
-        fake = _fake_backend(config, env)
-        tokenizer, sampler = fake.tokenizer, await fake.create_sampler(model_path)
-    else:
-        _require_key(env)
-        from mathrl.mint_backend import open_sampler
-
-        tokenizer, sampler = await open_sampler(config, env, model_path)
-    print(_model_line(config, tokenizer), flush=True)
-    adapter = MathAdapter()
-    problems = heldout_problems(config.seed, count)
-    prompts = [tokenizer.encode(adapter.make_prompt(p)) for p in problems]
-    params = [sample_params(config, request_seed(config.seed, 0, i)) for i in range(count)]
-    completions = await asyncio.gather(
-        *(sampler.sample(prompt, 1, p) for prompt, p in zip(prompts, params, strict=True))
-    )
-    correct = 0
-    for problem, (completion,) in zip(problems, completions, strict=True):
-        text = tokenizer.decode(completion.tokens)
-        ok = reward(text, problem.answer) == 1.0
-        correct += ok
-        print(
-            f"{problem.a} + {problem.b} = {problem.answer}: {text!r} {'correct' if ok else 'wrong'}"
+    recorded = record.config["settings"]
+    reliability = build_config(_flags(args), env, only=RESUMABLE, backend=recorded.get("backend"))
+    try:
+        config = replace(
+            reliability,
+            train=record.train_config(),
+            adapter=recorded["adapter"],
+            base_model=recorded["base_model"],
+            lora_rank=recorded["lora_rank"],
+            log_dir=str(folder),
         )
-    print(f"Accuracy: {correct / count:.1%} ({correct}/{count})")
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"--resume: {folder / 'config.json'} lacks a setting ({exc})") from None
+    task = load_task(config.adapter, source=f"--resume ({folder / 'config.json'} adapter)")
+    if task.name != record.config.get("task"):
+        raise ConfigError(
+            f"--resume: {config.adapter} is now task {task.name!r}, but the run trained "
+            f"task {record.config.get('task')!r}"
+        )
+    if point.step >= config.train.steps:
+        _say(f"{folder} already finished all {config.train.steps} steps; nothing to resume")
+        print(f"Saved: {point.sampler_path}", flush=True)
+        return None
+    run_folder = RunFolder(folder)
+    run_folder.truncate_after(point.step)
+    return Plan(config, task, point, run_folder)
+
+
+def _check_command(argv: Sequence[str]) -> int:
+    from mathrl.testing import check_adapter
+
+    args = _check_parser().parse_args(argv)
+    task = load_task(args.adapter, source="check-adapter")
+    try:
+        summary = check_adapter(task, learns=args.learns)
+    except AssertionError as exc:
+        header, *violations = str(exc).splitlines()
+        _say(header.rstrip(":"))
+        for line in violations:
+            print(line.removeprefix("- "), flush=True)
+        return EXIT_FAILURE
+    print(f"check-adapter: {summary}", flush=True)
+    return EXIT_OK
+
+
+def _plot_command(argv: Sequence[str]) -> int:
+    args = _plot_parser().parse_args(argv)
+    try:
+        from mathrl.plot import plot_runs
+    except ImportError:
+        raise ConfigError(
+            "plot needs matplotlib (got none installed): pip install 'mathrl[plot]'"
+        ) from None
+    try:
+        records = [read_run(Path(run)) for run in args.runs]
+    except RunFolderError as exc:
+        raise ConfigError(f"plot: {exc}") from None
+    default = Path(args.runs[0]) / "plot.png" if len(args.runs) == 1 else Path("plot.png")
+    out = Path(args.out) if args.out else default
+    if out.suffix.lower() != ".png":
+        raise ConfigError(f"--out must be a .png file (got {shown(str(out))})")
+    try:
+        plot_runs(records, out)
+    except OSError as exc:
+        raise ConfigError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
+    print(out, flush=True)
+    return EXIT_OK
+
+
+def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from mathrl.sampling import sample
+
+    args = _sample_parser().parse_args(argv)
+    count = _problem_count(args.problems)
+    fields = [*SAMPLE_FIELDS, *(["temperature"] if args.temperature is not None else [])]
+    flags = {**_flags(args), "temperature": args.temperature}
+    config = build_config(flags, env, only=fields, backend=args.backend)
+    if args.temperature is None:  # greedy unless asked: MINT_RL_TEMPERATURE is training's
+        config = replace(config, train=replace(config.train, temperature=0.0))
+    task = load_task(config.adapter)
+    return asyncio.run(sample(config, task, env, args.model_path, count, _say))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit code."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    command, rest = (args[0], args[1:]) if args[:1] and not args[0].startswith("-") else ("", args)
     try:
-        env = _environment()
-        if args_list[:1] == ["sample"]:
-            args = _sample_parser().parse_args(args_list[1:])
-            count = _problem_count(args.problems)
-            # Greedy unless --temperature says otherwise: MINT_RL_TEMPERATURE is training's.
-            greedy = args.temperature is None
-            fields = [f for f in SAMPLE_FIELDS if not (greedy and f == "temperature")]
-            config = _config(args, env, only=fields)
-            if greedy:
-                config = replace(config, temperature=0.0)
-            asyncio.run(_sample(config, env, args.model_path, count))
-        else:
-            config = _config(_train_parser().parse_args(args_list), env)
-            asyncio.run(_train(config, env))
+        if command == "check-adapter":
+            return _check_command(rest)
+        if command == "plot":
+            return _plot_command(rest)
+        env = environment()
+        if command == "sample":
+            return _sample_command(rest, env)
+        if command:
+            raise ConfigError(
+                f"the command must be sample, check-adapter or plot, or none to train "
+                f"(got {shown(command)})"
+            )
+        return _train_command(rest, env)
     except ConfigError as exc:
-        _say(f"error: {exc}")
+        _say(f"error: {one_line(str(exc))}")
         return EXIT_USAGE
-    except BackendError as exc:
-        _say(f"error: {exc}")
+    except (BackendError, RunFolderError) as exc:
+        _say(f"error: {one_line(str(exc))}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
-    return EXIT_OK
 
 
 def _problem_count(raw: str) -> int:
     text = raw.strip()
-    value = int(text) if text.isascii() and text.isdigit() else 0
+    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else 0
     if not 1 <= value <= MAX_PROBLEMS:
-        raise ConfigError(f"--problems must be an integer from 1 to {MAX_PROBLEMS} (got {raw!r})")
+        raise ConfigError(
+            f"--problems must be an integer from 1 to {MAX_PROBLEMS} (got {shown(raw)})"
+        )
     return value

@@ -6,7 +6,8 @@ opening a connection under one deadline; turning SDK failures into
 (the SDK retries transient failures itself), GRPO logic, or printing.
 
 Setup is synchronous in the SDK (`ServiceClient()` contacts the server in its
-constructor and retries for minutes), so `open_backend` runs it with
+constructor and retries for minutes), so `open_backend` first takes one quick
+look at the endpoint (`mathrl.probe`), then runs the SDK's set-up with
 `mathrl.deadline.run_in_daemon_thread` and gives up after
 `config.connect_timeout` seconds. Stop sequences are translated by
 `mathrl.hf_tokenizer.stop_sequences`.
@@ -15,17 +16,29 @@ constructor and retries for minutes), so `open_backend` runs it with
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
+
+
+class _NoFrameworkAdvice(logging.Filter):
+    """Drops transformers' "PyTorch was not found" advice: the tokenizer needs no framework."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "PyTorch was not found" not in record.getMessage()
+
+
+# Before mint (and through it transformers) is imported: the advice is logged on import.
+logging.getLogger("transformers").addFilter(_NoFrameworkAdvice())
 
 # Imported for its side effects: it lets MinT's `sk-` keys through tinker's key
 # check. mindlab-toolkit ships no type information (no py.typed), so the typed
 # names come from tinker, which mint re-exports unchanged.
-import mint  # noqa: F401
-import tinker
-from tinker import types
+import mint  # noqa: E402, F401
+import tinker  # noqa: E402
+from tinker import types  # noqa: E402
 
-from mathrl.backend import (
+from mathrl.backend import (  # noqa: E402
     BackendError,
     BackendUnreachable,
     Completion,
@@ -35,10 +48,20 @@ from mathrl.backend import (
     TransientBackendError,
     check_train_step,
 )
-from mathrl.config import DEFAULT_BASE_URL, Config
-from mathrl.deadline import run_in_daemon_thread
-from mathrl.grpo import Datum
-from mathrl.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences
+from mathrl.config import DEFAULT_BASE_URL, Config  # noqa: E402
+from mathrl.deadline import run_in_daemon_thread  # noqa: E402
+from mathrl.grpo import Datum  # noqa: E402
+from mathrl.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences  # noqa: E402
+from mathrl.probe import probe_service, retryable_status  # noqa: E402
+
+Probe = Callable[[str, str, float], None]
+"""Checks the endpoint before set-up: (URL, key, timeout) -> None, or a BackendError."""
+
+
+def sdk_probe(url: str, key: str, timeout: float) -> None:
+    """`probe_service` with the SDK's version, as the SDK itself would send it."""
+    probe_service(url, key, timeout, sdk_version=tinker.__version__)
+
 
 T = TypeVar("T")
 LOSS_FN: types.LossFnType = "importance_sampling"
@@ -66,6 +89,12 @@ class TrainingClientLike(Protocol):
     async def save_weights_for_sampler_async(
         self, name: str
     ) -> Awaitable[types.SaveWeightsForSamplerResponse]: ...
+    async def save_state_async(
+        self, name: str, ttl_seconds: int | None = ..., overwrite: bool = ...
+    ) -> Awaitable[types.SaveWeightsResponse]: ...
+    async def load_state_with_optimizer_async(
+        self, path: str
+    ) -> Awaitable[types.LoadWeightsResponse]: ...
     async def create_sampling_client_async(self, model_path: str) -> SamplingClientLike: ...
 
 
@@ -181,6 +210,27 @@ class MintBackend:
 
         return _Later(path)
 
+    async def submit_save_state(self, name: str) -> Awaitable[str]:
+        with service_errors("calling save_state", self._secret):
+            # overwrite: a retried save (see mathrl.retry) reuses the name it failed with.
+            saving = await self._training.save_state_async(name, overwrite=True)
+
+        async def path() -> str:
+            with service_errors("calling save_state", self._secret):
+                return (await saving).path
+
+        return _Later(path)
+
+    async def submit_load_state(self, path: str) -> Awaitable[None]:
+        with service_errors(f"calling load_state_with_optimizer({path!r})", self._secret):
+            loading = await self._training.load_state_with_optimizer_async(path)
+
+        async def done() -> None:
+            with service_errors(f"calling load_state_with_optimizer({path!r})", self._secret):
+                await loading
+
+        return _Later(done)
+
     async def create_sampler(self, path: str) -> MintSampler:
         with service_errors(f"calling create_sampling_client({path!r})", self._secret):
             client = await self._training.create_sampling_client_async(model_path=path)
@@ -228,7 +278,7 @@ def translate_error(exc: tinker.TinkerError, what: str, secret: str | None) -> B
         )
     retryable = (
         isinstance(exc, tinker.APIConnectionError)
-        or (isinstance(exc, tinker.APIStatusError) and _retryable_status(exc.status_code))
+        or (isinstance(exc, tinker.APIStatusError) and retryable_status(exc.status_code))
         or (
             isinstance(exc, tinker.RequestFailedError)
             and exc.category is not types.RequestErrorCategory.User
@@ -246,32 +296,30 @@ def _one_line(exc: BaseException, secret: str | None) -> str:
     return detail.replace(secret, "***") if secret else detail
 
 
-def _retryable_status(status: int) -> bool:
-    return status in (408, 409, 429) or status >= 500  # the SDK's own retry rule
-
-
 async def open_backend(
     config: Config,
     env: Mapping[str, str],
     *,
     service_client: ServiceClientLike | None = None,
     service_factory: Callable[..., ServiceClientLike] = tinker.ServiceClient,
+    probe: Probe | None = sdk_probe,
 ) -> MintBackend:
     """Connect, create a LoRA training client and load its tokenizer, all by the deadline.
 
-    `service_client` injects a ready client; otherwise `service_factory`
-    (`mint.ServiceClient`) is called with the key and URL from `env`.
+    `service_client` injects a ready client; otherwise `probe` looks at the
+    endpoint, then `service_factory` (`mint.ServiceClient`) is called with the
+    key and URL from `env`.
     """
 
     def build(service: ServiceClientLike, phase: list[str]) -> MintBackend:
         phase.append(f"creating a LoRA training client for {config.base_model}")
         training = service.create_lora_training_client(
-            config.base_model, rank=config.lora_rank, seed=config.seed
+            config.base_model, rank=config.lora_rank, seed=config.train.seed
         )
         phase.append("loading the tokenizer")
         return MintBackend(training, training.get_tokenizer(), env.get("MINT_API_KEY"))
 
-    return await _connect(config, env, build, service_client, service_factory)
+    return await _connect(config, env, build, service_client, service_factory, probe)
 
 
 async def open_sampler(
@@ -281,6 +329,7 @@ async def open_sampler(
     *,
     service_client: ServiceClientLike | None = None,
     service_factory: Callable[..., ServiceClientLike] = tinker.ServiceClient,
+    probe: Probe | None = sdk_probe,
 ) -> tuple[HFTokenizer, MintSampler]:
     """Connect and open a sampler for saved weights, with its tokenizer, by the deadline.
 
@@ -295,7 +344,7 @@ async def open_sampler(
         tokenizer = HFTokenizer(client.get_tokenizer())
         return tokenizer, MintSampler(client, tokenizer, env.get("MINT_API_KEY"))
 
-    return await _connect(config, env, build, service_client, service_factory)
+    return await _connect(config, env, build, service_client, service_factory, probe)
 
 
 async def _connect(
@@ -304,6 +353,7 @@ async def _connect(
     build: Callable[[ServiceClientLike, list[str]], T],
     service_client: ServiceClientLike | None,
     service_factory: Callable[..., ServiceClientLike],
+    probe: Probe | None,
 ) -> T:
     key = env.get("MINT_API_KEY") or ""
     url = env.get("MINT_BASE_URL") or DEFAULT_BASE_URL
@@ -317,6 +367,15 @@ async def _connect(
 
     try:
         service = service_client
+        if service is None and probe is not None:
+            # Its own sockets time out; the thread's deadline only backs them up.
+            look, limit = probe, 4 * config.connect_timeout + 10
+            try:
+                await run_in_daemon_thread(lambda: look(url, key, config.connect_timeout), limit)
+            except TimeoutError:
+                raise BackendUnreachable(
+                    f"could not reach MinT at {url} within {limit:g} s"
+                ) from None
         if service is None:
             try:
                 service = await run_in_daemon_thread(connect, config.connect_timeout)

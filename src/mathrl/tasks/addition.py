@@ -2,10 +2,15 @@
 
 Problem generation, answer parsing and the reward live here as plain functions
 so each can be property-tested on its own. No I/O, no model, no mint.
+
+The 10,000 problems are split once, by a hash of each problem, into a
+training pool and a held-out pool of about a tenth, so no held-out problem is
+ever a training problem, at any seed or step.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -15,7 +20,10 @@ FEWSHOT = "Q: What is 4 + 5?\nA: 9\n\n"
 """The seed demo's one-shot example, prepended to every question."""
 
 OPERAND_MAX = 99
-"""Operands are drawn uniformly from 0..OPERAND_MAX inclusive."""
+"""Operands range over 0..OPERAND_MAX inclusive."""
+
+HELDOUT_EVERY = 10
+"""About one problem in HELDOUT_EVERY is held out (chosen by hash, not by value)."""
 
 _FIRST_INTEGER = re.compile(r"-?\d+")
 _CHUNK = 4000
@@ -41,34 +49,43 @@ class AdditionProblem:
         return self.a + self.b
 
 
+def all_problems() -> Iterator[AdditionProblem]:
+    """Every problem the task has (10,000 of them), held-out ones included."""
+    for a in range(OPERAND_MAX + 1):
+        for b in range(OPERAND_MAX + 1):
+            yield AdditionProblem(a, b)
+
+
+def is_heldout(problem: AdditionProblem) -> bool:
+    """True for the problems kept out of training (a fixed tenth, by hash)."""
+    digest = hashlib.blake2b(f"{problem.a}+{problem.b}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") % HELDOUT_EVERY == 0
+
+
+TRAINING_POOL = tuple(p for p in all_problems() if not is_heldout(p))
+HELDOUT_POOL = tuple(p for p in all_problems() if is_heldout(p))
+
+
 def problem_rng(seed: int, step: int, stream: str = "train") -> random.Random:
     """Return the private RNG for one step of one run.
 
     Seeding `random.Random` with a string hashes it with SHA-512, which is
     stable across processes (unlike `hash()`). `stream` keeps training and
-    held-out problems apart for the same seed.
+    held-out draws apart for the same seed.
     """
     return random.Random(f"mathrl/{stream}/seed={seed}/step={step}")
 
 
 def make_problems(rng: random.Random, size: int) -> list[AdditionProblem]:
-    """Draw `size` problems from `rng`, each operand uniform in 0..99."""
-    return [
-        AdditionProblem(rng.randint(0, OPERAND_MAX), rng.randint(0, OPERAND_MAX))
-        for _ in range(size)
-    ]
+    """Draw `size` training problems from `rng`, uniformly from the training pool."""
+    return [rng.choice(TRAINING_POOL) for _ in range(size)]
 
 
 def heldout_problems(seed: int, size: int) -> list[AdditionProblem]:
-    """Problems for evaluation, from an RNG stream training never draws from."""
-    return make_problems(problem_rng(seed, 0, stream="heldout"), size)
-
-
-def all_problems() -> Iterator[AdditionProblem]:
-    """Every problem the task can generate (10,000 of them)."""
-    for a in range(OPERAND_MAX + 1):
-        for b in range(OPERAND_MAX + 1):
-            yield AdditionProblem(a, b)
+    """`size` held-out problems: a seeded shuffle of the held-out pool, repeated if need be."""
+    pool = list(HELDOUT_POOL)
+    problem_rng(seed, 0, stream="heldout").shuffle(pool)
+    return [pool[i % len(pool)] for i in range(size)]
 
 
 def parse_answer(text: str) -> int | None:
@@ -100,10 +117,19 @@ def reward(completion: str, answer: int) -> float:
 
 
 class MathAdapter:
-    """The seed's `VerifiableMathAdapter`, typed and seeded."""
+    """The seed's `VerifiableMathAdapter`, typed and seeded, with held-out problems."""
+
+    name = "addition"
+    stop = ("\n",)
+    """The answer is one line: " 42" then the newline."""
+    max_tokens = 8
+    """The seed page's MINT_RL_MAX_TOKENS."""
 
     def build_dataset(self, seed: int, step: int, size: int) -> list[AdditionProblem]:
         return make_problems(problem_rng(seed, step), size)
+
+    def heldout_dataset(self, seed: int, size: int) -> list[AdditionProblem]:
+        return heldout_problems(seed, size)
 
     def make_prompt(self, problem: AdditionProblem) -> str:
         return FEWSHOT + problem.question

@@ -8,18 +8,24 @@ import subprocess
 import sys
 
 from hypothesis import given
+from hypothesis import strategies as st
 
 import strategies as st_
-from mathrl.math_task import (
+from mathrl.tasks.addition import (
     FEWSHOT,
+    HELDOUT_POOL,
+    TRAINING_POOL,
     AdditionProblem,
     MathAdapter,
+    all_problems,
     heldout_problems,
+    is_heldout,
     make_problems,
     parse_answer,
     problem_rng,
     reward,
 )
+from mathrl.testing import check_adapter
 
 QUESTION = re.compile(r"Q: What is (\d+) \+ (\d+)\?\nA:")
 
@@ -44,7 +50,7 @@ def test_problems_depend_only_on_seed_and_step(seed: int, step: int) -> None:
 
 def test_problems_are_stable_across_processes() -> None:
     # String seeds go through SHA-512, not hash(), so PYTHONHASHSEED cannot move them.
-    code = "from mathrl.math_task import *; print(make_problems(problem_rng(3, 4), 5))"
+    code = "from mathrl.tasks.addition import *; print(make_problems(problem_rng(3, 4), 5))"
     outputs = {
         subprocess.run(
             [sys.executable, "-c", code],
@@ -58,9 +64,31 @@ def test_problems_are_stable_across_processes() -> None:
     assert outputs == {f"{make_problems(problem_rng(3, 4), 5)}\n"}
 
 
-def test_heldout_problems_come_from_another_stream() -> None:
-    assert heldout_problems(0, 50) != make_problems(problem_rng(0, 0), 50)
-    assert heldout_problems(0, 50) == heldout_problems(0, 50)
+def test_the_problems_split_into_a_training_pool_and_a_held_out_pool() -> None:
+    assert set(TRAINING_POOL) | set(HELDOUT_POOL) == set(all_problems())
+    assert not set(TRAINING_POOL) & set(HELDOUT_POOL)
+    # About a tenth is held out: 10,000 problems, hashed into ten buckets.
+    assert 900 <= len(HELDOUT_POOL) <= 1100
+
+
+@given(st_.seeds, st_.steps)
+def test_training_never_draws_a_held_out_problem(seed: int, step: int) -> None:
+    assert not any(is_heldout(p) for p in MathAdapter().build_dataset(seed, step, 50))
+
+
+@given(st_.seeds, st.integers(1, 3000))
+def test_held_out_problems_are_held_out_and_distinct_until_the_pool_runs_out(
+    seed: int, size: int
+) -> None:
+    problems = heldout_problems(seed, size)
+    assert len(problems) == size
+    assert all(is_heldout(p) for p in problems)
+    assert len(set(problems)) == min(size, len(HELDOUT_POOL))
+    assert MathAdapter().heldout_dataset(seed, size) == problems
+
+
+def test_the_math_adapter_passes_check_adapter() -> None:
+    assert check_adapter(MathAdapter(), learns=True).startswith("task 'addition'")
 
 
 @given(st_.problems)

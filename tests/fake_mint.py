@@ -7,7 +7,8 @@ with `tinker.RequestFailedError` (category "user") when its result is
 awaited, as a real request that fails server-side does. Not for: HTTP, auth
 headers, retries, chunking or telemetry; nor a second model. The model,
 its checkpoints, its latency and training-order model and its call log are
-FakeBackend's (`FakeMintServer.engine`); this module only translates types.
+FakeBackend's (`FakeMintServer.engine`, driven through its public methods);
+this module only translates types.
 
 Differences from the SDK worth knowing: the sampler always stops after EOS
 (as the fake policy does), so a missing EOS stop shows only in
@@ -16,8 +17,7 @@ latency or ordering against async calls in flight; `AdamParams` fields other
 than `learning_rate` are checked for type only (FakeBackend's Adam uses
 tinker's defaults).
 
-Importing this module imports tinker: keep it out of `mathrl_fakes/__init__`,
-so that `--backend fake` never loads the SDK.
+Only the tests use it, so it lives with them, not in the shipped fakes.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from tinker import types
 
 from mathrl.backend import BackendError, SampleParams
 from mathrl.grpo import Datum
-from mathrl_fakes.fake_backend import CallLog, CallRecord, FakeBackend, FakeSampler
-from mathrl_fakes.policy import EOS, VOCAB_SIZE, CharTokenizer, logprob, step_at
+from mathrl_fakes import ByteTokenizer, CallLog, CallRecord, FakeBackend, FakeSampler, Reference
+from mathrl_fakes.policy import EOS, VOCAB_SIZE
 
 T = TypeVar("T")
 EOS_TEXT = "<|endoftext|>"
@@ -51,23 +51,29 @@ HANG_POINTS = ("connect", "create_lora_training_client", "create_sampling_client
 
 
 class FakeHFTokenizer:
-    """The fake's char tokenizer with a Hugging Face face: EOS decodes to `EOS_TEXT`."""
+    """The fake's byte tokenizer with a Hugging Face face: EOS decodes to `EOS_TEXT`."""
 
     eos_token = EOS_TEXT
 
     def __init__(self) -> None:
-        self._chars = CharTokenizer()
+        self._bytes = ByteTokenizer()
 
     @property
     def eos_token_id(self) -> int:
         return EOS
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self._chars.encode(text)  # no BOS, like Qwen's tokenizer
+        return self._bytes.encode(text)  # no BOS, like Qwen's tokenizer
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         eos = "" if skip_special_tokens else EOS_TEXT
-        return "".join(eos if t == EOS else self._chars.decode([t]) for t in token_ids)
+        runs: list[list[int]] = [[]]
+        for t in token_ids:
+            if t == EOS:
+                runs.append([])
+            else:
+                runs[-1].append(t)
+        return eos.join(self._bytes.decode(run) for run in runs)
 
     def __len__(self) -> int:
         return VOCAB_SIZE
@@ -99,7 +105,7 @@ class FakeMintServer:
     """The service's side: one model, its checkpoints, the call log and the knobs.
 
     Args:
-        references: prompt text -> reference completion, as for FakeBackend.
+        references: prompt text -> Reference, as for FakeBackend.
         seed, checkpoint_dir: as for FakeBackend.
         latency: seconds per async call (sample, create_sampling_client and
             the training calls), as FakeBackend's round trip.
@@ -113,7 +119,7 @@ class FakeMintServer:
 
     def __init__(
         self,
-        references: Mapping[str, str],
+        references: Mapping[str, Reference],
         *,
         seed: int = 0,
         checkpoint_dir: Path | None = None,
@@ -126,8 +132,14 @@ class FakeMintServer:
         unknown = set(hang_at) - set(HANG_POINTS)
         if unknown:
             raise ValueError(f"hang_at must name calls in {HANG_POINTS} (got {sorted(unknown)})")
+        # A service samples and trains on any prompt: unknown ones get the uniform policy.
         self.engine = FakeBackend(
-            references, seed=seed, latency=latency, checkpoint_dir=checkpoint_dir
+            references,
+            task_name="addition",
+            seed=seed,
+            latency=latency,
+            checkpoint_dir=checkpoint_dir,
+            unknown_prompts="uniform",
         )
         self.omit_logprobs = omit_logprobs
         self.drop_stop = drop_stop
@@ -137,6 +149,10 @@ class FakeMintServer:
         self.sampling_params: list[types.SamplingParams] = []
         """Every SamplingParams received, in order."""
         self.tokenizer = FakeHFTokenizer()
+        self.states: set[str] = set()
+        """Names save_state has used."""
+        self.files: dict[tuple[str, str], str] = {}
+        """(kind, tinker:// path) -> the engine's checkpoint file."""
 
     @property
     def log(self) -> CallLog:
@@ -164,15 +180,22 @@ class FakeMintServer:
         now = time.monotonic()
         self.log.calls.append(CallRecord(kind, now, now))
 
+    def file_of(self, path: str, kind: str) -> str:
+        """The engine's file behind a `tinker://` path this server handed out."""
+        file = self.files.get((kind, path))
+        if file is None:
+            raise refused(f"no {kind} checkpoint at {path!r}")
+        return file
+
     def load(self, path: str) -> FakeSampler:
         try:
-            return self.engine._load(path)
+            return self.engine.open_sampler(self.file_of(path, "sampler"))
         except BackendError as exc:
             raise refused(str(exc)) from None
 
     async def open_sampler(self, path: str) -> FakeSamplingClient:
         """create_sampling_client_async: one round trip, then a client pinned to `path`."""
-        sampler = await self.engine._call("create_sampling_client", 0, lambda: self.load(path))
+        sampler = await self.engine.call("create_sampling_client", lambda: self.load(path))
         return FakeSamplingClient(self, sampler)
 
     def check_sampling(
@@ -224,8 +247,12 @@ class FakeMintServer:
         if not data:
             raise refused("forward_backward needs at least one datum")
         datums_D = [self._datum(i, d) for i, d in enumerate(data)]
-        loss = self.engine._forward_backward(datums_D)
-        outputs = [{"logprobs": types.TensorData(self._logprobs(d), "float32")} for d in datums_D]
+        model = self.engine.model
+        try:
+            loss = model.forward_backward(datums_D)
+        except BackendError as exc:
+            raise refused(str(exc)) from None
+        outputs = [{"logprobs": types.TensorData(model.logprobs(d), "float32")} for d in datums_D]
         return types.ForwardBackwardOutput("ArrayRecord", outputs, {"loss:sum": loss})
 
     def _datum(self, index: int, datum: types.Datum) -> Datum:
@@ -255,17 +282,6 @@ class FakeMintServer:
             tuple(inputs["advantages"].tolist()),
         )
 
-    def _logprobs(self, datum: Datum) -> list[float]:
-        """The current policy's logprob of each target token (the loss_fn_outputs)."""
-        full = (*datum.model_input, datum.target_tokens[-1])
-        prompt_len, target = self.engine._references.split(full)
-        out = []
-        for i, token in enumerate(datum.target_tokens):
-            completion = full[prompt_len : i + 1] if i + 1 >= prompt_len else None
-            step = step_at(target if completion is not None else None, completion or ())
-            out.append(logprob(self.engine.theta, step, token))
-        return out
-
     def optim_step(self, adam_params: types.AdamParams) -> types.OptimStepResponse:
         if not isinstance(adam_params, types.AdamParams):
             raise refused(f"optim_step takes types.AdamParams (got {adam_params!r})")
@@ -273,20 +289,37 @@ class FakeMintServer:
         if not (math.isfinite(lr) and lr > 0):
             raise refused(f"learning_rate must be finite and > 0 (got {lr})")
         try:
-            self.engine._optim_step(lr)  # refuses a step with no forward_backward before it
+            self.engine.model.optim_step(lr)  # refuses a step with no forward_backward before it
         except BackendError as exc:
             raise refused(str(exc)) from None
         return types.OptimStepResponse(metrics={})
 
     def save(self, name: str) -> types.SaveWeightsForSamplerResponse:
-        if not name or not all(c.isalnum() or c in "-_." for c in name) or name[0] == ".":
-            raise refused(f"checkpoint name must be a plain file name (got {name!r})")
-        return types.SaveWeightsForSamplerResponse(path=self.engine._save(name))
+        _check_name(name)
+        path = f"tinker://fake-run/sampler_weights/{name}"
+        self.files["sampler", path] = self.engine.save(name, "sampler")
+        return types.SaveWeightsForSamplerResponse(path=path)
+
+    def save_state(self, name: str, overwrite: bool) -> types.SaveWeightsResponse:
+        _check_name(name)
+        if name in self.states and not overwrite:
+            raise refused(f"a checkpoint named {name!r} exists; pass overwrite=True to replace it")
+        self.states.add(name)
+        path = f"tinker://fake-run/weights/{name}"
+        self.files["state", path] = self.engine.save(name, "state")
+        return types.SaveWeightsResponse(path=path)
+
+    def load_state(self, path: str) -> types.LoadWeightsResponse:
+        try:
+            self.engine.restore(self.file_of(path, "state"))
+        except BackendError as exc:
+            raise refused(str(exc)) from None
+        return types.LoadWeightsResponse(path=path)
 
     def submit(self, kind: str, size: int, work: Callable[[], T]) -> FakeAPIFuture[T]:
         """A training-side call: done after one round trip, in submission order."""
         result: concurrent.futures.Future[T] = concurrent.futures.Future()
-        task = self.engine._training_call(kind, size, work)
+        task = self.engine.training_call(kind, work, size)
         task.add_done_callback(lambda t: _copy(t, result))
         return FakeAPIFuture(result)
 
@@ -300,6 +333,11 @@ class FakeMintServer:
         except Exception as exc:
             result.set_exception(exc)
         return FakeAPIFuture(result)
+
+
+def _check_name(name: str) -> None:
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name[0] == ".":
+        raise refused(f"checkpoint name must be a plain file name (got {name!r})")
 
 
 def _copy(source: asyncio.Future[T], target: concurrent.futures.Future[T]) -> None:
@@ -400,6 +438,16 @@ class FakeTrainingClient:
         self, name: str, ttl_seconds: int | None = None
     ) -> FakeAPIFuture[types.SaveWeightsForSamplerResponse]:
         return self.server.submit("save_weights_for_sampler", 0, lambda: self.server.save(name))
+
+    async def save_state_async(
+        self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
+    ) -> FakeAPIFuture[types.SaveWeightsResponse]:
+        return self.server.submit("save_state", 0, lambda: self.server.save_state(name, overwrite))
+
+    async def load_state_with_optimizer_async(
+        self, path: str, weights_access_token: str | None = None
+    ) -> FakeAPIFuture[types.LoadWeightsResponse]:
+        return self.server.submit("load_state", 0, lambda: self.server.load_state(path))
 
     async def create_sampling_client_async(self, model_path: str) -> FakeSamplingClient:
         return await self.server.open_sampler(model_path)

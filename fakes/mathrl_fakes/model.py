@@ -1,0 +1,292 @@
+"""FakeModel: the service's side of the fake, with no I/O and no event loop.
+
+It holds the weights, the Adam state and the reference table, and does what
+a training service computes: sample, forward_backward with the
+importance-sampling loss, optim_step with Adam, and state snapshots.
+`FakeBackend` adds latency, ordering, faults and checkpoint files on top of
+it; the tests' fake of the mint SDK drives the same engine through its
+public methods.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from mathrl.adapter import Adapter, Task, as_task
+from mathrl.backend import BackendError, Completion, SampleParams
+from mathrl.config import TrainConfig
+from mathrl.grpo import Datum
+from mathrl_fakes.policy import (
+    POSITIONS,
+    WIDTH,
+    ByteTokenizer,
+    ReferenceTable,
+    Step,
+    Target,
+    draw,
+    logit_of,
+    logprob,
+    make_target,
+    step_at,
+    uniforms,
+)
+
+P = TypeVar("P")
+LOOKAHEAD = 4
+"""How many steps beyond those it knows a run's fake draws references for, on a miss."""
+ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.95, 1e-12
+"""Tinker's `AdamParams` defaults."""
+UnknownPrompts = Literal["error", "uniform"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """What the fake should learn to write after one prompt: `answer`, then `stop`, then EOS."""
+
+    answer: str
+    stop: str = ""
+
+
+def references_for(task: Adapter[P] | Task[P], problems: Sequence[P]) -> dict[str, Reference]:
+    """Prompt text -> Reference, through the task's own methods (never by parsing a prompt)."""
+    resolved = as_task(task)
+    stop = resolved.stop[0] if resolved.stop else ""
+    adapter = resolved.adapter
+    return {
+        adapter.make_prompt(p): Reference(adapter.reference_completion(p), stop) for p in problems
+    }
+
+
+def run_problems(task: Adapter[P] | Task[P], config: TrainConfig) -> list[P]:
+    """Every problem a run draws: each training step's, then its held-out set."""
+    resolved = as_task(task)
+    problems: list[P] = []
+    for step in range(1, config.steps + 1):
+        problems += resolved.adapter.build_dataset(config.seed, step, config.batch)
+    return problems + resolved.heldout(config.seed, config.eval_problems)
+
+
+class StepReferences:
+    """A run's training references, one step at a time, as the run gets there.
+
+    Drawing them all up front would cost steps x batch problems before the
+    first step (a typo in --steps would eat the machine); the loop asks for
+    steps in order, so a few steps ahead is always enough.
+    """
+
+    def __init__(self, task: Adapter[P] | Task[P], config: TrainConfig, first_step: int = 1):
+        self._task = as_task(task)
+        self._config = config
+        self.next_step = first_step
+
+    def __call__(self) -> dict[str, Reference] | None:
+        """The next step's references, or None past the run's last step."""
+        if self.next_step > self._config.steps:
+            return None
+        problems = self._task.adapter.build_dataset(
+            self._config.seed, self.next_step, self._config.batch
+        )
+        self.next_step += 1
+        return references_for(self._task, problems)
+
+
+@dataclass
+class AdamState:
+    """Adam's moment estimates and step count, one entry per parameter."""
+
+    m: list[float] = field(default_factory=lambda: [0.0] * POSITIONS)
+    v: list[float] = field(default_factory=lambda: [0.0] * POSITIONS)
+    t: int = 0
+
+
+class FakeModel:
+    """Weights, optimizer and targets, and the computations a service runs on them.
+
+    Args:
+        references: prompt text -> Reference.
+        unknown_prompts: "error" (the default) raises BackendError for a
+            prompt the table lacks, naming it; "uniform" samples it from the
+            uniform distribution instead.
+        more: called on a miss for more references (up to LOOKAHEAD times),
+            or None when it has no more; see StepReferences.
+    """
+
+    def __init__(
+        self,
+        references: Mapping[str, Reference],
+        unknown_prompts: UnknownPrompts = "error",
+        more: Callable[[], Mapping[str, Reference] | None] | None = None,
+    ) -> None:
+        self.tokenizer = ByteTokenizer()
+        self.unknown_prompts = unknown_prompts
+        self.table = ReferenceTable({})
+        self.learn(references)
+        self._more = more
+        self.theta = [0.0] * POSITIONS
+        self.adam = AdamState()
+        self.pending_grad: list[float] | None = None
+
+    # -- looking up what a prompt should get --------------------------------------
+
+    def learn(self, references: Mapping[str, Reference]) -> None:
+        """Add prompts' targets: the reference, its stop, then EOS."""
+        targets: dict[tuple[int, ...], Target] = {}
+        for prompt, ref in references.items():
+            prompt_T = tuple(self.tokenizer.encode(prompt))
+            answer_T = self.tokenizer.encode(ref.answer)
+            full_T = [*answer_T, *self.tokenizer.encode(ref.stop), self.tokenizer.eos_token_id]
+            targets[prompt_T] = make_target(prompt_T, full_T, len(answer_T))
+        self.table.add(targets)
+
+    def target_of(self, context: Sequence[int], *, exact: bool) -> tuple[int, Target | None]:
+        """(prompt length, target) for a context, refusing unknown prompts unless told not to."""
+        n, target = self.table.split(context)
+        for _ in range(LOOKAHEAD if self._more is not None else 0):
+            if target is not None and (n == len(context) or not exact):
+                break
+            references = self._more() if self._more is not None else None
+            if references is None:
+                break
+            self.learn(references)
+            n, target = self.table.split(context)
+        if target is not None and (n == len(context) or not exact):
+            return n, target
+        if self.unknown_prompts == "uniform":
+            return len(context) if exact else 0, None
+        text = self.tokenizer.decode(context)
+        shown = repr(text) if len(text) <= 80 else f"{text[:77]!r}..."
+        raise BackendError(
+            f"the fake backend has no reference for the prompt {shown} ({len(self.table)} known): "
+            "build it with FakeBackend.for_run(task, config), with first_step=k + 1 to resume "
+            "after step k, or with for_problems(task, problems)"
+        )
+
+    # -- sampling -----------------------------------------------------------------
+
+    def sample(
+        self,
+        theta: Sequence[float],
+        prompt_T: Sequence[int],
+        key: str,
+        num_samples: int,
+        params: SampleParams,
+    ) -> list[Completion]:
+        """`num_samples` completions under `theta`; sample g draws from `uniforms(key/g)`."""
+        _, target = self.target_of(prompt_T, exact=True)
+        stops = [s.encode("utf-8", "surrogatepass") for s in params.stop if s]
+        return [
+            self._complete(theta, target, uniforms(f"{key}/{g}", params.max_tokens), params, stops)
+            for g in range(num_samples)
+        ]
+
+    def _complete(
+        self,
+        theta: Sequence[float],
+        target: Target | None,
+        u_T: list[float],
+        params: SampleParams,
+        stops: list[bytes],
+    ) -> Completion:
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        text = bytearray()
+        eos = self.tokenizer.eos_token_id
+        for u in u_T:
+            token, lp = draw(theta, step_at(target, tokens), u, params.temperature)
+            tokens.append(token)
+            logprobs.append(lp)
+            if token == eos:
+                break
+            text.append(token)
+            if any(text.endswith(s) for s in stops):
+                break
+        return Completion(tuple(tokens), tuple(logprobs))
+
+    # -- training -----------------------------------------------------------------
+
+    def steps_of(self, datum: Datum) -> list[Step]:
+        """The policy's distribution at each position the datum scores."""
+        full = (*datum.model_input, datum.target_tokens[-1])
+        prompt_len, target = self.target_of(full, exact=False)
+        steps = []
+        for i in range(len(datum.target_tokens)):
+            completion = full[prompt_len : i + 1] if i + 1 >= prompt_len else None
+            steps.append(step_at(target if completion is not None else None, completion or ()))
+        return steps
+
+    def logprobs(self, datum: Datum) -> list[float]:
+        """The current policy's logprob of each target token (forward's output)."""
+        return [
+            logprob(self.theta, step, token)
+            for step, token in zip(self.steps_of(datum), datum.target_tokens, strict=True)
+        ]
+
+    def forward_backward(self, datums_D: Sequence[Datum]) -> float:
+        """Importance-sampling loss; its gradient accumulates until optim_step."""
+        grad = list(self.pending_grad or [0.0] * len(self.theta))
+        loss = 0.0
+        for datum in datums_D:
+            for step, token, sampled_lp, adv in zip(
+                self.steps_of(datum),
+                datum.target_tokens,
+                datum.logprobs,
+                datum.advantages,
+                strict=True,
+            ):
+                if adv == 0.0:
+                    continue  # contributes exactly 0 to the loss and its gradient
+                ratio = math.exp(logprob(self.theta, step, token) - sampled_lp)
+                loss -= ratio * adv
+                if step.target is not None:
+                    p = math.exp(logprob(self.theta, step, step.target))
+                    dlogp_dlogit = (1.0 if token == step.target else 0.0) - p
+                    grad[step.position] -= ratio * adv * dlogp_dlogit * WIDTH
+        self.pending_grad = grad
+        return loss
+
+    def optim_step(self, lr: float) -> None:
+        """One Adam step on the accumulated gradient, which it then clears."""
+        grad, self.pending_grad = self.pending_grad, None
+        if grad is None:
+            raise BackendError("optim_step without a preceding forward_backward")
+        adam = self.adam
+        adam.t += 1
+        for j, g in enumerate(grad):
+            adam.m[j] = ADAM_BETA1 * adam.m[j] + (1 - ADAM_BETA1) * g
+            adam.v[j] = ADAM_BETA2 * adam.v[j] + (1 - ADAM_BETA2) * g * g
+            m_hat = adam.m[j] / (1 - ADAM_BETA1**adam.t)
+            v_hat = adam.v[j] / (1 - ADAM_BETA2**adam.t)
+            self.theta[j] -= lr * m_hat / (math.sqrt(v_hat) + ADAM_EPS)
+
+    def target_logits(self, prompt: str) -> list[float]:
+        """The target's current logit at each position of a known prompt (for tests)."""
+        _, target = self.target_of(self.tokenizer.encode(prompt), exact=True)
+        assert target is not None
+        return [
+            logit_of(self.theta, step_at(target, target.tokens[:j]))
+            for j in range(len(target.tokens))
+        ]
+
+    # -- state --------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Weights and optimizer, as JSON-ready data (no pending gradient: a step boundary)."""
+        adam = self.adam
+        return {"theta": list(self.theta), "m": list(adam.m), "v": list(adam.v), "t": adam.t}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore `state()`; any gradient accumulated since is dropped."""
+        self.theta = parse_weights(state["theta"])
+        self.adam = AdamState(parse_weights(state["m"]), parse_weights(state["v"]), int(state["t"]))
+        self.pending_grad = None
+
+
+def parse_weights(values: Any) -> list[float]:
+    """`values` as the fake's parameter vector; ValueError or TypeError if it is not one."""
+    out = [float(x) for x in values]
+    if len(out) != POSITIONS or not all(math.isfinite(x) for x in out):
+        raise ValueError(f"expected {POSITIONS} finite numbers (got {values!r:.80})")
+    return out

@@ -1,0 +1,93 @@
+"""Load a task from a `module:Class` spec, as `--adapter` takes it.
+
+For: the command line, which trains, samples and checks any task by name.
+Not for: checking that the task behaves (`mathrl.testing` does that); this
+only checks that it is shaped like an adapter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mathrl.adapter import AdapterError, Task, as_task
+from mathrl.config import ConfigError, shown
+
+
+def load_task(spec: str, source: str = "--adapter") -> Task[Any]:
+    """Import `module:Name` and resolve it as a task; ConfigError (one line) if it cannot be.
+
+    `module` is a module name importable from the working folder or
+    PYTHONPATH, or a path to a `.py` file. `Name` is a class (instantiated
+    with no arguments), or an adapter instance, or a function returning one.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not (sep and module_name and attr and ":" not in attr):
+        raise ConfigError(f"{source} must be module:Class, e.g. mymod:MyTask (got {shown(spec)})")
+    module = _import(module_name, source)
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(
+                f"{source}: module {module_name!r} has no attribute {attr!r} (got {shown(spec)})"
+            )
+        target = getattr(target, part)
+    try:
+        adapter = target() if callable(target) and not _looks_like_adapter(target) else target
+    except Exception as exc:
+        raise ConfigError(
+            f"{source}: {spec} could not be created ({type(exc).__name__}: {_line(exc)})"
+        ) from None
+    try:
+        return as_task(adapter)
+    except AdapterError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _looks_like_adapter(obj: Any) -> bool:
+    return not isinstance(obj, type) and callable(getattr(obj, "compute_reward", None))
+
+
+def _import(module_name: str, source: str) -> Any:
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.is_file():
+            raise ConfigError(f"{source}: no such file {module_name!r}")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"{source}: cannot import {module_name!r} as Python")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault(path.stem, module)
+        loader = spec.loader
+
+        def run_file() -> Any:
+            loader.exec_module(module)
+            return module
+
+        return _run_import(run_file, module_name, source)
+    if str(Path.cwd()) not in sys.path and "" not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # as `python -m` does: tasks next to you import
+    return _run_import(lambda: importlib.import_module(module_name), module_name, source)
+
+
+def _run_import(load: Callable[[], Any], module_name: str, source: str) -> Any:
+    try:
+        return load()
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"{source}: cannot import module {module_name!r} ({_line(exc)}; "
+            "run from the folder that holds it, or add that folder to PYTHONPATH)"
+        ) from None
+    except Exception as exc:  # the module's own code failed: still one line
+        raise ConfigError(
+            f"{source}: importing {module_name!r} failed ({type(exc).__name__}: {_line(exc)})"
+        ) from None
+
+
+def _line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else f"{text[:157]}..."

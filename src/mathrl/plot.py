@@ -1,0 +1,72 @@
+"""Learning curves of run folders, drawn with matplotlib into a PNG.
+
+For: `python -m mathrl plot RUN_DIR... [--out FILE]`. Needs the optional
+extra (`pip install 'mathrl[plot]'`); importing this module without
+matplotlib raises ImportError, which the CLI turns into the install command.
+Several runs in one call are overlaid, one colour each, to compare them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+
+from mathrl.runlog import RunRecord
+
+
+def label_of(record: RunRecord, several: bool) -> str:
+    """The legend label (several runs) or title (one run): task, base model, seed."""
+    settings = record.config["settings"]
+    text = (
+        f"{record.config.get('task', '?')} on {settings.get('base_model', '?')}, "
+        f"seed {settings.get('seed', '?')} ({settings.get('backend', '?')})"
+    )
+    return f"{record.path.name}: {text}" if several else text
+
+
+def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
+    """Draw training accuracy (held-out greedy accuracy as points) and datums per step."""
+    several = len(records) > 1
+    figure, (accuracy_ax, datums_ax) = plt.subplots(
+        2, 1, figsize=(7.5, 6), sharex=True, height_ratios=(2, 1), layout="constrained"
+    )
+    for i, record in enumerate(records):
+        colour = f"C{i}"
+        steps = [r["step"] for r in record.steps]
+        label = label_of(record, several) if several else "training samples (step's temperature)"
+        accuracy_ax.plot(
+            steps, [100 * r["accuracy"] for r in record.steps], color=colour, label=label
+        )
+        if record.evals:
+            accuracy_ax.plot(
+                [r["step"] for r in record.evals],
+                [100 * r["accuracy"] for r in record.evals],
+                "o",
+                color=colour,
+                markerfacecolor="white" if several else colour,
+                label=f"{record.path.name}: held-out, greedy" if several else "held-out, greedy",
+            )
+        datums_ax.plot(
+            steps, [r["datums"] for r in record.steps], color=colour, drawstyle="steps-mid"
+        )
+    accuracy_ax.set_ylabel("accuracy (%)")
+    accuracy_ax.set_ylim(-2, 102)
+    accuracy_ax.grid(alpha=0.3)
+    accuracy_ax.legend(loc="lower right", fontsize="small")
+    datums_ax.set_ylabel("datums trained on")
+    datums_ax.set_xlabel("step")
+    datums_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    datums_ax.grid(alpha=0.3)
+    title = "mathrl: several runs" if several else f"mathrl: {label_of(records[0], False)}"
+    figure.suptitle(title)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+    return out

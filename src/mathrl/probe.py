@@ -1,0 +1,109 @@
+"""One quick look at the MinT endpoint before the SDK takes over.
+
+For: turning what the SDK would retry silently for minutes (a refused
+connection, an unknown host, an HTTP error status at set-up) into one clear
+line within seconds. It sends the request the SDK sends first,
+`POST <base URL>/api/v1/client/config`, with the key as the SDK sends it, and
+reads only the status. Not for: anything after set-up, or a second client:
+it uses the standard library, and never mint.
+
+A refused connection or a status that may pass (408, 409, 429, 5xx) is asked
+again, `tries` times in all, a second apart, then doubling; a timeout means
+the service accepted the connection and said nothing, which no quick retry
+fixes.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import time
+from urllib.parse import urlsplit
+
+from mathrl.backend import (
+    BackendError,
+    BackendUnreachable,
+    CredentialsRejected,
+    TransientBackendError,
+)
+
+SETUP_PATH = "/api/v1/client/config"
+
+
+def retryable_status(status: int) -> bool:
+    """The SDK's own rule: 408, 409, 429 and 5xx may pass on retry."""
+    return status in (408, 409, 429) or status >= 500
+
+
+def probe_service(
+    url: str, key: str, timeout: float, *, tries: int = 3, sdk_version: str = ""
+) -> None:
+    """Return if `url` answers set-up with 2xx (or 3xx); raise a one-line BackendError if not."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    path = parts.path.rstrip("/") + SETUP_PATH
+    body = json.dumps({"sdk_version": sdk_version}).encode()
+    headers = {"Content-Type": "application/json", "X-API-Key": key}
+    started, pause, problem = time.monotonic(), 1.0, ""
+    for attempt in range(1, tries + 1):
+        connection: http.client.HTTPConnection = (
+            http.client.HTTPSConnection(
+                host, port, timeout=timeout, context=ssl.create_default_context()
+            )
+            if parts.scheme == "https"
+            else http.client.HTTPConnection(host, port, timeout=timeout)
+        )
+        try:
+            connection.request("POST", path, body=body, headers=headers)
+            status = connection.getresponse().status
+        except ConnectionRefusedError:
+            problem = "refused"
+        except socket.gaierror as exc:
+            raise BackendUnreachable(
+                f"could not reach MinT at {url}: its host {host!r} could not be resolved "
+                f"({exc.strerror or exc}); check MINT_BASE_URL and the network"
+            ) from None
+        except TimeoutError:
+            raise BackendUnreachable(
+                f"could not reach MinT at {url} within {timeout:g} s: it never answered "
+                "(MINT_BASE_URL, --connect-timeout)"
+            ) from None
+        except ssl.SSLError as exc:
+            raise BackendError(
+                f"MinT at {url} failed the TLS handshake ({exc.reason or exc})"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            problem = f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no detail'}"
+        else:
+            if status < 400:
+                return
+            if status in (401, 403):
+                raise CredentialsRejected(
+                    f"MinT rejected the API key (MINT_API_KEY): {url} answered HTTP {status} "
+                    "at set-up"
+                )
+            if not retryable_status(status):
+                raise BackendError(
+                    f"MinT at {url} answered HTTP {status} at set-up, which a retry will not "
+                    "change: check MINT_BASE_URL"
+                )
+            problem = f"HTTP {status}"
+        finally:
+            connection.close()
+        if attempt < tries:
+            time.sleep(pause)
+            pause *= 2
+    elapsed = time.monotonic() - started
+    if problem == "refused":
+        raise BackendUnreachable(
+            f"could not reach MinT at {url}: the connection was refused ({tries} tries in "
+            f"{elapsed:.0f} s), so nothing listens there; check MINT_BASE_URL"
+        )
+    if problem.startswith("HTTP "):
+        raise TransientBackendError(
+            f"MinT at {url} answered {problem} at set-up ({tries} tries in {elapsed:.0f} s): "
+            "the service is there but busy or failing, and may succeed on retry later"
+        )
+    raise BackendUnreachable(f"could not reach MinT at {url} ({problem}; {tries} tries)")

@@ -1,0 +1,125 @@
+"""What a run reports, and the Observer that receives it.
+
+The loop does no printing and no file I/O: it hands each finished step,
+evaluation and checkpoint to an `Observer`. The CLI's observers print the
+seed's lines, write the run folder and draw the progress bar; a test can
+subclass `Observer` and keep what it needs. Every method is a no-op here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class StepMetrics:
+    """What one training step did."""
+
+    step: int
+    accuracy: float
+    """The task's `evaluate` over this step's training samples (temperature as configured)."""
+    mean_reward: float
+    datums: int
+    """Completions trained on: the non-empty ones of groups whose rewards differ."""
+    groups: int
+    group_size: int
+    constant_groups: int
+    """Groups dropped because every reward was equal (no learning signal)."""
+    sampled_tokens: int
+    loss: float | None
+    """The importance-sampling loss, or None when nothing was trained."""
+    backend_metrics: Mapping[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    """Wall time since the previous step ended (the step's period)."""
+    sampling_seconds: float = 0.0
+    training_seconds: float = 0.0
+    sampler_path: str = ""
+    """The checkpoint this step's samples were drawn from."""
+
+    @property
+    def groups_kept(self) -> int:
+        return self.groups - self.constant_groups
+
+    @property
+    def mean_completion_tokens(self) -> float:
+        completions = self.groups * self.group_size
+        return self.sampled_tokens / completions if completions else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class EvalMetrics:
+    """One greedy evaluation on the held-out problems (step 0: before training)."""
+
+    step: int
+    accuracy: float
+    correct: int
+    """round(accuracy * problems): the count the accuracy stands for."""
+    problems: int
+    mean_reward: float
+    sampler_path: str
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One completed save: a sampler's weights, or the full training state."""
+
+    step: int
+    """The last step whose update the checkpoint holds (0: before training)."""
+    kind: str
+    """"sampler" (weights to sample from) or "state" (weights and optimizer, to resume)."""
+    path: str
+
+
+class Observer:
+    """Receives a run's events as they happen. Override what you need."""
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        """A step has finished training (or had nothing to train on)."""
+
+    def on_eval(self, metrics: EvalMetrics) -> None:
+        """A held-out evaluation has finished."""
+
+    def on_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """A save has completed and its path is known."""
+
+    def on_phase(self, step: int, phase: str) -> None:
+        """Step `step` entered a phase: "sampling", "training" or "evaluating"."""
+
+    def on_sampled(self, step: int, done: int, total: int) -> None:
+        """`done` of step `step`'s `total` completions have come back."""
+
+    def on_warning(self, message: str) -> None:
+        """Something the user should know that does not stop the run."""
+
+
+class Observers(Observer):
+    """Several observers, each told every event in turn."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self.observers = observers
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        for o in self.observers:
+            o.on_step(metrics)
+
+    def on_eval(self, metrics: EvalMetrics) -> None:
+        for o in self.observers:
+            o.on_eval(metrics)
+
+    def on_checkpoint(self, checkpoint: Checkpoint) -> None:
+        for o in self.observers:
+            o.on_checkpoint(checkpoint)
+
+    def on_phase(self, step: int, phase: str) -> None:
+        for o in self.observers:
+            o.on_phase(step, phase)
+
+    def on_sampled(self, step: int, done: int, total: int) -> None:
+        for o in self.observers:
+            o.on_sampled(step, done, total)
+
+    def on_warning(self, message: str) -> None:
+        for o in self.observers:
+            o.on_warning(message)

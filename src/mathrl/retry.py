@@ -1,0 +1,310 @@
+"""RetryingBackend: a deadline and bounded retries on every call, any backend.
+
+For: wrapping a `Backend` after set-up, so one transient failure does not end
+a long run. Not for: set-up itself (`mathrl.mint_backend` bounds that), or
+errors that retrying cannot fix (`BackendError`, `ValueError`), which pass
+through at once.
+
+Each call has a deadline (`call_timeout`). A transient failure
+(`TransientBackendError`, or a call past its deadline) is retried after an
+exponential backoff with jitter, at most `retries` times; each retry is
+reported through `on_retry` (one line), and the last failure raises
+`RetriesExhausted`.
+
+- Sampling and creating a sampler have no side effects: they are retried
+  as they are, with the same request seed, so the samples are the same.
+- The training side is never applied twice. A failed training call may or
+  may not have taken effect (the service may have applied it and lost the
+  answer), and no service says which. So before retrying one, the wrapper
+  restores the last saved training state (`submit_load_state`) and replays
+  the train steps completed since (their datums are kept until the next
+  state save); then it retries. A failed save or load is retried in place:
+  saving the same weights twice, or loading the same state twice, is
+  harmless. Calls submitted behind a failed one are redone after it.
+
+The caller keeps pipelining: calls are submitted at once and settle in
+submission order, and only a failure costs extra round trips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from mathrl.backend import (
+    Backend,
+    BackendError,
+    Completion,
+    SampleParams,
+    Sampler,
+    Tokenizer,
+    TrainResult,
+    TransientBackendError,
+)
+from mathrl.grpo import Datum
+
+T = TypeVar("T")
+
+
+class RetriesExhausted(BackendError):
+    """A call kept failing transiently after every retry. The message has the last error."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long one call may take and how often a failed one is retried."""
+
+    retries: int = 3
+    call_timeout: float = 600.0
+    delay: float = 1.0
+    """Seconds before the first retry; it doubles for each one after (with jitter)."""
+    max_delay: float = 120.0
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        """The pause before retry number `attempt` (1, 2, ...): half fixed, half jitter."""
+        ceiling = min(self.max_delay, self.delay * 2.0 ** (attempt - 1))
+        return ceiling / 2 + rng.uniform(0, ceiling / 2)
+
+
+class Retrier:
+    """Deadlines, backoff and the retry budget of one policy; reports each retry."""
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        on_retry: Callable[[str], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.policy = policy
+        self.on_retry = on_retry or (lambda line: None)
+        self._rng = rng or random.Random()
+
+    async def retried(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """`attempt()` under the deadline, retried in place on transient failures."""
+        failures = 0
+        while True:
+            try:
+                return await self.deadline(attempt())
+            except (TransientBackendError, TimeoutError) as exc:
+                failures += 1
+                await self.pause(what, failures, exc)
+
+    async def deadline(self, awaitable: Awaitable[T]) -> T:
+        """`awaitable`'s result, or TimeoutError after `call_timeout` seconds."""
+        # Shielded: a call past its deadline is abandoned, not cancelled, since
+        # cancelling cannot reach a request the service already has.
+        future = asyncio.ensure_future(awaitable)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.policy.call_timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            self.drain(future)
+            raise
+
+    async def pause(self, what: str, failures: int, exc: BaseException) -> None:
+        """Report failure number `failures` and back off; raise once the budget is spent."""
+        detail = (
+            f"no answer within {self.policy.call_timeout:g} s (--call-timeout)"
+            if isinstance(exc, TimeoutError)
+            else " ".join(str(exc).split()) or type(exc).__name__
+        )
+        retries = self.policy.retries
+        if failures > retries:
+            raise RetriesExhausted(
+                f"{what} failed {failures} times in a row ({retries} retries, --retries): {detail}"
+            ) from None
+        delay = self.policy.backoff(failures, self._rng)
+        self.on_retry(f"retry {failures} of {retries} of {what} in {delay:.1f} s: {detail}")
+        await asyncio.sleep(delay)
+
+    def drain(self, awaitable: Awaitable[Any]) -> None:
+        """Let an abandoned call finish on its own, its outcome ignored."""
+        _observed(awaitable)
+
+
+class RetryingSampler:
+    """A sampler whose requests have a deadline and retries (same request, same seed)."""
+
+    def __init__(self, inner: Sampler, retrier: Retrier) -> None:
+        self._inner = inner
+        self._retrier = retrier
+
+    async def sample(
+        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
+    ) -> list[Completion]:
+        return await self._retrier.retried(
+            "sample", lambda: self._inner.sample(prompt_T, num_samples, params)
+        )
+
+
+@dataclass
+class _Op:
+    """One training-side call: how to submit it, and what became of it."""
+
+    kind: str
+    submit: Callable[[], Awaitable[Awaitable[Any]]]
+    changes_state: bool
+    epoch: int = 0
+    restores: str = ""
+    """For load_state: the path of the state it loads."""
+    first: Awaitable[Any] | None = None
+    error: BaseException | None = None
+
+
+class RetryingBackend:
+    """`Backend` with deadlines and retries around `inner` (see the module docstring)."""
+
+    def __init__(
+        self,
+        inner: Backend,
+        policy: RetryPolicy,
+        on_retry: Callable[[str], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.inner = inner
+        self.retrier = Retrier(policy, on_retry, rng)
+        self._epoch = 0
+        self._tail: asyncio.Future[Any] | None = None
+        self._last_state: str | None = None
+        self._since: list[_Op] = []
+        self._queued_changes = 0
+        self._open: set[asyncio.Future[Any]] = set()
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.inner.tokenizer
+
+    async def create_sampler(self, path: str) -> Sampler:
+        inner = await self.retrier.retried(
+            "create_sampler", lambda: self.inner.create_sampler(path)
+        )
+        return RetryingSampler(inner, self.retrier)
+
+    # -- the training side ------------------------------------------------------
+
+    async def submit_train_step(
+        self, datums_D: Sequence[Datum], learning_rate: float
+    ) -> Awaitable[TrainResult]:
+        datums = list(datums_D)
+        submit = lambda: self.inner.submit_train_step(datums, learning_rate)  # noqa: E731
+        return await self._submit(_Op("forward_backward/optim_step", submit, changes_state=True))
+
+    async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
+        submit = lambda: self.inner.submit_save_for_sampler(name)  # noqa: E731
+        return await self._submit(_Op("save_weights_for_sampler", submit, changes_state=False))
+
+    async def submit_save_state(self, name: str) -> Awaitable[str]:
+        return await self._submit(
+            _Op("save_state", lambda: self.inner.submit_save_state(name), changes_state=False)
+        )
+
+    async def submit_load_state(self, path: str) -> Awaitable[None]:
+        submit = lambda: self.inner.submit_load_state(path)  # noqa: E731
+        return await self._submit(_Op("load_state", submit, changes_state=True, restores=path))
+
+    async def _submit(self, op: _Op) -> Awaitable[Any]:
+        op.epoch = self._epoch
+        try:
+            op.first = _observed(await self.retrier.deadline(op.submit()))
+        except (TransientBackendError, TimeoutError) as exc:
+            op.error = exc  # settled (retried) in order, below
+        self._queued_changes += op.changes_state
+        settled = _observed(self._settle(op, self._tail))
+        self._tail = settled
+        self._open.add(settled)
+        settled.add_done_callback(self._open.discard)
+        return settled
+
+    async def close(self) -> None:
+        """Stop settling calls nobody will wait for (a run that ended early).
+
+        It returns once they have stopped. The calls themselves may still
+        finish on the service; their outcome is ignored.
+        """
+        for settling in list(self._open):
+            settling.cancel()
+        await asyncio.gather(*self._open, return_exceptions=True)
+
+    async def _settle(self, op: _Op, previous: asyncio.Future[Any] | None) -> Any:
+        if previous is not None:
+            await asyncio.wait({previous})  # in order; its outcome is its caller's business
+        self._queued_changes -= op.changes_state
+        if op.epoch != self._epoch:  # the state was restored after it was sent: send it again
+            if op.first is not None:
+                self.retrier.drain(op.first)
+            op.first, op.error = None, None
+        try:
+            if op.error is not None:
+                raise op.error
+            pending = op.first if op.first is not None else await self.retrier.deadline(op.submit())
+            result = await self.retrier.deadline(pending)
+        except (TransientBackendError, TimeoutError) as exc:
+            result = await self._recover(op, exc)
+        self._done(op, result)
+        return result
+
+    def _done(self, op: _Op, result: Any) -> None:
+        if op.kind == "save_state":
+            self._last_state, self._since = result, []
+        elif op.kind == "load_state":
+            self._last_state, self._since = op.restores, []
+        elif op.changes_state:
+            self._since.append(op)
+
+    async def _recover(self, op: _Op, exc: BaseException) -> Any:
+        """Retry `op`, restoring the last saved state first if anything may have changed it.
+
+        Each call of the recovery (every replayed step, and `op` itself) has its
+        own budget of retries: a failure anywhere restores the state again and
+        replays from the start, but only the call that failed spends a retry.
+        """
+        failures: Counter[int] = Counter()
+        position, what = len(self._since), op.kind
+        while True:
+            failures[position] += 1
+            await self.retrier.pause(what, failures[position], exc)
+            try:
+                if op.kind == "load_state":
+                    self._epoch += 1  # whatever it replaced is gone either way
+                elif op.changes_state or self._queued_changes:
+                    await self._restore(op)
+                    for index, past in enumerate(list(self._since)):
+                        position = index  # a failure here spends this replay's retries
+                        what = f"{past.kind} (replaying a step since the last saved state)"
+                        await self._attempt(past)
+                position, what = len(self._since), op.kind
+                return await self._attempt(op)
+            except (TransientBackendError, TimeoutError) as again:
+                exc = again
+
+    async def _restore(self, failed: _Op) -> None:
+        """Load the last saved state; the caller replays the train steps completed since."""
+        if self._last_state is None:
+            raise BackendError(
+                f"cannot retry {failed.kind} without applying it twice: no training state "
+                "was saved before it (save one with submit_save_state first)"
+            )
+        self._epoch += 1
+        state = self._last_state
+        await self.retrier.retried("load_state", lambda: _call(self.inner.submit_load_state(state)))
+
+    async def _attempt(self, op: _Op) -> Any:
+        return await self.retrier.deadline(await self.retrier.deadline(op.submit()))
+
+
+def _observed(awaitable: Awaitable[T]) -> asyncio.Future[T]:
+    """`awaitable` as a future whose failure counts as seen, even by a caller that stops early.
+
+    Whoever awaits it still gets the exception; asyncio just will not also log it
+    as never retrieved when a run ends before every call has been waited for.
+    """
+    future = asyncio.ensure_future(awaitable)
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future
+
+
+async def _call(submitted: Awaitable[Awaitable[T]]) -> T:
+    return await (await submitted)

@@ -1,0 +1,224 @@
+"""The run folder: what a training run leaves behind, and how it is read back.
+
+For: the command line's record of each run (written as the run goes, so a
+crash loses nothing already reported), `--resume`, and `plot`. Not for: the
+weights themselves, which the backend stores (the records hold their paths).
+
+A run folder holds:
+
+- `config.json`: every setting, the task, the backend, the mathrl version.
+  Never the API key (no setting holds it).
+- `metrics.jsonl`: one JSON object per line: one per training step, and one
+  per held-out evaluation (marked `"eval": true`), each written and flushed
+  as it ends.
+- `checkpoints.jsonl`: one record per completed save: step, kind
+  ("sampler" or "state") and path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from mathrl.config import Config, ConfigError, TrainConfig
+from mathrl.loop import Resume
+from mathrl.report import Checkpoint, EvalMetrics, Observer, StepMetrics
+
+CONFIG, METRICS, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints.jsonl"
+
+
+class RunFolderError(Exception):
+    """The run folder cannot be written or read. The message names the path."""
+
+
+def step_record(m: StepMetrics) -> dict[str, Any]:
+    """The metrics.jsonl record of one step (see the README for each field)."""
+    return {
+        "step": m.step,
+        "accuracy": m.accuracy,
+        "mean_reward": m.mean_reward,
+        "datums": m.datums,
+        "groups": m.groups,
+        "groups_kept": m.groups_kept,
+        "groups_dropped": m.constant_groups,
+        "sampled_tokens": m.sampled_tokens,
+        "mean_completion_tokens": m.mean_completion_tokens,
+        "loss": m.loss,
+        "backend_metrics": dict(m.backend_metrics),
+        "seconds": m.seconds,
+        "sampling_seconds": m.sampling_seconds,
+        "training_seconds": m.training_seconds,
+        "sampler_path": m.sampler_path,
+    }
+
+
+def eval_record(m: EvalMetrics) -> dict[str, Any]:
+    """The metrics.jsonl record of one held-out evaluation."""
+    return {"eval": True, **asdict(m)}
+
+
+class RunFolder(Observer):
+    """An open run folder: records each step, evaluation and save as it happens."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, config: Config, task_name: str, fingerprint: str, version: str) -> RunFolder:
+        """Make the folder (`config.log_dir`, or a new one under `runs/`) and write config.json."""
+        now = datetime.now(UTC)
+        if config.log_dir is not None:
+            path = Path(config.log_dir)
+            if (path / METRICS).exists() or (path / CONFIG).exists():
+                raise ConfigError(
+                    f"--log-dir {path} already holds a run; choose another folder, or continue "
+                    f"that run with `python -m mathrl --resume {path}`"
+                )
+        else:
+            path = _fresh(Path("runs") / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"the run folder {path} cannot be created ({exc.strerror or exc}); "
+                "choose another with --log-dir or MINT_RL_LOG_DIR"
+            ) from None
+        folder = cls(path)
+        settings = {
+            **asdict(config.train),
+            **{k: v for k, v in asdict(config).items() if k != "train"},
+        }
+        folder.write_config(
+            {
+                "mathrl_version": version,
+                "task": task_name,
+                "fingerprint": fingerprint,
+                "created": now.isoformat(timespec="seconds"),
+                "settings": settings,
+            }
+        )
+        return folder
+
+    def write_config(self, record: Mapping[str, Any]) -> None:
+        with self._writing(CONFIG, "w") as f:
+            json.dump(record, f, indent=2)
+            f.write("\n")
+
+    def append(self, name: str, record: Mapping[str, Any]) -> None:
+        with self._writing(name, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    @contextmanager
+    def _writing(self, name: str, mode: str) -> Iterator[IO[str]]:
+        target = self.path / name
+        try:
+            with target.open(mode, encoding="utf-8") as f:
+                yield f
+        except OSError as exc:
+            raise RunFolderError(f"cannot write {target} ({exc.strerror or exc})") from None
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        self.append(METRICS, step_record(metrics))
+
+    def on_eval(self, metrics: EvalMetrics) -> None:
+        self.append(METRICS, eval_record(metrics))
+
+    def on_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.append(CHECKPOINTS, asdict(checkpoint))
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past `step`, which a resumed run is about to redo."""
+        for name in (METRICS, CHECKPOINTS):
+            kept = [r for r in read_jsonl(self.path / name) if r["step"] <= step]
+            with self._writing(name + ".tmp", "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in kept)
+            (self.path / (name + ".tmp")).replace(self.path / name)
+
+
+def _fresh(path: Path) -> Path:
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run folder, read back."""
+
+    path: Path
+    config: dict[str, Any]
+    steps: list[dict[str, Any]]
+    evals: list[dict[str, Any]]
+    checkpoints: list[dict[str, Any]]
+
+    def train_config(self) -> TrainConfig:
+        """The recorded training settings."""
+        fields = TrainConfig.__dataclass_fields__
+        return TrainConfig(**{k: v for k, v in self.config["settings"].items() if k in fields})
+
+    def resume_point(self) -> Resume:
+        """The last complete state record, and the samplers a resumed run needs."""
+        states = [c for c in self.checkpoints if c["kind"] == "state"]
+        if not states:
+            raise RunFolderError(f"{self.path / CHECKPOINTS} records no saved training state")
+        step = states[-1]["step"]
+        samplers = [c for c in self.checkpoints if c["kind"] == "sampler"]
+        at = [c["path"] for c in samplers if c["step"] <= step]
+        before = [c["path"] for c in samplers if c["step"] <= step - 1] or at[:1]
+        if not at:
+            raise RunFolderError(f"{self.path / CHECKPOINTS} records no sampler checkpoint")
+        return Resume(step, states[-1]["path"], at[-1], before[-1])
+
+
+def read_run(path: Path) -> RunRecord:
+    """Read a run folder; RunFolderError (naming the file) if it is not one."""
+    try:
+        config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunFolderError(f"{path} is not a run folder ({exc.strerror}: {CONFIG})") from None
+    except ValueError:
+        raise RunFolderError(f"{path / CONFIG} is not JSON") from None
+    if not isinstance(config, dict) or not isinstance(config.get("settings"), dict):
+        raise RunFolderError(f"{path / CONFIG} is not a mathrl run's config")
+    metrics = read_jsonl(path / METRICS)
+    return RunRecord(
+        path,
+        config,
+        [r for r in metrics if not r.get("eval")],
+        [r for r in metrics if r.get("eval")],
+        read_jsonl(path / CHECKPOINTS),
+    )
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a .jsonl file; a torn last line (a crash mid-write) is skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunFolderError(f"cannot read {path} ({exc})") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if number == len(lines):  # no newline after it: the write never finished
+                continue
+            raise RunFolderError(f"{path} line {number} is not JSON") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise RunFolderError(f"{path} line {number} is not a mathrl record")
+        records.append(record)
+    return records

@@ -1,0 +1,103 @@
+"""`python -m mathrl sample`: a task's held-out problems, answered by saved weights.
+
+For: looking at what a checkpoint does, greedily by default, on problems
+training never drew. It refuses weights trained for another task, wherever
+the checkpoint's name or file says which task that was.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from mathrl.adapter import Task
+from mathrl.backend import BackendError, Sampler, Tokenizer
+from mathrl.config import Config, ConfigError, api_key, base_url, shown
+from mathrl.loop import task_of_checkpoint
+from mathrl.retry import Retrier, RetryingSampler
+from mathrl.rollout import evaluate
+from mathrl.session import model_line, retry_policy
+
+
+async def sample(
+    config: Config,
+    task: Task[Any],
+    env: Mapping[str, str],
+    model_path: str,
+    count: int,
+    say: Callable[[str], None],
+) -> int:
+    """Print one line per held-out problem and the accuracy; return the exit code."""
+    if not model_path.strip():
+        raise ConfigError("--model-path must be the path a run printed as `Saved:` (got '')")
+    _same_task(task, task_of_checkpoint(model_path), model_path)
+    problems = task.heldout(config.train.seed, count)
+    tokenizer: Tokenizer
+    sampler: Sampler
+    if config.backend == "fake":
+        tokenizer, sampler = await _fake_sampler(config, task, problems, model_path)
+    else:
+        api_key(env)
+        base_url(env)
+        if not model_path.startswith("tinker://"):
+            raise ConfigError(
+                f"--model-path must be a tinker:// path a run printed as `Saved:` "
+                f"(got {shown(model_path, 200)})"
+            )
+        from mathrl.mint_backend import open_sampler
+
+        tokenizer, sampler = await open_sampler(config, env, model_path)
+        sampler = RetryingSampler(sampler, Retrier(retry_policy(config), say))
+    print(model_line(config, tokenizer.vocab_size), flush=True)
+    result = await evaluate(
+        tokenizer, sampler, task, config.train, problems, greedy=config.train.temperature == 0
+    )
+    for line in _lines(task, problems, result.texts_P, result.rewards_P):
+        print(line)
+    correct = round(result.accuracy * count)
+    print(f"Accuracy: {result.accuracy:.1%} ({correct}/{count})", flush=True)
+    return 0
+
+
+async def _fake_sampler(
+    config: Config, task: Task[Any], problems: Sequence[Any], path: str
+) -> tuple[Tokenizer, Sampler]:
+    from mathrl_fakes import FakeBackend
+
+    backend = FakeBackend.for_problems(task, problems, seed=config.train.seed)
+    try:
+        if os.path.isdir(path):
+            raise BackendError(f"{path!r} is a folder")
+        _same_task(task, backend.read(path, "sampler").get("task"), path)
+        sampler = await backend.create_sampler(path)
+    except BackendError as exc:
+        raise ConfigError(
+            f"--model-path must be a fake sampler checkpoint a run printed as `Saved:` ({exc})"
+        ) from None
+    return backend.tokenizer, sampler
+
+
+def _same_task(task: Task[Any], trained: object, path: str) -> None:
+    if isinstance(trained, str) and trained != task.name:
+        raise ConfigError(
+            f"--model-path {shown(path, 60)} holds weights trained on task {trained!r}, "
+            f"not on task {task.name!r} (--adapter {task.identity}): pass the matching --adapter"
+        )
+
+
+def _lines(
+    task: Task[Any], problems: Sequence[Any], texts: Sequence[str], rewards: Sequence[float]
+) -> list[str]:
+    """One line a problem: the question (what differs between prompts), answer, verdict."""
+    prompts = [task.adapter.make_prompt(p) for p in problems]
+    # The lines every prompt shares (a few-shot header, say) are left out.
+    common = os.path.commonprefix(prompts) if len(prompts) > 1 else ""  # noqa: RUF071
+    common = common[: common.rfind("\n") + 1]  # whole lines only: keep "Q: What is 1..." whole
+    lines = []
+    for prompt, text, reward in zip(prompts, texts, rewards, strict=True):
+        question = " ".join(prompt[len(common) :].split()) or " ".join(prompt.split())
+        question = question if len(question) <= 60 else f"{question[:57]}..."
+        verdict = "correct" if task.adapter.evaluate([reward]) == 1.0 else "wrong"
+        lines.append(f"{question} -> {text!r}: {verdict} (reward {reward:g})")
+    return lines

@@ -1,0 +1,213 @@
+"""One training run from the command line: backend, run folder, output lines, signals.
+
+For: `python -m mathrl` and `python -m mathrl --resume RUN_DIR`. It opens the
+backend (with retries and deadlines around it), writes the run folder,
+prints the seed's lines on stdout, draws progress on stderr, and turns
+Ctrl-C, SIGTERM, a closed stdout or a failed service into a clean stop with a
+resumable state. Not for: parsing flags (`mathrl.cli`) or the GRPO step
+(`mathrl.loop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mathrl.adapter import Task
+from mathrl.backend import Backend, BackendError
+from mathrl.config import Config
+from mathrl.loop import Resume, RunResult, run_fingerprint, run_grpo_async
+from mathrl.progress import ProgressBar
+from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, StepMetrics
+from mathrl.retry import RetryingBackend, RetryPolicy
+from mathrl.runlog import RunFolder
+
+EXIT_OK, EXIT_FAILURE = 0, 1
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+EXIT_STDOUT_CLOSED = 141
+"""128 + SIGPIPE, as a shell reports a pipeline cut short."""
+
+
+class Stdout:
+    """stdout for the seed's lines; once the reader goes away, it stops the run quietly."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.on_close: Callable[[], None] = lambda: None
+
+    def line(self, text: str) -> None:
+        if self.closed:
+            return
+        try:
+            print(text, flush=True)
+        except BrokenPipeError:
+            self.closed = True
+            # Point fd 1 at /dev/null, so the interpreter's final flush is quiet too.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            self.on_close()
+
+
+class SeedLines(Observer):
+    """The seed demo's stdout lines, eval lines, and advice on stderr."""
+
+    def __init__(self, out: Stdout, say: Callable[[str], None]) -> None:
+        self.out, self.say = out, say
+
+    def on_step(self, m: StepMetrics) -> None:
+        self.out.line(f"Step {m.step}: accuracy={m.accuracy:.1%}, datums={m.datums}")
+        if m.datums == 0 and m.accuracy == 1.0:
+            self.say(
+                f"step {m.step}: every completion was right, so there was nothing left to learn."
+            )
+        elif m.datums == 0:
+            self.say(
+                f"step {m.step}: all {m.groups} groups had equal rewards, so nothing was trained. "
+                "Sample more varied groups: raise MINT_RL_GROUP or MINT_RL_BATCH, "
+                "raise MINT_RL_TEMPERATURE, or raise MINT_RL_MAX_TOKENS."
+            )
+
+    def on_eval(self, m: EvalMetrics) -> None:
+        self.out.line(f"Eval step {m.step}: accuracy={m.accuracy:.1%} ({m.correct}/{m.problems})")
+
+    def on_warning(self, message: str) -> None:
+        self.say(message)
+
+
+class Latest(Observer):
+    """The newest checkpoints, so a failed run can still say what it left behind."""
+
+    def __init__(self) -> None:
+        self.sampler = ""
+        self.state_step = -1
+
+    def on_checkpoint(self, checkpoint: Checkpoint) -> None:
+        if checkpoint.kind == "sampler":
+            self.sampler = checkpoint.path
+        else:
+            self.state_step = checkpoint.step
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to run: the settings, the task, and where to continue from (if resuming)."""
+
+    config: Config
+    task: Task[Any]
+    resume: Resume | None = None
+    folder: RunFolder | None = None
+
+
+def retry_policy(config: Config) -> RetryPolicy:
+    return RetryPolicy(config.retries, config.call_timeout, config.retry_delay)
+
+
+async def open_backend(
+    plan: Plan, env: Mapping[str, str], say: Callable[[str], None]
+) -> RetryingBackend:
+    """The run's backend, fake or MinT, wrapped in deadlines and retries."""
+    config = plan.config
+    inner: Backend
+    if config.backend == "fake":
+        from mathrl_fakes import FakeBackend
+
+        inner = FakeBackend.for_run(
+            plan.task,
+            config.train,
+            first_step=plan.resume.step + 1 if plan.resume else 1,
+            latency=config.fake_latency,
+            fault_rate=config.fake_fault_rate,
+        )
+    else:
+        from mathrl.mint_backend import open_backend as open_mint
+
+        inner = await open_mint(config, env)
+    return RetryingBackend(inner, retry_policy(config), say)
+
+
+def model_line(config: Config, vocab_size: int) -> str:
+    suffix = ", Backend: fake" if config.backend == "fake" else ""
+    return f"Model: {config.base_model}, Vocab: {vocab_size:,}{suffix}"
+
+
+def resume_command(folder: Path) -> str:
+    return f"python -m mathrl --resume {shlex.quote(str(folder))}"
+
+
+async def train(
+    plan: Plan, env: Mapping[str, str], version: str, say: Callable[[str], None]
+) -> int:
+    """Run (or resume) one training run; return the process exit code."""
+    config, task = plan.config, plan.task
+    out = Stdout()
+    stop = asyncio.Event()
+    received: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if received:  # the second one: abort at once
+            say("aborted")
+            os._exit(EXIT_SIGNAL[signal.SIGINT])
+        received.append(signum)
+        say("stopping after the current step (Ctrl-C again to abort)")
+        stop.set()
+
+    for signum in EXIT_SIGNAL:
+        loop.add_signal_handler(signum, on_signal, signum)
+    out.on_close = stop.set
+    first = plan.resume.step if plan.resume else 0
+    per_step = config.train.batch * config.train.group
+    try:
+        with ProgressBar(config.train.steps, first, per_step) as progress:
+            speak = (lambda m: progress.say(f"mathrl: {m}")) if progress.active else say
+            backend = await open_backend(plan, env, speak)
+            # Only now: a run that cannot start leaves no folder behind.
+            folder = plan.folder or RunFolder.create(
+                config, task.name, run_fingerprint(task, config.train), version
+            )
+            speak(f"run folder: {folder.path} (task {task.name})")
+            out.line(model_line(config, backend.tokenizer.vocab_size))
+            latest = Latest()
+            observer = Observers(folder, latest, SeedLines(out, speak), progress)
+            try:
+                result = await run_grpo_async(
+                    backend, task, config.train, observer, resume=plan.resume, stop=stop
+                )
+            except BackendError as exc:
+                return _failed(exc, latest, folder.path, out, speak)
+            finally:
+                await backend.close()
+    finally:
+        for signum in EXIT_SIGNAL:
+            loop.remove_signal_handler(signum)
+    return _finished(result, folder.path, out, received, say)
+
+
+def _failed(
+    exc: BackendError, latest: Latest, folder: Path, out: Stdout, say: Callable[[str], None]
+) -> int:
+    say(f"error: {exc}")
+    if latest.sampler:
+        out.line(f"Saved: {latest.sampler}")
+    if latest.state_step >= 0:
+        resume = resume_command(folder)
+        say(f"the last saved state is step {latest.state_step}; resume with: {resume}")
+    return EXIT_FAILURE
+
+
+def _finished(
+    result: RunResult, folder: Path, out: Stdout, received: list[int], say: Callable[[str], None]
+) -> int:
+    out.line(f"Saved: {result.saved_path}")
+    if not result.stopped:
+        return EXIT_OK
+    say(f"stopped after step {result.last_step}; resume with: {resume_command(folder)}")
+    if received:
+        return EXIT_SIGNAL[signal.Signals(received[0])]
+    return EXIT_STDOUT_CLOSED

@@ -1,0 +1,172 @@
+"""Write a small Python function: the second built-in task, of another shape.
+
+The model completes a prompt that opens a code block with the body of a
+function `f`, then closes the block. The reward is the share of hidden tests
+`f` passes (partial credit): the completion runs in `mathrl.sandbox`, a
+separate, locked-down Python process, never in the trainer, and only the
+function's return values come back; the expected ones never leave this
+process. (The seed's version of this task ran model output with `exec`
+inside the trainer.)
+
+Completions are multi-line, so the task stops at the closing fence instead
+of a newline, and has a larger token budget. Problems come from a few
+families of one-line functions; a fixed tenth of them, by hash, is held out.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from mathrl.sandbox import JsonValue, Limits, call_function
+
+FENCE = "```"
+LIMITS = Limits(cpu_seconds=2, wall_seconds=5.0)
+INTS: tuple[JsonValue, ...] = (0, 1, 2, -3, 7, 10, 25, -11)
+LISTS: tuple[JsonValue, ...] = ([], [1], [1, 2, 3], [-5, 5, 9], [10, 20, 30, 40], [7, -7, 100])
+TEXTS: tuple[JsonValue, ...] = (
+    "",
+    "banana",
+    "the quick brown fox jumps over the lazy dog",
+    "zzz yyy xxx",
+    "Mississippi",
+)
+
+
+def _int(x: JsonValue) -> int:
+    assert isinstance(x, int)
+    return x
+
+
+def _ints(xs: JsonValue) -> list[int]:
+    assert isinstance(xs, list)
+    return [_int(x) for x in xs]
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A kind of function: its argument and test inputs, its wording, its body, its truth."""
+
+    argument: str
+    inputs: tuple[JsonValue, ...]
+    describe: Callable[[int], str]
+    body: Callable[[int], str]
+    truth: Callable[[int, JsonValue], JsonValue]
+    params: range
+
+
+# Each family's parameter p: "linear" reads it as two digits, "count" as a letter.
+FAMILIES: dict[str, Family] = {
+    "linear": Family(
+        "x", INTS, lambda p: f"{p // 10} * x + {p % 10}", lambda p: f"{p // 10} * x + {p % 10}",
+        lambda p, x: p // 10 * _int(x) + p % 10, range(20, 100),
+    ),
+    "mod": Family(
+        "x", INTS, lambda p: f"x modulo {p}", lambda p: f"x % {p}",
+        lambda p, x: _int(x) % p, range(2, 22),
+    ),
+    "square": Family(
+        "x", INTS, lambda p: f"x squared plus {p}", lambda p: f"x * x + {p}",
+        lambda p, x: _int(x) ** 2 + p, range(20),
+    ),
+    "sum": Family(
+        "xs", LISTS, lambda p: f"the sum of the list xs plus {p}", lambda p: f"sum(xs) + {p}",
+        lambda p, xs: sum(_ints(xs)) + p, range(1, 41),
+    ),
+    "count": Family(
+        "s", TEXTS, lambda p: f"how many times {chr(p)!r} occurs in the string s",
+        lambda p: f"s.count({chr(p)!r})", lambda p, s: str(s).count(chr(p)),
+        range(ord("a"), ord("z") + 1),
+    ),
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class CodeProblem:
+    """One function to write: a family and its parameter."""
+
+    family: str
+    param: int
+
+    @property
+    def spec(self) -> Family:
+        return FAMILIES[self.family]
+
+    def reference(self) -> str:
+        return f"def f({self.spec.argument}):\n    return {self.spec.body(self.param)}\n"
+
+    def expected(self) -> list[JsonValue]:
+        return [self.spec.truth(self.param, x) for x in self.spec.inputs]
+
+
+def _heldout(problem: CodeProblem) -> bool:
+    digest = hashlib.blake2b(f"{problem.family}/{problem.param}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") % 10 == 0
+
+
+ALL = tuple(CodeProblem(name, p) for name, family in FAMILIES.items() for p in family.params)
+TRAINING_POOL = tuple(p for p in ALL if not _heldout(p))
+HELDOUT_POOL = tuple(p for p in ALL if _heldout(p))
+EXAMPLE = CodeProblem("linear", 31)
+
+PROMPT = """Complete the Python function `f` in the code block, then close the block.
+
+Task: return {describe}.
+```python
+{example}```
+
+Task: return {task}.
+```python
+"""
+
+
+@functools.lru_cache(maxsize=8192)
+def score(code: str, problem: CodeProblem) -> float:
+    """The share of `problem`'s hidden tests that `code`'s `f` passes, run in the sandbox."""
+    outcome = call_function(code, "f", [[x] for x in problem.spec.inputs], LIMITS)
+    expected = problem.expected()
+    passed = sum(
+        1
+        for got, want in zip(outcome.results, expected, strict=True)
+        if got == want and type(got) is type(want)
+    )
+    return passed / len(expected)
+
+
+class CodeAdapter:
+    """Write `f` for a small spec; the reward is the share of hidden tests it passes."""
+
+    name = "code"
+    stop = (FENCE,)
+    """The closing fence ends the completion; the code itself spans several lines."""
+    max_tokens = 64
+
+    def build_dataset(self, seed: int, step: int, size: int) -> list[CodeProblem]:
+        rng = random.Random(f"mathrl/code/seed={seed}/step={step}")
+        return [rng.choice(TRAINING_POOL) for _ in range(size)]
+
+    def heldout_dataset(self, seed: int, size: int) -> list[CodeProblem]:
+        pool = list(HELDOUT_POOL)
+        random.Random(f"mathrl/code/heldout/seed={seed}").shuffle(pool)
+        return [pool[i % len(pool)] for i in range(size)]
+
+    def make_prompt(self, problem: CodeProblem) -> str:
+        return PROMPT.format(
+            describe=EXAMPLE.spec.describe(EXAMPLE.param),
+            example=EXAMPLE.reference(),
+            task=problem.spec.describe(problem.param),
+        )
+
+    def compute_reward(self, completion: str, problem: CodeProblem) -> float:
+        code = completion.split(FENCE, 1)[0]  # the stop, and anything after it, is not code
+        return score(code, problem) if code.strip() else 0.0
+
+    def reference_completion(self, problem: CodeProblem) -> str:
+        return problem.reference()
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        """The share of completions that pass every test."""
+        return sum(1 for r in rewards if r == 1.0) / len(rewards) if rewards else 0.0

@@ -1,0 +1,315 @@
+"""The Adapter contract: defaults, `check_adapter`, and tasks loaded by `--adapter`.
+
+The tasks of the `*_TASK` strings are written to a file outside the repo, as
+a task author would, and run through the real command line.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli_process import run_cli
+from mathrl.adapter import DEFAULT_MAX_TOKENS, DEFAULT_STOP, AdapterError, as_task
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl.testing import check_adapter
+
+STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)")
+
+SUBTRACTION_TASK = '''
+import random, re
+
+class Subtraction:
+    """a - b with answers from -99 to 99: only the five required methods."""
+
+    def build_dataset(self, seed, step, size):
+        rng = random.Random(f"subtraction/{seed}/{step}")
+        return [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(size)]
+
+    def make_prompt(self, problem):
+        return f"Q: What is 9 - 12?\\nA: -3\\n\\nQ: What is {problem[0]} - {problem[1]}?\\nA:"
+
+    def compute_reward(self, completion, problem):
+        match = re.search(r"-?[0-9]+", completion)
+        return 1.0 if match and int(match.group()) == problem[0] - problem[1] else 0.0
+
+    def reference_completion(self, problem):
+        return f" {problem[0] - problem[1]}"
+
+    def evaluate(self, rewards):
+        return sum(r > 0 for r in rewards) / len(rewards) if rewards else 0.0
+'''
+
+COUNT_LETTERS_TASK = '''
+import random
+
+WORDS = ["strawberry", "raspberry", "crème brûlée", "straße", "über", "naïveté", "mirror",
+         "résumé", "ärger", "error", "terror", "carrier", "rr", "arrière", "horreur"]
+
+class CountLetters:
+    """How many r's in a word? Prompts are not ASCII: curly quotes, accents."""
+
+    name = "count-r"
+
+    def build_dataset(self, seed, step, size):
+        rng = random.Random(f"count-r/{seed}/{step}")
+        return [rng.choice(WORDS) for _ in range(size)]
+
+    def make_prompt(self, word):
+        return f"Combien de \u2019r\u2019 dans \u00ab {word} \u00bb ? R\u00e9ponse :"
+
+    def compute_reward(self, completion, word):
+        return 1.0 if completion.strip() == str(word.count("r")) else 0.0
+
+    def reference_completion(self, word):
+        return f" {word.count('r')}"
+
+    def evaluate(self, rewards):
+        return sum(rewards) / len(rewards) if rewards else 0.0
+'''
+
+BROKEN = {
+    "raises on empty": (
+        "def compute_reward(self, completion, problem):\n"
+        "        if not completion:\n"
+        "            raise ValueError('empty')\n"
+        "        return super().compute_reward(completion, problem)\n",
+        r"^compute_reward\(the empty string, .*\) raised ValueError: empty$",
+    ),
+    "global random": (
+        "def build_dataset(self, seed, step, size):\n"
+        "        import random\n"
+        "        return [AdditionProblem(random.randint(0, 99), 1) for _ in range(size)]\n",
+        r"^build_dataset\(seed=0, step=1, size=8\) depends on or advances the global random",
+    ),
+    "nan": (
+        "def compute_reward(self, completion, problem):\n        return float('nan')\n",
+        r"^compute_reward\(the reference completion, .*\) returned nan: a reward must be a "
+        r"finite float$",
+    ),
+    "reference not best": (
+        "def reference_completion(self, problem):\n        return f' {problem.answer + 1}'\n",
+        r"^the reference completion earns 0\.0, which evaluate\(\[0\.0\] \* 4\) scores 0\.0, "
+        r"not 1\.0: reference_completion must",
+    ),
+    "always one": (
+        "def compute_reward(self, completion, problem):\n        return 1.0\n",
+        r"^compute_reward gave every wrong completion tried .* the reference's reward 1\.0 "
+        r"on .*: it cannot tell right from wrong$",
+    ),
+}
+
+
+def write_task(folder: Path, module: str, source: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{module}.py").write_text(source)
+
+
+def broken_source(body: str) -> str:
+    return (
+        "from mathrl.tasks.addition import AdditionProblem, MathAdapter\n\n"
+        "class Broken(MathAdapter):\n"
+        "    name = 'broken'\n\n"
+        f"    {body}"
+    )
+
+
+# -- defaults and shape ------------------------------------------------------------
+
+
+class FiveMethods:
+    """Only the required methods: every optional member takes its default."""
+
+    def build_dataset(self, seed: int, step: int, size: int) -> list[int]:
+        rng = random.Random(f"five/{seed}/{step}")
+        return [rng.randint(0, 1_000_000) for _ in range(size)]
+
+    def make_prompt(self, problem: int) -> str:
+        return f"{problem}?"
+
+    def compute_reward(self, completion: str, problem: int) -> float:
+        return float(completion.strip() == str(problem))
+
+    def reference_completion(self, problem: int) -> str:
+        return f" {problem}"
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+def test_an_adapter_with_only_the_five_methods_gets_documented_defaults() -> None:
+    task = as_task(FiveMethods())
+    assert (task.name, task.stop, task.max_tokens) == (
+        "FiveMethods",
+        DEFAULT_STOP,
+        DEFAULT_MAX_TOKENS,
+    )
+    assert task.identity == f"{__name__}:FiveMethods"
+    # The default held-out set is build_dataset's step 0, which training never draws.
+    assert task.heldout(3, 5) == FiveMethods().build_dataset(3, 0, 5)
+    assert check_adapter(FiveMethods(), learns=True).startswith("task 'FiveMethods'")
+
+
+def test_the_math_task_declares_its_own_choices() -> None:
+    task = as_task(MathAdapter())
+    assert (task.name, task.stop, task.max_tokens) == ("addition", ("\n",), 8)
+    assert task.heldout(0, 3) == MathAdapter().heldout_dataset(0, 3)
+    assert as_task(task) is task
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value", "message"),
+    [
+        ("name", "has space", r"\.name must be 1 to 64 characters .* \(got 'has space'\)"),
+        ("name", "x" * 65, r"\.name must be 1 to 64 characters"),
+        ("stop", "\n", r"\.stop must be a tuple of non-empty strings.* \(got '\\n'\)"),
+        ("stop", ("",), r"\.stop must be a tuple of non-empty strings"),
+        ("max_tokens", 0, r"\.max_tokens must be an integer >= 1 \(got 0\)"),
+        ("max_tokens", True, r"\.max_tokens must be an integer >= 1 \(got True\)"),
+        ("heldout_dataset", 5, r"\.heldout_dataset must be a method"),
+    ],
+)
+def test_malformed_optional_members_are_named(attribute: str, value: Any, message: str) -> None:
+    adapter = FiveMethods()
+    setattr(adapter, attribute, value)
+    with pytest.raises(AdapterError, match=message):
+        as_task(adapter)
+
+
+def test_something_that_is_not_an_adapter_is_named() -> None:
+    with pytest.raises(
+        AdapterError, match=r"^str is not an adapter: it has no build_dataset, make_prompt, "
+    ):
+        as_task("nope")  # type: ignore[arg-type]
+
+
+# -- check_adapter ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("defect", BROKEN)
+def test_check_adapter_names_the_method_that_breaks_the_contract(
+    tmp_path: Path, defect: str
+) -> None:
+    body, expected = BROKEN[defect]
+    write_task(tmp_path, "broken", broken_source(body))
+    done = run_cli(tmp_path, "check-adapter", "broken:Broken")
+    assert done.returncode == 1, done.stdout
+    assert done.stderr.startswith("mathrl: ")
+    assert "violation" in done.stderr
+    assert any(re.search(expected, line) for line in done.stdout.splitlines()), done.stdout
+
+
+def test_check_adapter_lists_every_violation_in_one_error() -> None:
+    class TwoDefects(MathAdapter):
+        def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+            return math.nan if completion else 1.0
+
+        def evaluate(self, rewards: Sequence[float]) -> float:
+            return 2.0
+
+    with pytest.raises(AssertionError) as excinfo:
+        check_adapter(TwoDefects())
+    lines = str(excinfo.value).splitlines()
+    assert re.fullmatch(
+        r"\d+ violations of the Adapter contract by task 'addition' \(.*\):", lines[0]
+    )
+    assert any("returned nan" in line for line in lines)
+    assert any("an accuracy must be a number in [0, 1]" in line for line in lines)
+    assert all(line.startswith("- ") for line in lines[1:])
+
+
+def test_check_adapter_passes_the_built_in_tasks_from_the_command_line(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "check-adapter", "mathrl.tasks.addition:MathAdapter")
+    assert done.returncode == 0, done.stdout
+    task = r"task 'addition' \(mathrl\.tasks\.addition:MathAdapter\)"
+    assert re.fullmatch(rf"check-adapter: {task} passed \d+ checks\n", done.stdout)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nomodule:Task", "--adapter: cannot import module 'nomodule' (No module named 'nomodule'"),
+        ("mathrl.tasks.addition:Nothing",
+         "--adapter: module 'mathrl.tasks.addition' has no attribute 'Nothing'"),
+        ("mathrl.tasks.addition:FEWSHOT", "--adapter: str is not an adapter"),
+        ("noclass", "--adapter must be module:Class, e.g. mymod:MyTask (got 'noclass')"),
+        ("a:b:c", "--adapter must be module:Class, e.g. mymod:MyTask (got 'a:b:c')"),
+        ("exploding:Task",
+         "--adapter: importing 'exploding' failed (ZeroDivisionError: division by zero)"),
+        ("missing.py:Task", "--adapter: no such file 'missing.py'"),
+    ],
+)  # fmt: skip
+def test_an_adapter_that_cannot_be_loaded_exits_2_with_one_line(
+    tmp_path: Path, spec: str, message: str
+) -> None:
+    write_task(tmp_path, "exploding", "1 / 0\n")
+    done = run_cli(tmp_path, "--backend", "fake", "--adapter", spec)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"mathrl: error: {message}")
+
+
+# -- new tasks through the command line ------------------------------------------------
+
+
+def accuracies(stdout: str) -> list[float]:
+    return [float(m[2]) for m in map(STEP_LINE.fullmatch, stdout.splitlines()) if m]
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "spec"),
+    [
+        ("subtraction", SUBTRACTION_TASK, "subtraction:Subtraction"),
+        ("letters", COUNT_LETTERS_TASK, "letters:CountLetters"),
+        ("letters_file", COUNT_LETTERS_TASK, "tasks/letters_file.py:CountLetters"),
+    ],
+)
+def test_a_task_from_a_file_outside_the_repo_trains_on_the_fake_and_learns(
+    tmp_path: Path, module: str, source: str, spec: str
+) -> None:
+    write_task(tmp_path / ("tasks" if "/" in spec else ""), module, source)
+    done = run_cli(tmp_path, "--backend", "fake", "--adapter", spec, "--steps", "20")
+    assert done.returncode == 0, done.stderr
+    accuracy = accuracies(done.stdout)
+    assert len(accuracy) == 20
+    assert statistics.mean(accuracy[15:]) >= statistics.mean(accuracy[:5]) + 20
+    assert "Traceback" not in done.stderr
+
+
+def test_two_tasks_at_the_same_settings_never_share_a_checkpoint(tmp_path: Path) -> None:
+    write_task(tmp_path, "subtraction", SUBTRACTION_TASK)
+    runs = [
+        run_cli(tmp_path, "--backend", "fake", "--steps", "1", *extra)
+        for extra in ((), ("--adapter", "subtraction:Subtraction"))
+    ]
+    saved = [r.stdout.splitlines()[-1] for r in runs]
+    assert saved[0] != saved[1]
+    assert "addition-seed0-" in saved[0]
+    assert "Subtraction-seed0-" in saved[1]
+
+
+def test_sample_refuses_weights_trained_for_another_task(tmp_path: Path) -> None:
+    write_task(tmp_path, "subtraction", SUBTRACTION_TASK)
+    train = run_cli(
+        tmp_path, "--backend", "fake", "--steps", "1", "--adapter", "subtraction:Subtraction"
+    )
+    saved = train.stdout.splitlines()[-1].removeprefix("Saved: ")
+    done = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", saved)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert "trained on task 'Subtraction', not on task 'addition'" in line
+    ok = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", saved,
+                 "--adapter", "subtraction:Subtraction", "--problems", "3")  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    # A MinT path says which task it holds in its name; no key is needed to refuse it.
+    mint = run_cli(tmp_path, "sample", "--model-path",
+                   "tinker://run/sampler_weights/code-seed0-0123abcd-step0000005")  # fmt: skip
+    assert mint.returncode == 2
+    assert "trained on task 'code', not on task 'addition'" in mint.stderr

@@ -1,0 +1,206 @@
+"""The command line's less travelled paths: failures mid-run, warnings, odd inputs, MinT."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mathrl.cli
+import mathrl.mint_backend
+from cli_process import run_cli
+from conftest import math_references
+from fake_mint import FakeMintServer
+from mathrl.cli import main
+from mathrl.progress import ProgressBar
+from mathrl.report import StepMetrics
+from mathrl.runlog import read_run
+
+KEY = "sk-test-SECRET123"
+OVERLAPPING_TASK = '''
+class Overlapping:
+    """Twelve problems: the default held-out set repeats training ones."""
+
+    def build_dataset(self, seed, step, size):
+        return [(seed + step * 5 + i) % 12 for i in range(size)]
+
+    def make_prompt(self, problem):
+        return f"{problem} + 1 ="
+
+    def compute_reward(self, completion, problem):
+        return float(completion.strip() == str(problem + 1))
+
+    def reference_completion(self, problem):
+        return f" {problem + 1}"
+
+    def evaluate(self, rewards):
+        return sum(rewards) / len(rewards) if rewards else 0.0
+'''
+
+
+def test_a_service_that_fails_mid_run_leaves_a_run_that_resumes_to_the_same_end(
+    tmp_path: Path,
+) -> None:
+    whole = run_cli(tmp_path, "--backend", "fake", "--steps", "8")
+    # No retries, and a quarter of the calls fail: the run ends early, at this seed after
+    # a few steps, with its last saved state recorded.
+    failed = run_cli(tmp_path, "--backend", "fake", "--steps", "8", "--fake-fault-rate", "0.25",
+                     "--retries", "0", "--log-dir", "X", "--save-every", "1")  # fmt: skip
+    assert failed.returncode == 1
+    lines = failed.stderr.splitlines()
+    assert lines[-2].startswith("mathrl: error: ")
+    match = re.fullmatch(
+        r"mathrl: the last saved state is step (\d+); resume with: python -m mathrl --resume X",
+        lines[-1],
+    )
+    assert match, failed.stderr
+    assert failed.stdout.splitlines()[-1].startswith("Saved: ")
+    resumed = run_cli(tmp_path, "--resume", "X")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.splitlines()[1].startswith(f"Step {int(match[1]) + 1}:")
+    assert resumed.stdout.splitlines()[-1] == whole.stdout.splitlines()[-1]
+    assert [r["step"] for r in read_run(tmp_path / "X").steps] == list(range(1, 9))
+
+
+def test_a_held_out_overlap_is_a_warning_on_stderr(tmp_path: Path) -> None:
+    (tmp_path / "overlap.py").write_text(OVERLAPPING_TASK)
+    done = run_cli(tmp_path, "--backend", "fake", "--adapter", "overlap:Overlapping", "--steps",
+                   "2", "--batch", "4", "--eval-every", "2", "--eval-problems", "6")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        "3 of 6 held-out problems of task 'Overlapping' are also training problems" in done.stderr
+    )
+    assert "Eval step 2: accuracy=" in done.stdout
+    assert re.search(r"Eval step 0: accuracy=\d+\.\d% \(\d/3\)", done.stdout)
+
+
+def test_resume_refuses_a_run_whose_task_was_renamed(tmp_path: Path) -> None:
+    (tmp_path / "overlap.py").write_text(OVERLAPPING_TASK)
+    run_cli(tmp_path, "--backend", "fake", "--adapter", "overlap:Overlapping", "--steps", "2",
+            "--log-dir", "X")  # fmt: skip
+    (tmp_path / "overlap.py").write_text(
+        OVERLAPPING_TASK.replace('"""Twelve', 'name = "renamed"\n    """Twelve')
+    )
+    done = run_cli(tmp_path, "--resume", "X")
+    assert done.returncode == 2
+    assert (
+        "overlap:Overlapping is now task 'renamed', but the run trained task 'Overlapping'"
+        in done.stderr
+    )
+    config = json.loads((tmp_path / "X" / "config.json").read_text())
+    del config["settings"]["lora_rank"]
+    (tmp_path / "X" / "config.json").write_text(json.dumps(config))
+    done = run_cli(tmp_path, "--resume", "X")
+    assert (done.returncode, "lacks a setting ('lora_rank')" in done.stderr) == (2, True)
+
+
+def test_an_unreadable_dotenv_and_an_interrupt_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    def unreadable(path: Path) -> dict[str, str]:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(mathrl.cli, "dotenv_values", unreadable)
+    assert main(["--backend", "fake"]) == 2
+    assert capsys.readouterr().err == (
+        f"mathrl: error: .env must be a readable file (got Permission denied: {tmp_path}/.env)\n"
+    )
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(*args: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mathrl.cli, "_train_command", interrupted)
+    assert main([]) == 130
+    assert capsys.readouterr().err == "mathrl: interrupted\n"
+
+
+def test_plot_reports_an_output_it_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["--backend", "fake", "--steps", "2", "--log-dir", "X"]) == 0
+    (tmp_path / "file").write_text("")
+    assert main(["plot", "X", "--out", "file/plot.png"]) == 2
+    assert "--out: cannot write file/plot.png" in capsys.readouterr().err
+
+
+def test_an_adapter_that_cannot_be_built_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "needy.py").write_text(
+        "class Needy:\n    def __init__(self, size):\n        pass\n"
+    )
+    assert main(["check-adapter", "needy:Needy"]) == 2
+    assert "check-adapter: needy:Needy could not be created (TypeError:" in capsys.readouterr().err
+
+
+def test_sample_over_mint_refuses_a_path_that_is_not_mints(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "sample", "--model-path", "/tmp/x.json", MINT_API_KEY=KEY)
+    assert done.returncode == 2
+    assert (
+        "--model-path must be a tinker:// path a run printed as `Saved:` (got '/tmp/x.json')"
+        in done.stderr
+    )
+
+
+def test_sample_over_mint_answers_held_out_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = FakeMintServer(math_references(), checkpoint_dir=tmp_path)
+    training = server.connect().create_lora_training_client("fake/base")
+    path = training.save_weights_for_sampler("w").result().path
+    real_open = mathrl.mint_backend.open_sampler
+
+    async def open_on_the_fake(config: Any, env: Any, model_path: str) -> Any:
+        return await real_open(config, env, model_path, service_client=server.connect())
+
+    monkeypatch.setattr(mathrl.mint_backend, "open_sampler", open_on_the_fake)
+    monkeypatch.setenv("MINT_API_KEY", KEY)
+    monkeypatch.chdir(tmp_path)
+    assert main(["sample", "--model-path", path, "--problems", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "Model: Qwen/Qwen3-0.6B, Vocab: 257"
+    assert len(lines) == 1 + 4 + 1
+    assert lines[-1].startswith("Accuracy: ")
+
+
+def test_the_progress_bar_prints_lines_above_itself(tmp_path: Path) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
+    with ProgressBar(3, 0, 8, stream) as bar:
+        assert bar.active
+        bar.on_phase(1, "sampling")
+        bar.on_sampled(1, 4, 8)
+        bar.say("mathrl: a line for the user")
+        bar.on_step(StepMetrics(1, 0.5, 0.5, 4, 2, 4, 1, 10, 0.1))
+    assert "mathrl: a line for the user" in stream.getvalue()
+
+
+def test_closing_a_retrying_backend_stops_calls_nobody_waits_for(tmp_path: Path) -> None:
+    from mathrl.retry import RetryingBackend, RetryPolicy
+    from mathrl_fakes import FakeBackend
+
+    async def go() -> None:
+        backend = RetryingBackend(
+            FakeBackend(math_references(), checkpoint_dir=tmp_path, latency=60.0),
+            RetryPolicy(retries=0, call_timeout=120.0),
+        )
+        pending = await backend.submit_save_for_sampler("never-waited-for")
+        await backend.close()
+        assert asyncio.ensure_future(pending).cancelled()
+
+    asyncio.run(go())

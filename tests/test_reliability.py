@@ -1,0 +1,241 @@
+"""Long runs: faults, resume, signals, a closed stdout, bad folders; no traceback anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_process import run_cli, user_env
+from mathrl.config import TrainConfig
+from mathrl.loop import RunResult, run_grpo_async
+from mathrl.report import Checkpoint, Observer, StepMetrics
+from mathrl.runlog import RunFolder, read_run
+from mathrl.tasks.addition import MathAdapter
+from mathrl_fakes import FakeBackend
+
+# -- faults -----------------------------------------------------------------------------
+
+
+def test_a_run_with_a_fifth_of_its_calls_failing_prints_what_a_clean_run_prints(
+    tmp_path: Path,
+) -> None:
+    args = ("--backend", "fake", "--steps", "20", "--retry-delay", "0")
+    clean = run_cli(tmp_path, *args, "--seed", "1")
+    faulty = run_cli(tmp_path, *args, "--seed", "1", "--fake-fault-rate", "0.2")
+    assert faulty.returncode == 0, faulty.stderr
+    assert faulty.stdout == clean.stdout
+    retries = [line for line in faulty.stderr.splitlines() if " retry " in line]
+    assert len(retries) > 20
+    assert any("forward_backward/optim_step" in line for line in retries)
+    # At seed 0 one sample request happens to fail four times in a row: more retries carry it.
+    clean0 = run_cli(tmp_path, *args)
+    faulty0 = run_cli(tmp_path, *args, "--fake-fault-rate", "0.2", "--retries", "8")
+    assert (faulty0.returncode, faulty0.stdout) == (0, clean0.stdout)
+
+
+def test_a_run_whose_every_call_fails_ends_after_the_retries(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--backend", "fake", "--fake-fault-rate", "1", "--retry-delay", "0.01")
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    retried = [line.split(" in ")[0] for line in lines if " retry " in line]
+    for n in (1, 2, 3):  # the state is saved at the same time, and retried too
+        assert f"mathrl: retry {n} of 3 of save_weights_for_sampler" in retried
+    assert lines[-1] == (
+        "mathrl: error: save_weights_for_sampler failed 4 times in a row (3 retries, --retries): "
+        "save_weights_for_sampler: injected transient failure"
+    )
+    assert "Traceback" not in done.stderr
+
+
+# -- stopping and resuming through the API -----------------------------------------------
+
+
+class StopAfter(Observer):
+    """Asks the run to stop after `step`, and records its checkpoints in `folder`."""
+
+    def __init__(self, step: int, stop: asyncio.Event, folder: RunFolder) -> None:
+        self.step, self.stop, self.folder = step, stop, folder
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        if metrics.step == self.step:
+            self.stop.set()
+
+    def on_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.folder.on_checkpoint(checkpoint)
+
+
+def shown(result: RunResult) -> list[tuple[int, float, int, float | None]]:
+    return [(m.step, m.accuracy, m.datums, m.loss) for m in result.steps]
+
+
+@pytest.mark.parametrize(("off_policy", "stop_after"), [(0, 5), (0, 7), (1, 7)])
+def test_a_stopped_run_resumes_exactly_where_it_stopped(
+    tmp_path: Path, off_policy: int, stop_after: int
+) -> None:
+    config = TrainConfig(steps=12, max_steps_off_policy=off_policy, save_every=5)
+
+    def backend(name: str, first_step: int = 1) -> FakeBackend:
+        return FakeBackend.for_run(
+            MathAdapter(), config, first_step, checkpoint_dir=tmp_path / name
+        )
+
+    async def whole() -> RunResult:
+        return await run_grpo_async(backend("whole"), MathAdapter(), config)
+
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    folder.write_config({"settings": {}})
+
+    async def first_part() -> RunResult:
+        stop = asyncio.Event()
+        observer = StopAfter(stop_after, stop, folder)
+        return await run_grpo_async(backend("split"), MathAdapter(), config, observer, stop=stop)
+
+    uninterrupted = asyncio.run(whole())
+    stopped = asyncio.run(first_part())
+    assert (stopped.stopped, stopped.last_step) == (True, stop_after)
+    point = read_run(folder.path).resume_point()
+    assert point.step == stop_after  # between saves (7), the state was saved on the way out
+
+    async def rest() -> RunResult:
+        resumed = backend("split", first_step=point.step + 1)
+        return await run_grpo_async(resumed, MathAdapter(), config, resume=point)
+
+    resumed = asyncio.run(rest())
+    assert [m.step for m in resumed.steps] == list(range(stop_after + 1, 13))
+    assert shown(stopped) + shown(resumed) == shown(uninterrupted)
+    assert Path(resumed.saved_path).name == Path(uninterrupted.saved_path).name
+
+
+# -- stopping and resuming from the command line --------------------------------------------
+
+
+def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mathrl", *args],
+        cwd=tmp_path,
+        env=user_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_until(child: subprocess.Popen[str], prefix: str) -> list[str]:
+    assert child.stdout is not None
+    lines: list[str] = []
+    while True:
+        line = child.stdout.readline()
+        assert line, f"ended before {prefix!r}: {lines}"
+        lines.append(line.rstrip("\n"))
+        if line.startswith(prefix):
+            return lines
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_the_run_cleanly_and_it_resumes_as_if_never_stopped(
+    tmp_path: Path, signum: int, code: int
+) -> None:
+    args = ("--backend", "fake", "--steps", "12")
+    whole = run_cli(tmp_path, *args)
+    with start(tmp_path, *args, "--log-dir", "X", "--fake-latency", "0.2") as child:
+        lines = read_until(child, "Step 5:")
+        child.send_signal(signum)
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == code, err
+    lines += out.splitlines()
+    assert lines[-1].startswith("Saved: ")
+    assert "Traceback" not in err
+    assert err.splitlines()[-1].endswith("resume with: python -m mathrl --resume X")
+    stopped_at = int(lines[-2].split(":")[0].removeprefix("Step "))
+    assert stopped_at in (5, 6)  # step 6 finishes if its training was already on its way
+
+    resumed = run_cli(tmp_path, "--resume", "X")
+    assert resumed.returncode == 0, resumed.stderr
+    again = resumed.stdout.splitlines()
+    expected = whole.stdout.splitlines()
+    assert again[0] == expected[0]  # the Model line
+    assert lines[1:-1] + again[1:] == expected[1:]
+    assert again[1].startswith(f"Step {stopped_at + 1}:")
+    # The run folder holds each step once, as if it had never stopped.
+    steps = [r["step"] for r in read_run(tmp_path / "X").steps]
+    assert steps == list(range(1, 13))
+
+
+def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
+    with start(tmp_path, "--backend", "fake", "--steps", "50", "--fake-latency", "1") as child:
+        read_until(child, "Model:")
+        child.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        started = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    assert child.returncode == 130
+    assert time.monotonic() - started < 0.9  # before the step in flight (1 s a call) could end
+    assert err.splitlines()[-1] == "mathrl: aborted"
+
+
+def test_resume_refuses_what_would_change_training(tmp_path: Path) -> None:
+    run_cli(tmp_path, "--backend", "fake", "--steps", "3", "--log-dir", "X")
+    for args, message in [
+        (("--steps", "30"), "--steps cannot be given with --resume: it would change training"),
+        (("--backend", "fake"), "--backend cannot be given with --resume"),
+        (("--lr", "1e-3", "--seed", "2"), "--lr, --seed cannot be given with --resume"),
+    ]:
+        done = run_cli(tmp_path, "--resume", "X", *args)
+        assert done.returncode == 2
+        assert message in done.stderr
+    nowhere = run_cli(tmp_path, "--resume", "nowhere")
+    assert nowhere.returncode == 2
+    assert "--resume: nowhere is not a run folder" in nowhere.stderr
+    finished = run_cli(tmp_path, "--resume", "X", "--retries", "5")
+    assert finished.returncode == 0
+    assert finished.stdout.startswith("Saved: ")
+    assert "already finished all 3 steps" in finished.stderr
+
+
+def test_a_closed_stdout_ends_the_run_quietly_and_resumably(tmp_path: Path) -> None:
+    with start(tmp_path, "--backend", "fake", "--steps", "40", "--fake-latency", "0.05",
+               "--log-dir", "X") as child:  # fmt: skip
+        read_until(child, "Step 2:")
+        assert child.stdout is not None
+        assert child.stderr is not None
+        child.stdout.close()
+        err = child.stderr.read()
+        child.wait(timeout=60)
+    assert child.returncode == 141
+    assert "Traceback" not in err
+    assert "BrokenPipe" not in err
+    assert err.splitlines()[-1].endswith("resume with: python -m mathrl --resume X")
+    assert read_run(tmp_path / "X").resume_point().step >= 2
+
+
+# -- folders and files that are not what they should be ------------------------------------
+
+
+def test_a_checkpoint_folder_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "mathrl-fake").write_text("a file where the folder should be")
+    done = run_cli(tmp_path, "--backend", "fake", "--steps", "1")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].startswith(
+        f"mathrl: error: cannot write the fake checkpoint {tmp_path}/mathrl-fake/"
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_a_hand_edited_checkpoint_is_refused_by_sample(tmp_path: Path) -> None:
+    train = run_cli(tmp_path, "--backend", "fake", "--steps", "1")
+    saved = Path(train.stdout.splitlines()[-1].removeprefix("Saved: "))
+    payload = json.loads(saved.read_text())
+    saved.write_text(json.dumps({**payload, "theta": ["x"]}))
+    done = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", str(saved))
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert "holds no usable weights" in line

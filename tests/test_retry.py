@@ -1,0 +1,223 @@
+"""RetryingBackend: deadlines, bounded retries, and a training side never applied twice."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import strategies as st_
+from mathrl.backend import BackendError, SampleParams
+from mathrl.config import TrainConfig
+from mathrl.loop import RunResult, run_grpo, run_grpo_async
+from mathrl.report import Observer, StepMetrics
+from mathrl.retry import RetriesExhausted, RetryingBackend, RetryPolicy
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl_fakes import FakeBackend
+from virtual_clock import run_virtual
+
+FakeFactory = Callable[..., FakeBackend]
+FAST = RetryPolicy(retries=3, call_timeout=5.0, delay=0.0)
+PROMPT = MathAdapter().make_prompt(AdditionProblem(12, 30))
+TRAINING_KINDS = ("forward_backward", "optim_step", "save_weights_for_sampler", "save_state")
+
+
+def outcome(result: RunResult) -> list[tuple[int, float, int, float | None]]:
+    """What a run's stdout and metrics show: step, accuracy, datums, loss."""
+    return [(m.step, m.accuracy, m.datums, m.loss) for m in result.steps]
+
+
+class FailAt(Observer):
+    """After step `step`, make the next call of `kind` fail (before or after taking effect)."""
+
+    def __init__(self, backend: FakeBackend, step: int, kind: str, after_apply: bool) -> None:
+        self.backend, self.step, self.kind, self.after_apply = backend, step, kind, after_apply
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        if metrics.step == self.step:
+            self.backend.fail_next(self.kind, after_apply=self.after_apply)
+
+
+@pytest.mark.parametrize("kind", TRAINING_KINDS)
+@pytest.mark.parametrize("after_apply", [False, True])
+@pytest.mark.parametrize("step", [2, 5])
+def test_a_training_side_fault_is_retried_without_applying_anything_twice(
+    fake_backend_factory: FakeFactory, kind: str, after_apply: bool, step: int
+) -> None:
+    config = TrainConfig(steps=8, save_every=3)
+    clean_backend = fake_backend_factory()
+    clean = run_grpo(clean_backend, MathAdapter(), config)
+    faulty = fake_backend_factory()
+    lines: list[str] = []
+    retrying = RetryingBackend(faulty, FAST, lines.append)
+    result = run_grpo(retrying, MathAdapter(), config, FailAt(faulty, step, kind, after_apply))
+    assert outcome(result) == outcome(clean)
+    assert faulty.theta == clean_backend.theta  # the same weights: nothing applied twice
+    assert faulty.model.adam == clean_backend.model.adam
+    assert Path(result.saved_path).name == Path(clean.saved_path).name
+    (line,) = lines
+    assert line.startswith(
+        f"retry 1 of 3 of {kind}"
+        if "save" in kind
+        else "retry 1 of 3 of forward_backward/optim_step"
+    )
+    assert any(c.failed for c in faulty.log.calls)
+    if kind in ("forward_backward", "optim_step"):
+        assert faulty.log.count("load_state") == 1  # the last saved state, restored first
+
+
+@settings(max_examples=6, deadline=None)
+@given(rate=st_.fault_rates, seed=st.integers(0, 50))
+def test_a_run_under_a_fault_rate_trains_exactly_as_without_one(rate: float, seed: int) -> None:
+    config = TrainConfig(steps=6, batch=4, seed=seed, save_every=2)
+    clean_backend = FakeBackend.for_run(MathAdapter(), config, checkpoint_dir=None)
+    clean = run_grpo(clean_backend, MathAdapter(), config)
+    faulty = FakeBackend.for_run(MathAdapter(), config, fault_rate=rate)
+    retrying = RetryingBackend(faulty, replace(FAST, retries=8))
+    try:
+        result = run_grpo(retrying, MathAdapter(), config)
+    except RetriesExhausted:  # eight failures in a row: possible, just rare
+        return
+    assert outcome(result) == outcome(clean)
+    assert faulty.theta == clean_backend.theta
+
+
+def test_samples_are_retried_with_the_same_seed(fake_backend_factory: FakeFactory) -> None:
+    backend = fake_backend_factory()
+    lines: list[str] = []
+    retrying = RetryingBackend(backend, FAST, lines.append)
+
+    async def go() -> None:
+        path = await (await retrying.submit_save_for_sampler("s"))
+        sampler = await retrying.create_sampler(path)
+        prompt = backend.tokenizer.encode(PROMPT)
+        params = SampleParams(8, 1.0, ("\n",), seed=5)
+        first = await sampler.sample(prompt, 4, params)
+        backend.fail_next("sample", times=2)
+        assert await sampler.sample(prompt, 4, params) == first
+
+    asyncio.run(go())
+    assert [line.split(":")[0] for line in lines] == [
+        "retry 1 of 3 of sample in 0.0 s", "retry 2 of 3 of sample in 0.0 s"
+    ]  # fmt: skip
+
+
+def test_a_call_that_keeps_failing_ends_after_the_retries(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    backend = fake_backend_factory()
+    retrying = RetryingBackend(backend, FAST)
+    backend.fail_next("create_sampler", times=4)
+
+    async def go() -> None:
+        path = await (await retrying.submit_save_for_sampler("s"))
+        await retrying.create_sampler(path)
+
+    with pytest.raises(RetriesExhausted) as excinfo:
+        asyncio.run(go())
+    assert str(excinfo.value) == (
+        "create_sampler failed 4 times in a row (3 retries, --retries): "
+        "create_sampler: injected transient failure"
+    )
+    assert backend.log.count("create_sampler") == 4
+
+
+def test_a_call_past_its_deadline_is_retried_then_given_up(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    # Every fake call takes 10 s; the deadline is 1 s: each attempt times out.
+    backend = fake_backend_factory(latency=10.0)
+    lines: list[str] = []
+    retrying = RetryingBackend(
+        backend, RetryPolicy(retries=2, call_timeout=1.0, delay=0.5), lines.append
+    )
+
+    async def go() -> str:
+        return await (await retrying.submit_save_for_sampler("s"))
+
+    with pytest.raises(RetriesExhausted, match=r"no answer within 1 s \(--call-timeout\)$"):
+        run_virtual(go())
+    assert len(lines) == 2
+
+
+def test_errors_a_retry_cannot_fix_pass_at_once(fake_backend_factory: FakeFactory) -> None:
+    backend = fake_backend_factory()
+    retrying = RetryingBackend(backend, FAST)
+
+    async def go() -> None:
+        with pytest.raises(BackendError, match="cannot load the fake checkpoint"):
+            await retrying.create_sampler("/nowhere.json")
+        with pytest.raises(ValueError, match="learning_rate"):
+            await retrying.submit_train_step([], 0.0)
+
+    asyncio.run(go())
+    assert backend.log.count("create_sampler") == 1
+
+
+def test_a_training_fault_with_no_saved_state_says_so(fake_backend_factory: FakeFactory) -> None:
+    backend = fake_backend_factory()
+    retrying = RetryingBackend(backend, FAST)
+    tok = backend.tokenizer
+    from mathrl.grpo import build_datum
+
+    datum = build_datum(tok.encode(PROMPT), tok.encode(" 42\n"), [-0.2] * 4, 1.0)
+    assert datum is not None
+    backend.fail_next("optim_step")
+
+    async def go() -> None:
+        await (await retrying.submit_train_step([datum], 1e-4))
+
+    with pytest.raises(BackendError, match="no training state was saved before it"):
+        asyncio.run(go())
+
+
+def test_a_failed_restore_is_itself_retried(fake_backend_factory: FakeFactory) -> None:
+    config = TrainConfig(steps=4)
+    clean_backend = fake_backend_factory()
+    clean = run_grpo(clean_backend, MathAdapter(), config)
+    faulty = fake_backend_factory()
+
+    class FailTwice(Observer):
+        def on_step(self, metrics: StepMetrics) -> None:
+            if metrics.step == 2:
+                faulty.fail_next("optim_step", after_apply=True)
+                faulty.fail_next("load_state", times=2)
+
+    result = run_grpo(RetryingBackend(faulty, FAST), MathAdapter(), config, FailTwice())
+    assert outcome(result) == outcome(clean)
+    assert faulty.theta == clean_backend.theta
+    assert faulty.log.count("load_state") == 3
+
+
+@given(st.integers(1, 20), st.floats(0.0, 10.0))
+def test_backoff_doubles_with_jitter_up_to_a_cap(attempt: int, delay: float) -> None:
+    policy = RetryPolicy(delay=delay, max_delay=60.0)
+    ceiling = min(60.0, delay * 2 ** (attempt - 1))
+    pause = policy.backoff(attempt, random.Random(attempt))
+    assert ceiling / 2 <= pause <= ceiling
+
+
+def test_deadlines_apply_to_samples_on_a_silent_service(fake_backend_factory: FakeFactory) -> None:
+    # A service that stops answering mid-run: every call hangs. The run ends after
+    # the retries of its first call past the deadline, not after the SDK's hours.
+    backend = fake_backend_factory()
+    lines: list[str] = []
+    retrying = RetryingBackend(
+        backend, RetryPolicy(retries=1, call_timeout=2.0, delay=1.0), lines.append
+    )
+
+    class GoSilent(Observer):
+        def on_step(self, metrics: StepMetrics) -> None:
+            backend.latency = 3600.0
+
+    with pytest.raises(RetriesExhausted, match=r"^sample failed 2 times in a row"):
+        run_virtual(run_grpo_async(retrying, MathAdapter(), TrainConfig(steps=3), GoSilent()))
+    # Each of step 2's ten requests timed out once, was retried once, and timed out again.
+    assert len(lines) == 10
+    assert all(line.startswith("retry 1 of 1 of sample in ") for line in lines)

@@ -1,0 +1,289 @@
+"""Seeing a run: the run folder, held-out evaluation, progress and plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli_process import run_cli, user_env
+from mathrl.cli import main
+from mathrl.config import TrainConfig
+from mathrl.loop import run_grpo, run_grpo_async
+from mathrl.report import EvalMetrics, Observer
+from mathrl.runlog import read_jsonl, read_run
+from mathrl.tasks.addition import HELDOUT_POOL, MathAdapter
+from mathrl_fakes import FakeBackend, RecordingBackend
+from virtual_clock import run_virtual
+
+FakeFactory = Callable[..., FakeBackend]
+STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)")
+EVAL_LINE = re.compile(r"Eval step (\d+): accuracy=(\d+\.\d)% \((\d+)/(\d+)\)")
+KEY = "sk-test-SECRET123"
+
+
+class Evals(Observer):
+    def __init__(self) -> None:
+        self.evals: list[EvalMetrics] = []
+
+    def on_eval(self, metrics: EvalMetrics) -> None:
+        self.evals.append(metrics)
+
+
+# -- the run folder -------------------------------------------------------------------
+
+
+def test_a_run_with_evaluation_leaves_a_folder_that_matches_its_output(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--backend", "fake", "--steps", "20", "--eval-every", "5",
+                   "--log-dir", "X", MINT_API_KEY=KEY)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Model: ")
+    assert lines[-1].startswith("Saved: ")
+    evals = [m for m in map(EVAL_LINE.fullmatch, lines) if m]
+    steps = [m for m in map(STEP_LINE.fullmatch, lines) if m]
+    assert [int(m[1]) for m in evals] == [0, 5, 10, 15, 20]
+    assert [int(m[1]) for m in steps] == list(range(1, 21))
+    assert len(lines) == 1 + 20 + 5 + 1
+    # Each evaluation follows the step it evaluates; step 0 comes before training.
+    assert lines[1].startswith("Eval step 0:")
+    assert lines[lines.index(steps[4][0]) + 1].startswith("Eval step 5:")
+
+    folder = tmp_path / "X"
+    assert "mathrl: run folder: X (task addition)" in done.stderr
+    records = read_jsonl(folder / "metrics.jsonl")
+    step_records = [r for r in records if not r.get("eval")]
+    eval_records = [r for r in records if r.get("eval")]
+    assert [(f"{100 * r['accuracy']:.1f}", r["datums"]) for r in step_records] == [
+        (m[2], int(m[3])) for m in steps
+    ]
+    assert [(r["step"], f"{100 * r['accuracy']:.1f}", r["correct"], r["problems"])
+            for r in eval_records] == [
+        (int(m[1]), m[2], int(m[3]), int(m[4])) for m in evals
+    ]  # fmt: skip
+    first = step_records[0]
+    assert set(first) == {
+        "step", "accuracy", "mean_reward", "datums", "groups", "groups_kept", "groups_dropped",
+        "sampled_tokens", "mean_completion_tokens", "loss", "backend_metrics", "seconds",
+        "sampling_seconds", "training_seconds", "sampler_path",
+    }  # fmt: skip
+    assert first["groups_kept"] + first["groups_dropped"] == first["groups"] == 10
+    assert first["sampler_path"].endswith("step0000000.json")
+    assert first["backend_metrics"] == {"loss:sum": first["loss"]}
+    assert first["mean_completion_tokens"] == first["sampled_tokens"] / 40
+
+    config = json.loads((folder / "config.json").read_text())
+    assert config["task"] == "addition"
+    assert config["settings"]["steps"] == 20
+    assert config["settings"]["eval_every"] == 5
+    assert config["settings"]["backend"] == "fake"
+    assert config["mathrl_version"]
+    checkpoints = read_jsonl(folder / "checkpoints.jsonl")
+    assert {c["kind"] for c in checkpoints} == {"sampler", "state"}
+    assert [c["step"] for c in checkpoints if c["kind"] == "state"] == [0, 5, 10, 15, 20]
+    assert lines[-1] == f"Saved: {[c for c in checkpoints if c['kind'] == 'sampler'][-1]['path']}"
+    # The key was in the environment; nothing of it is in the output or the folder.
+    for text in [done.stdout, done.stderr, *(p.read_text() for p in folder.iterdir())]:
+        assert KEY not in text
+        assert "SECRET123" not in text
+
+
+def test_the_default_run_folder_and_the_variable_that_moves_it(tmp_path: Path) -> None:
+    run_cli(tmp_path, "--backend", "fake", "--steps", "1")
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert re.fullmatch(r"\d{8}T\d{6}Z-addition-[0-9a-f]{8}", folder.name)
+    run_cli(tmp_path, "--backend", "fake", "--steps", "1", MINT_RL_LOG_DIR="elsewhere/run")
+    assert (tmp_path / "elsewhere" / "run" / "metrics.jsonl").is_file()
+    assert len(list((tmp_path / "runs").iterdir())) == 2 - 1  # the second went elsewhere
+
+
+def test_a_log_dir_that_holds_a_run_or_cannot_be_made_is_refused(tmp_path: Path) -> None:
+    run_cli(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "X")
+    again = run_cli(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "X")
+    assert again.returncode == 2
+    assert again.stderr.splitlines()[-1] == (
+        "mathrl: error: --log-dir X already holds a run; choose another folder, or continue "
+        "that run with `python -m mathrl --resume X`"
+    )
+    (tmp_path / "file").write_text("")
+    blocked = run_cli(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "file/run")
+    assert blocked.returncode == 2
+    assert "the run folder file/run cannot be created" in blocked.stderr
+    assert "Traceback" not in blocked.stderr
+
+
+# -- held-out evaluation --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_greedy_held_out_accuracy_starts_low_and_rises(
+    fake_backend_factory: FakeFactory, seed: int
+) -> None:
+    config = TrainConfig(steps=20, seed=seed, eval_every=20)
+    evals = Evals()
+    run_grpo(fake_backend_factory(seed=seed), MathAdapter(), config, evals)
+    before, after = (m.accuracy for m in evals.evals)
+    assert [m.step for m in evals.evals] == [0, 20]
+    assert before <= 0.70
+    assert after >= before + 0.15
+
+
+def test_evaluation_asks_held_out_problems_greedily_and_adds_no_save(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    config = TrainConfig(steps=7, batch=4, eval_every=3, eval_problems=9)
+    recorder = RecordingBackend(fake_backend_factory())
+    evals = Evals()
+    run_grpo(recorder, MathAdapter(), config, evals)
+    assert [m.step for m in evals.evals] == [0, 3, 6, 7]
+    assert all(m.problems == 9 for m in evals.evals)
+    greedy = [c for c in recorder.samples if c.params.temperature == 0.0]
+    assert len(greedy) == 4 * 9
+    heldout_prompts = {MathAdapter().make_prompt(p) for p in HELDOUT_POOL}
+    decode = recorder.tokenizer.decode
+    assert {decode(c.prompt_T) for c in greedy} <= heldout_prompts
+    plain = RecordingBackend(fake_backend_factory())
+    run_grpo(plain, MathAdapter(), TrainConfig(steps=7, batch=4))
+    assert recorder.samples[0].params.temperature == 1.0
+    assert sum(1 for c in recorder.samples if c.params.temperature) == len(plain.samples)
+
+
+@pytest.mark.parametrize("off_policy", [0, 1])
+def test_evaluation_costs_no_round_trip_but_two_at_the_end(
+    fake_backend_factory: FakeFactory, off_policy: int
+) -> None:
+    def elapsed(eval_every: int) -> float:
+        backend = fake_backend_factory(latency=1.0)
+        config = TrainConfig(
+            steps=4, batch=4, eval_every=eval_every, max_steps_off_policy=off_policy
+        )
+        evals = Evals()
+        _, seconds = run_virtual(run_grpo_async(backend, MathAdapter(), config, evals))
+        assert len(evals.evals) == (5 if eval_every else 0)
+        return seconds
+
+    # The final evaluation needs a sampler of the final weights, then its samples.
+    assert elapsed(1) == elapsed(0) + 2
+
+
+class OverlappingHeldout:
+    """Five methods over 12 problems: the default held-out set repeats training ones."""
+
+    def build_dataset(self, seed: int, step: int, size: int) -> list[int]:
+        return [(seed + step * 5 + i) % 12 for i in range(size)]
+
+    def make_prompt(self, problem: int) -> str:
+        return f"{problem} + 1 ="
+
+    def compute_reward(self, completion: str, problem: int) -> float:
+        return float(completion.strip() == str(problem + 1))
+
+    def reference_completion(self, problem: int) -> str:
+        return f" {problem + 1}"
+
+    def evaluate(self, rewards: Any) -> float:
+        return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+def test_held_out_problems_that_training_draws_are_left_out_and_said(tmp_path: Path) -> None:
+    config = TrainConfig(steps=2, batch=4, eval_every=2, eval_problems=6)
+    warnings: list[str] = []
+
+    class Warned(Evals):
+        def on_warning(self, message: str) -> None:
+            warnings.append(message)
+
+    observer = Warned()
+    backend = FakeBackend.for_run(OverlappingHeldout(), config, checkpoint_dir=tmp_path)
+    run_grpo(backend, OverlappingHeldout(), config, observer)
+    # Step 0's problems are 0..5; steps 1 and 2 train on 5..8 and 10, 11, 0, 1.
+    assert observer.evals[0].problems == 3  # 2, 3 and 4
+    (warning,) = warnings
+    assert warning.startswith("3 of 6 held-out problems of task 'OverlappingHeldout' are also")
+
+
+# -- progress -------------------------------------------------------------------------
+
+
+def test_progress_shows_on_a_terminal_and_never_touches_stdout(tmp_path: Path) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", "mathrl", "--backend", "fake", "--steps", "3",
+             "--fake-latency", "0.05"],
+            stdout=subprocess.PIPE, stderr=terminal, cwd=tmp_path, env=user_env(tmp_path),
+            timeout=120, check=False,
+        )  # fmt: skip
+        os.close(terminal)
+        terminal = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+        if terminal >= 0:
+            os.close(terminal)
+    assert child.returncode == 0
+    stdout = child.stdout.decode().splitlines()
+    assert [line.split(":")[0] for line in stdout] == [
+        "Model",
+        "Step 1",
+        "Step 2",
+        "Step 3",
+        "Saved",
+    ]
+    text = shown.decode(errors="replace")
+    assert "step 3/3" in text or "step 2/3" in text  # the live line, redrawn in place
+    assert "samples" in text
+    assert "run folder:" in text
+
+
+# -- plots ----------------------------------------------------------------------------
+
+
+def test_plot_draws_one_run_and_compares_several(tmp_path: Path) -> None:
+    for name, seed in (("A", "0"), ("B", "1")):
+        done = run_cli(tmp_path, "--backend", "fake", "--steps", "6", "--eval-every", "3",
+                       "--seed", seed, "--log-dir", name)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    one = run_cli(tmp_path, "plot", "A")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == "A/plot.png\n"
+    png = (tmp_path / "A" / "plot.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert 10_000 < len(png) < 150_000
+    both = run_cli(tmp_path, "plot", "A", "B", "--out", "compare.png")
+    assert (both.returncode, both.stdout) == (0, "compare.png\n")
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
+    assert read_run(tmp_path / "A").config["task"] == "addition"
+
+
+def test_plot_refuses_what_it_cannot_draw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["plot", "nowhere"]) == 2
+    assert "plot: nowhere is not a run folder" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text('{"settings": {}}')
+    assert main(["plot", "run", "--out", "x.txt"]) == 2
+    assert "--out must be a .png file (got 'x.txt')" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "mathrl.plot", None)  # as if matplotlib were missing
+    assert main(["plot", "run"]) == 2
+    assert capsys.readouterr().err == (
+        "mathrl: error: plot needs matplotlib (got none installed): pip install 'mathrl[plot]'\n"
+    )
