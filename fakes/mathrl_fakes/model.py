@@ -27,7 +27,6 @@ from mathrl_fakes.policy import (
     Step,
     Target,
     draw,
-    logit_of,
     logprob,
     make_target,
     step_at,
@@ -260,15 +259,6 @@ class FakeModel:
             m_hat = adam.m[j] / (1 - ADAM_BETA1**adam.t)
             v_hat = adam.v[j] / (1 - ADAM_BETA2**adam.t)
             self.theta[j] -= lr * m_hat / (math.sqrt(v_hat) + ADAM_EPS)
-
-    def target_logits(self, prompt: str) -> list[float]:
-        """The target's current logit at each position of a known prompt (for tests)."""
-        _, target = self.target_of(self.tokenizer.encode(prompt), exact=True)
-        assert target is not None
-        return [
-            logit_of(self.theta, step_at(target, target.tokens[:j]))
-            for j in range(len(target.tokens))
-        ]
 
     # -- state --------------------------------------------------------------------
 
