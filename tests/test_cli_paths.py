@@ -60,6 +60,11 @@ def test_a_service_that_fails_mid_run_leaves_a_run_that_resumes_to_the_same_end(
     )
     assert match, failed.stderr
     assert failed.stdout.splitlines()[-1].startswith("Saved: ")
+    # A resumed run that fails before its first save still says where to go on from.
+    again = run_cli(tmp_path, "--resume", "X", "--fake-fault-rate", "1", "--retries", "0")
+    assert again.returncode == 1
+    assert again.stderr.splitlines()[-1] == lines[-1]
+    assert again.stdout.splitlines()[-1] == failed.stdout.splitlines()[-1]
     resumed = run_cli(tmp_path, "--resume", "X")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.splitlines()[1].startswith(f"Step {int(match[1]) + 1}:")

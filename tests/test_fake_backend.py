@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import math
+import random
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from conftest import math_references
 from mathrl.backend import BackendError, SampleParams, TransientBackendError
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum
+from mathrl.loop import run_grpo
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import ByteTokenizer, FakeBackend, Reference, references_for, run_problems
 from mathrl_fakes.policy import (
@@ -223,6 +225,24 @@ def test_for_run_draws_each_step_as_the_run_gets_there(tmp_path: Path) -> None:
             await sampler.sample(prompt, 1, params)
 
     asyncio.run(go())
+
+
+class FewProblems(Accents):
+    """Six problems in all: most steps draw no prompt the fake has not seen before."""
+
+    name = "few"
+
+    def build_dataset(self, seed: int, step: int, size: int) -> list[int]:
+        rng = random.Random(f"few/{seed}/{step}")
+        return [rng.randrange(6) for _ in range(size)]
+
+
+def test_a_small_problem_pool_never_leaves_the_fake_behind(tmp_path: Path) -> None:
+    # A prompt first drawn late must still be known, however long since the last new one.
+    config = TrainConfig(steps=60, batch=2, group=2)
+    backend = FakeBackend.for_run(FewProblems(), config, checkpoint_dir=tmp_path)
+    result = run_grpo(backend, FewProblems(), config)
+    assert [m.step for m in result.steps] == list(range(1, 61))
 
 
 def test_unknown_prompts_get_the_uniform_policy_only_when_asked(tmp_path: Path) -> None:

@@ -114,6 +114,28 @@ def test_a_stopped_run_resumes_exactly_where_it_stopped(
     assert Path(resumed.saved_path).name == Path(uninterrupted.saved_path).name
 
 
+class Events(Observer):
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        self.events.append(f"step {metrics.step}")
+
+    def on_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.events.append(f"{checkpoint.kind} {checkpoint.step}")
+
+
+def test_a_state_is_recorded_only_after_the_steps_it_holds(tmp_path: Path) -> None:
+    # A crash between the two must lose the checkpoint record, never the step's.
+    config = TrainConfig(steps=4, save_every=2)
+    events = Events()
+    backend = FakeBackend.for_run(MathAdapter(), config, checkpoint_dir=tmp_path)
+    asyncio.run(run_grpo_async(backend, MathAdapter(), config, events))
+    for step in (2, 4):
+        assert events.events.index(f"step {step}") < events.events.index(f"state {step}")
+    assert events.events[:2] == ["sampler 0", "state 0"]
+
+
 # -- stopping and resuming from the command line --------------------------------------------
 
 
@@ -215,6 +237,29 @@ def test_a_closed_stdout_ends_the_run_quietly_and_resumably(tmp_path: Path) -> N
     assert "BrokenPipe" not in err
     assert err.splitlines()[-1].endswith("resume with: python -m mathrl --resume X")
     assert read_run(tmp_path / "X").resume_point().step >= 2
+
+
+def test_stdout_that_cannot_be_written_ends_the_run_without_a_traceback(tmp_path: Path) -> None:
+    with open("/dev/full", "w") as full:  # every write: "No space left on device"
+        done = subprocess.run(
+            [sys.executable, "-m", "mathrl", "--backend", "fake", "--steps", "3"],
+            stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+            env=user_env(tmp_path), timeout=120, check=False,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "mathrl: error: stdout could not be written (No space left on device)"
+    )
+    run_cli(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "X")
+    with start(tmp_path, "--resume", "X") as child:  # a finished run: it only says where
+        assert child.stdout is not None
+        assert child.stderr is not None
+        child.stdout.close()  # gone before it prints
+        err = child.stderr.read()
+        child.wait(timeout=60)
+    assert child.returncode in (0, 141)  # 0 if it printed before the pipe went away
+    assert "Traceback" not in err
 
 
 # -- folders and files that are not what they should be ------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Callable
 from dataclasses import replace
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 import strategies as st_
 from mathrl.backend import BackendError, SampleParams
 from mathrl.config import TrainConfig
+from mathrl.grpo import Datum, build_datum
 from mathrl.loop import RunResult, run_grpo, run_grpo_async
 from mathrl.report import Observer, StepMetrics
 from mathrl.retry import RetriesExhausted, RetryingBackend, RetryPolicy
@@ -164,8 +166,6 @@ def test_a_training_fault_with_no_saved_state_says_so(fake_backend_factory: Fake
     backend = fake_backend_factory()
     retrying = RetryingBackend(backend, FAST)
     tok = backend.tokenizer
-    from mathrl.grpo import build_datum
-
     datum = build_datum(tok.encode(PROMPT), tok.encode(" 42\n"), [-0.2] * 4, 1.0)
     assert datum is not None
     backend.fail_next("optim_step")
@@ -213,11 +213,120 @@ def test_deadlines_apply_to_samples_on_a_silent_service(fake_backend_factory: Fa
     )
 
     class GoSilent(Observer):
-        def on_step(self, metrics: StepMetrics) -> None:
-            backend.latency = 3600.0
+        def on_phase(self, step: int, phase: str) -> None:
+            if (step, phase) == (2, "sampling"):
+                backend.latency = 3600.0
 
     with pytest.raises(RetriesExhausted, match=r"^sample failed 2 times in a row"):
         run_virtual(run_grpo_async(retrying, MathAdapter(), TrainConfig(steps=3), GoSilent()))
     # Each of step 2's ten requests timed out once, was retried once, and timed out again.
     assert len(lines) == 10
     assert all(line.startswith("retry 1 of 1 of sample in ") for line in lines)
+
+
+# -- pipelining through a recovery ---------------------------------------------------------
+
+
+def two_datums(backend: FakeBackend) -> tuple[list[Datum], list[Datum]]:
+    tok = backend.tokenizer
+    prompts = [
+        MathAdapter().make_prompt(p) for p in (AdditionProblem(12, 30), AdditionProblem(5, 7))
+    ]
+    first = build_datum(tok.encode(prompts[0]), tok.encode(" 42\n"), [-0.2] * 4, 1.0)
+    second = build_datum(tok.encode(prompts[1]), tok.encode(" 11\n"), [-0.3] * 4, -1.0)
+    assert first is not None
+    assert second is not None
+    return [first], [second]
+
+
+def test_calls_sent_during_a_recovery_wait_their_turn(fake_backend_factory: FakeFactory) -> None:
+    clean, faulty = fake_backend_factory(), fake_backend_factory()
+    first, second = two_datums(clean)
+
+    async def in_order(backend: FakeBackend) -> None:
+        await (await backend.submit_save_state("s0"))
+        await (await backend.submit_train_step(first, 1e-4))
+        await (await backend.submit_train_step(second, 1e-4))
+
+    async def pipelined() -> None:
+        retrying = RetryingBackend(faulty, FAST)
+        await (await retrying.submit_save_state("s0"))
+        faulty.fail_next("optim_step", after_apply=True)
+        one = await retrying.submit_train_step(first, 1e-4)
+        while faulty.log.count("load_state") == 0:  # the first step's recovery is under way
+            await asyncio.sleep(0)
+        two = await retrying.submit_train_step(second, 1e-4)
+        state = await retrying.submit_save_state("s1")
+        await one
+        await two
+        await state
+
+    asyncio.run(in_order(clean))
+    asyncio.run(pipelined())
+    assert faulty.theta == clean.theta  # first, then second: not the other way round
+    saved = json.loads(Path(faulty.checkpoint_dir / "s1.json").read_text())
+    assert saved["theta"] == clean.theta  # and the state saved after both holds both
+
+
+def test_calls_behind_one_that_ran_out_of_retries_fail_too(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    backend = fake_backend_factory()
+    first, second = two_datums(backend)
+
+    async def go() -> list[object]:
+        retrying = RetryingBackend(backend, replace(FAST, retries=0))
+        await (await retrying.submit_save_state("s0"))
+        backend.fail_next("optim_step")
+        calls = [
+            await retrying.submit_train_step(first, 1e-4),
+            await retrying.submit_train_step(second, 1e-4),
+            await retrying.submit_save_state("s1"),
+        ]
+        return list(await asyncio.gather(*calls, return_exceptions=True))
+
+    failed, skipped, unsaved = asyncio.run(go())
+    assert isinstance(failed, RetriesExhausted)
+    for outcome in (skipped, unsaved):
+        assert isinstance(outcome, BackendError)
+        assert "because an earlier training-side call failed" in str(outcome)
+    # The calls already on their way were not sent again, nor anything to recover them.
+    assert backend.log.kinds().count("forward_backward") == 2
+    assert backend.log.count("load_state") == 0
+
+
+class SlowToSubmit:
+    """An inner backend whose first train step takes 5 s just to be sent (an SDK reconnecting)."""
+
+    def __init__(self, inner: FakeBackend) -> None:
+        self.inner = inner
+        self.sent = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def submit_train_step(self, datums_D: list[Datum], learning_rate: float) -> object:
+        self.sent += 1
+        if self.sent == 1:
+            await asyncio.sleep(5.0)
+        return await self.inner.submit_train_step(datums_D, learning_rate)
+
+
+def test_a_submission_past_its_deadline_ends_the_run_rather_than_risk_a_double_step(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    # Sent late, it could land after a restore and a replay: nothing more may be sent.
+    backend = fake_backend_factory()
+    first, _ = two_datums(backend)
+    slow = SlowToSubmit(backend)
+
+    async def go() -> None:
+        retrying = RetryingBackend(slow, replace(FAST, call_timeout=1.0))  # type: ignore[arg-type]
+        await (await retrying.submit_save_state("s0"))
+        await (await retrying.submit_train_step(first, 1e-4))
+
+    with pytest.raises(
+        BackendError, match=r"^forward_backward/optim_step was not accepted within 1 s"
+    ):
+        run_virtual(go())
+    assert backend.log.count("load_state") == 0

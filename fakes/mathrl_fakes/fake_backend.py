@@ -151,7 +151,7 @@ class FakeBackend:
         fault_rate: float = 0.0,
         checkpoint_dir: Path | None = None,
         unknown_prompts: UnknownPrompts = "error",
-        more: Callable[[], Mapping[str, Reference] | None] | None = None,
+        more: Callable[[int], Mapping[str, Reference] | None] | None = None,
     ) -> None:
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"fault_rate must be in [0, 1] (got {fault_rate})")

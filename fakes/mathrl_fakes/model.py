@@ -34,8 +34,8 @@ from mathrl_fakes.policy import (
 )
 
 P = TypeVar("P")
-LOOKAHEAD = 4
-"""How many steps beyond those it knows a run's fake draws references for, on a miss."""
+LOOKAHEAD = 2
+"""How many steps beyond the one its sample requests have reached a run's fake may look."""
 ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.95, 1e-12
 """Tinker's `AdamParams` defaults."""
 UnknownPrompts = Literal["error", "uniform"]
@@ -72,18 +72,23 @@ class StepReferences:
     """A run's training references, one step at a time, as the run gets there.
 
     Drawing them all up front would cost steps x batch problems before the
-    first step (a typo in --steps would eat the machine); the loop asks for
-    steps in order, so a few steps ahead is always enough.
+    first step (a typo in --steps would eat the machine). A step sends one
+    sample request per problem, so after `requests` of them the run is at
+    most at step `first_step + requests // batch`: on a miss, the fake draws
+    steps up to LOOKAHEAD beyond that, and no further (an unknown prompt is
+    refused without drawing the whole run).
     """
 
     def __init__(self, task: Adapter[P] | Task[P], config: TrainConfig, first_step: int = 1):
         self._task = as_task(task)
         self._config = config
+        self._first_step = first_step
         self.next_step = first_step
 
-    def __call__(self) -> dict[str, Reference] | None:
-        """The next step's references, or None past the run's last step."""
-        if self.next_step > self._config.steps:
+    def __call__(self, requests: int) -> dict[str, Reference] | None:
+        """The next step's references, or None past the run's reach (see the class)."""
+        reach = self._first_step + requests // self._config.batch + LOOKAHEAD
+        if self.next_step > min(self._config.steps, reach):
             return None
         problems = self._task.adapter.build_dataset(
             self._config.seed, self.next_step, self._config.batch
@@ -109,17 +114,19 @@ class FakeModel:
         unknown_prompts: "error" (the default) raises BackendError for a
             prompt the table lacks, naming it; "uniform" samples it from the
             uniform distribution instead.
-        more: called on a miss for more references (up to LOOKAHEAD times),
-            or None when it has no more; see StepReferences.
+        more: called on a miss, with the number of sample requests served so
+            far, for more references until it returns None; see StepReferences.
     """
 
     def __init__(
         self,
         references: Mapping[str, Reference],
         unknown_prompts: UnknownPrompts = "error",
-        more: Callable[[], Mapping[str, Reference] | None] | None = None,
+        more: Callable[[int], Mapping[str, Reference] | None] | None = None,
     ) -> None:
         self.tokenizer = ByteTokenizer()
+        self.requests = 0
+        """Sample requests served: how far a run has got."""
         self.unknown_prompts = unknown_prompts
         self.table = ReferenceTable({})
         self.learn(references)
@@ -143,10 +150,10 @@ class FakeModel:
     def target_of(self, context: Sequence[int], *, exact: bool) -> tuple[int, Target | None]:
         """(prompt length, target) for a context, refusing unknown prompts unless told not to."""
         n, target = self.table.split(context)
-        for _ in range(LOOKAHEAD if self._more is not None else 0):
-            if target is not None and (n == len(context) or not exact):
-                break
-            references = self._more() if self._more is not None else None
+        while self._more is not None and not (
+            target is not None and (n == len(context) or not exact)
+        ):
+            references = self._more(self.requests)
             if references is None:
                 break
             self.learn(references)
@@ -174,6 +181,7 @@ class FakeModel:
         params: SampleParams,
     ) -> list[Completion]:
         """`num_samples` completions under `theta`; sample g draws from `uniforms(key/g)`."""
+        self.requests += 1
         _, target = self.target_of(prompt_T, exact=True)
         stops = [s.encode("utf-8", "surrogatepass") for s in params.stop if s]
         return [

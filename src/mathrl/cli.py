@@ -39,7 +39,7 @@ from mathrl.config import (
 )
 from mathrl.loader import load_task
 from mathrl.runlog import RunFolder, RunFolderError, read_run
-from mathrl.session import Plan, train
+from mathrl.session import EXIT_STDOUT_CLOSED, Plan, train
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 BACKENDS = ("mint", "fake")
@@ -340,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
+    except BrokenPipeError:  # stdout's reader went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_STDOUT_CLOSED
 
 
 def _problem_count(raw: str) -> int:

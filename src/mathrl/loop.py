@@ -68,7 +68,11 @@ class RunResult:
 
 
 def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
-    """8 hex digits that change with the task and every setting that changes the weights."""
+    """8 hex digits that change with the task and every setting the loop trains with.
+
+    The base model and LoRA rank are the backend's, not the loop's: MinT scopes
+    each checkpoint path by its training run, and the fake has one model.
+    """
     settings = (
         task.name, task.identity, task.stop, sample_params(task, config).max_tokens,
         config.batch, config.group, config.lr, config.temperature, config.seed,
@@ -271,18 +275,22 @@ class _Run(Generic[P]):
                     evaluating = None
                 result = await training if training is not None else None
                 trained = self.clock()
-                if saving is not None:
-                    self.saved(step, "sampler", await saving)
-                if state is not None:
-                    self.saved(step, "state", await state)
+                saved = await saving if saving is not None else None
+                state_saved = await state if state is not None else None
                 done = step
-                if saving is not None and (not last or self.eval_due(step)):
-                    sampler, sampler_path = await backend.create_sampler(self.path), self.path
-                if not off_policy and not last:
-                    pending = self.start_rollout(sampler, sampler_path, step + 1)
+                # The step first, its checkpoints after: a state on record always
+                # comes with the record of every step it holds.
                 metrics.append(self.step_metrics(step, batch, result, trained - submitted, ended))
                 ended = self.clock()
                 self.obs.on_step(metrics[-1])
+                if saved is not None:
+                    self.saved(step, "sampler", saved)
+                if state_saved is not None:
+                    self.saved(step, "state", state_saved)
+                if saved is not None and (not last or self.eval_due(step)):
+                    sampler, sampler_path = await backend.create_sampler(self.path), self.path
+                if not off_policy and not last:
+                    pending = self.start_rollout(sampler, sampler_path, step + 1)
                 if self.eval_due(step):
                     self.obs.on_phase(step, "evaluating")
                     evaluating = self.start_eval(sampler, sampler_path, step)

@@ -172,6 +172,9 @@ class RetryingBackend:
         self._since: list[_Op] = []
         self._queued_changes = 0
         self._open: set[asyncio.Future[Any]] = set()
+        self._recovering = False
+        self._broken: BaseException | None = None
+        """The first training-side failure that was not recovered: nothing after it is sent."""
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -207,10 +210,13 @@ class RetryingBackend:
 
     async def _submit(self, op: _Op) -> Awaitable[Any]:
         op.epoch = self._epoch
-        try:
-            op.first = _observed(await self.retrier.deadline(op.submit()))
-        except (TransientBackendError, TimeoutError) as exc:
-            op.error = exc  # settled (retried) in order, below
+        # While a recovery restores and replays, a new call waits its turn
+        # instead: sent now, it would land before the replays.
+        if not self._recovering and self._broken is None:
+            try:
+                op.first = _observed(await self._send(op.submit, op.kind))
+            except TransientBackendError as exc:
+                op.error = exc  # settled (retried) in order, below
         self._queued_changes += op.changes_state
         settled = _observed(self._settle(op, self._tail))
         self._tail = settled
@@ -228,21 +234,50 @@ class RetryingBackend:
             settling.cancel()
         await asyncio.gather(*self._open, return_exceptions=True)
 
+    async def _send(self, submit: Callable[[], Awaitable[Awaitable[Any]]], kind: str) -> Any:
+        """Submit one training-side call; its result is awaited separately.
+
+        A submission past its deadline may still reach the service later,
+        after whatever is sent next, so nothing more can be sent safely: the
+        run ends there, and the last saved state is intact.
+        """
+        try:
+            return await self.retrier.deadline(submit())
+        except TimeoutError:
+            raise BackendError(
+                f"{kind} was not accepted within {self.retrier.policy.call_timeout:g} s "
+                "(--call-timeout) and might still arrive after later calls, so nothing more "
+                "is sent; the last saved state is intact"
+            ) from None
+
     async def _settle(self, op: _Op, previous: asyncio.Future[Any] | None) -> Any:
         if previous is not None:
             await asyncio.wait({previous})  # in order; its outcome is its caller's business
         self._queued_changes -= op.changes_state
-        if op.epoch != self._epoch:  # the state was restored after it was sent: send it again
+        try:
+            if self._broken is not None:
+                raise BackendError(
+                    f"{op.kind} was not applied, because an earlier training-side call "
+                    f"failed ({self._broken})"
+                )
+            if op.epoch != self._epoch:  # the state was restored after it was sent: again
+                if op.first is not None:
+                    self.retrier.drain(op.first)
+                op.first, op.error = None, None
+            try:
+                if op.error is not None:
+                    raise op.error
+                pending = op.first if op.first is not None else await self._send(op.submit, op.kind)
+                result = await self.retrier.deadline(pending)
+            except (TransientBackendError, TimeoutError) as exc:
+                result = await self._recover(op, exc)
+        except asyncio.CancelledError:
             if op.first is not None:
                 self.retrier.drain(op.first)
-            op.first, op.error = None, None
-        try:
-            if op.error is not None:
-                raise op.error
-            pending = op.first if op.first is not None else await self.retrier.deadline(op.submit())
-            result = await self.retrier.deadline(pending)
-        except (TransientBackendError, TimeoutError) as exc:
-            result = await self._recover(op, exc)
+            raise
+        except BaseException as exc:
+            self._broken = self._broken or exc  # nothing after an unrecovered failure is sent
+            raise
         self._done(op, result)
         return result
 
@@ -263,22 +298,26 @@ class RetryingBackend:
         """
         failures: Counter[int] = Counter()
         position, what = len(self._since), op.kind
-        while True:
-            failures[position] += 1
-            await self.retrier.pause(what, failures[position], exc)
-            try:
-                if op.kind == "load_state":
-                    self._epoch += 1  # whatever it replaced is gone either way
-                elif op.changes_state or self._queued_changes:
-                    await self._restore(op)
-                    for index, past in enumerate(list(self._since)):
-                        position = index  # a failure here spends this replay's retries
-                        what = f"{past.kind} (replaying a step since the last saved state)"
-                        await self._attempt(past)
-                position, what = len(self._since), op.kind
-                return await self._attempt(op)
-            except (TransientBackendError, TimeoutError) as again:
-                exc = again
+        self._recovering = True
+        try:
+            while True:
+                failures[position] += 1
+                await self.retrier.pause(what, failures[position], exc)
+                try:
+                    if op.kind == "load_state":
+                        self._epoch += 1  # whatever it replaced is gone either way
+                    elif op.changes_state or self._queued_changes:
+                        await self._restore(op)
+                        for index, past in enumerate(list(self._since)):
+                            position = index  # a failure here spends this replay's retries
+                            what = f"{past.kind} (replaying a step since the last saved state)"
+                            await self._attempt(past.submit, past.kind)
+                    position, what = len(self._since), op.kind
+                    return await self._attempt(op.submit, op.kind)
+                except (TransientBackendError, TimeoutError) as again:
+                    exc = again
+        finally:
+            self._recovering = False
 
     async def _restore(self, failed: _Op) -> None:
         """Load the last saved state; the caller replays the train steps completed since."""
@@ -288,11 +327,17 @@ class RetryingBackend:
                 "was saved before it (save one with submit_save_state first)"
             )
         self._epoch += 1
-        state = self._last_state
-        await self.retrier.retried("load_state", lambda: _call(self.inner.submit_load_state(state)))
+        state, failures = self._last_state, 0
+        while True:
+            try:
+                await self._attempt(lambda: self.inner.submit_load_state(state), "load_state")
+                return
+            except (TransientBackendError, TimeoutError) as exc:
+                failures += 1
+                await self.retrier.pause("load_state", failures, exc)
 
-    async def _attempt(self, op: _Op) -> Any:
-        return await self.retrier.deadline(await self.retrier.deadline(op.submit()))
+    async def _attempt(self, submit: Callable[[], Awaitable[Awaitable[Any]]], kind: str) -> Any:
+        return await self.retrier.deadline(await self._send(submit, kind))
 
 
 def _observed(awaitable: Awaitable[T]) -> asyncio.Future[T]:
@@ -304,7 +349,3 @@ def _observed(awaitable: Awaitable[T]) -> asyncio.Future[T]:
     future = asyncio.ensure_future(awaitable)
     future.add_done_callback(lambda f: f.cancelled() or f.exception())
     return future
-
-
-async def _call(submitted: Awaitable[Awaitable[T]]) -> T:
-    return await (await submitted)

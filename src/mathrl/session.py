@@ -36,19 +36,23 @@ EXIT_STDOUT_CLOSED = 141
 
 
 class Stdout:
-    """stdout for the seed's lines; once the reader goes away, it stops the run quietly."""
+    """stdout for the seed's lines; once it cannot be written, it stops the run quietly.
+
+    A reader that went away (`| head`) is a broken pipe; a full disk or a
+    closed descriptor is another error. Either way the run stops cleanly.
+    """
 
     def __init__(self) -> None:
-        self.closed = False
+        self.error: OSError | None = None
         self.on_close: Callable[[], None] = lambda: None
 
     def line(self, text: str) -> None:
-        if self.closed:
+        if self.error is not None:
             return
         try:
             print(text, flush=True)
-        except BrokenPipeError:
-            self.closed = True
+        except OSError as exc:
+            self.error = exc
             # Point fd 1 at /dev/null, so the interpreter's final flush is quiet too.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             self.on_close()
@@ -83,9 +87,9 @@ class SeedLines(Observer):
 class Latest(Observer):
     """The newest checkpoints, so a failed run can still say what it left behind."""
 
-    def __init__(self) -> None:
-        self.sampler = ""
-        self.state_step = -1
+    def __init__(self, resume: Resume | None = None) -> None:
+        self.sampler = resume.sampler_path if resume else ""
+        self.state_step = resume.step if resume else -1
 
     def on_checkpoint(self, checkpoint: Checkpoint) -> None:
         if checkpoint.kind == "sampler":
@@ -173,7 +177,7 @@ async def train(
             )
             speak(f"run folder: {folder.path} (task {task.name})")
             out.line(model_line(config, backend.tokenizer.vocab_size))
-            latest = Latest()
+            latest = Latest(plan.resume)
             observer = Observers(folder, latest, SeedLines(out, speak), progress)
             try:
                 result = await run_grpo_async(
@@ -210,4 +214,7 @@ def _finished(
     say(f"stopped after step {result.last_step}; resume with: {resume_command(folder)}")
     if received:
         return EXIT_SIGNAL[signal.Signals(received[0])]
+    if out.error is not None and not isinstance(out.error, BrokenPipeError):
+        say(f"error: stdout could not be written ({out.error.strerror or out.error})")
+        return EXIT_FAILURE
     return EXIT_STDOUT_CLOSED
