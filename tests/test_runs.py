@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 
 from cli_process import run_cli, user_env
+from mathrl.adapter import as_task
 from mathrl.cli import main
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import EvalMetrics, Observer
+from mathrl.rollout import GUARDED_PROBLEMS, heldout_problems
 from mathrl.runlog import read_jsonl, read_run
 from mathrl.tasks.addition import HELDOUT_POOL, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
@@ -208,6 +210,21 @@ def test_held_out_problems_that_training_draws_are_left_out_and_said(tmp_path: P
     assert observer.evals[0].problems == 3  # 2, 3 and 4
     (warning,) = warnings
     assert warning.startswith("3 of 6 held-out problems of task 'OverlappingHeldout' are also")
+
+
+def test_the_held_out_guard_draws_a_bounded_number_of_training_problems() -> None:
+    # A million steps of 32,768: comparing them all with the held-out set would eat the machine.
+    class Counting(OverlappingHeldout):
+        drawn = 0
+
+        def build_dataset(self, seed: int, step: int, size: int) -> list[int]:
+            Counting.drawn += size
+            return super().build_dataset(seed, step, size)
+
+    config = TrainConfig(steps=1_000_000, batch=32_768, group=2, eval_every=1, eval_problems=5)
+    kept, left_out = heldout_problems(as_task(Counting()), config)
+    assert len(kept) + left_out == 5
+    assert Counting.drawn <= GUARDED_PROBLEMS + 32_768 + 5
 
 
 # -- progress -------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
 P = TypeVar("P")
 EVAL_STEP = -1
 """The `step` of evaluation requests' seeds: no training step has it."""
+GUARDED_PROBLEMS = 100_000
+"""How many training problems a default held-out set is compared with, at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,14 +185,17 @@ def heldout_problems(task: Task[P], config: TrainConfig) -> tuple[list[P], int]:
     A task that declares `heldout_dataset` keeps it apart from training
     itself (`mathrl.testing` checks that). For one that does not, problems
     whose prompt this run trains on are left out here, so evaluation stays
-    honest; the count says how many.
+    honest; the count says how many. Only the first GUARDED_PROBLEMS
+    training problems are drawn to compare: a run longer than that is
+    checked over its first steps only.
     """
     problems = task.heldout(config.seed, config.eval_problems)
     if hasattr(task.adapter, "heldout_dataset"):
         return problems, 0
+    steps = min(config.steps, max(1, GUARDED_PROBLEMS // config.batch))
     training = {
         task.adapter.make_prompt(p)
-        for step in range(1, config.steps + 1)
+        for step in range(1, steps + 1)
         for p in task.adapter.build_dataset(config.seed, step, config.batch)
     }
     kept = [p for p in problems if task.adapter.make_prompt(p) not in training]
