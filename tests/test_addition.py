@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 import strategies as st_
 from mathrl.tasks.addition import (
     FEWSHOT,
-    HELDOUT_POOL,
-    TRAINING_POOL,
     AdditionProblem,
     MathAdapter,
     all_problems,
@@ -22,6 +20,7 @@ from mathrl.tasks.addition import (
     is_heldout,
     make_problems,
     parse_answer,
+    pools,
     problem_rng,
     reward,
 )
@@ -65,10 +64,11 @@ def test_problems_are_stable_across_processes() -> None:
 
 
 def test_the_problems_split_into_a_training_pool_and_a_held_out_pool() -> None:
-    assert set(TRAINING_POOL) | set(HELDOUT_POOL) == set(all_problems())
-    assert not set(TRAINING_POOL) & set(HELDOUT_POOL)
+    training_pool, heldout_pool = pools()
+    assert set(training_pool) | set(heldout_pool) == set(all_problems())
+    assert not set(training_pool) & set(heldout_pool)
     # About a tenth is held out: 10,000 problems, hashed into ten buckets.
-    assert 900 <= len(HELDOUT_POOL) <= 1100
+    assert 900 <= len(heldout_pool) <= 1100
 
 
 @given(st_.seeds, st_.steps)
@@ -83,7 +83,7 @@ def test_held_out_problems_are_held_out_and_distinct_until_the_pool_runs_out(
     problems = heldout_problems(seed, size)
     assert len(problems) == size
     assert all(is_heldout(p) for p in problems)
-    assert len(set(problems)) == min(size, len(HELDOUT_POOL))
+    assert len(set(problems)) == min(size, len(pools()[1]))
     assert MathAdapter().heldout_dataset(seed, size) == problems
 
 

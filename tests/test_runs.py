@@ -22,7 +22,7 @@ from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import EvalMetrics, Observer
 from mathrl.rollout import GUARDED_PROBLEMS, heldout_problems
 from mathrl.runlog import read_jsonl, read_run
-from mathrl.tasks.addition import HELDOUT_POOL, MathAdapter
+from mathrl.tasks.addition import MathAdapter, pools
 from mathrl_fakes import FakeBackend, RecordingBackend
 from virtual_clock import run_virtual
 
@@ -149,7 +149,7 @@ def test_evaluation_asks_held_out_problems_greedily_and_adds_no_save(
     assert all(m.problems == 9 for m in evals.evals)
     greedy = [c for c in recorder.samples if c.params.temperature == 0.0]
     assert len(greedy) == 4 * 9
-    heldout_prompts = {MathAdapter().make_prompt(p) for p in HELDOUT_POOL}
+    heldout_prompts = {MathAdapter().make_prompt(p) for p in pools()[1]}
     decode = recorder.tokenizer.decode
     assert {decode(c.prompt_T) for c in greedy} <= heldout_prompts
     plain = RecordingBackend(fake_backend_factory())

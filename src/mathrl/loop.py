@@ -27,7 +27,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from mathrl.adapter import Adapter, Task, as_task
@@ -187,7 +187,7 @@ class _Run(Generic[P]):
             batch = await rollout(
                 self.backend.tokenizer, sampler, self.task, self.config, step, progress
             )
-            return _with(batch, path, self.clock() - started)
+            return replace(batch, sampler_path=path, seconds=self.clock() - started)
 
         return asyncio.create_task(go())
 
@@ -327,15 +327,3 @@ class _Run(Generic[P]):
             training_seconds=training if result is not None else 0.0,
             sampler_path=batch.sampler_path,
         )
-
-
-def _with(batch: Rollout, path: str, seconds: float) -> Rollout:
-    return Rollout(
-        batch.completions_P_G,
-        batch.rewards_P_G,
-        batch.datums_D,
-        batch.accuracy,
-        batch.constant_groups,
-        path,
-        seconds,
-    )

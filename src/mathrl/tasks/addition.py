@@ -10,6 +10,7 @@ ever a training problem, at any seed or step.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import re
@@ -62,8 +63,11 @@ def is_heldout(problem: AdditionProblem) -> bool:
     return int.from_bytes(digest, "little") % HELDOUT_EVERY == 0
 
 
-TRAINING_POOL = tuple(p for p in all_problems() if not is_heldout(p))
-HELDOUT_POOL = tuple(p for p in all_problems() if is_heldout(p))
+@functools.cache
+def pools() -> tuple[tuple[AdditionProblem, ...], tuple[AdditionProblem, ...]]:
+    """(training pool, held-out pool): split on first use, not at import."""
+    training = tuple(p for p in all_problems() if not is_heldout(p))
+    return training, tuple(p for p in all_problems() if is_heldout(p))
 
 
 def problem_rng(seed: int, step: int, stream: str = "train") -> random.Random:
@@ -78,12 +82,13 @@ def problem_rng(seed: int, step: int, stream: str = "train") -> random.Random:
 
 def make_problems(rng: random.Random, size: int) -> list[AdditionProblem]:
     """Draw `size` training problems from `rng`, uniformly from the training pool."""
-    return [rng.choice(TRAINING_POOL) for _ in range(size)]
+    training, _ = pools()
+    return [rng.choice(training) for _ in range(size)]
 
 
 def heldout_problems(seed: int, size: int) -> list[AdditionProblem]:
     """`size` held-out problems: a seeded shuffle of the held-out pool, repeated if need be."""
-    pool = list(HELDOUT_POOL)
+    pool = list(pools()[1])
     problem_rng(seed, 0, stream="heldout").shuffle(pool)
     return [pool[i % len(pool)] for i in range(size)]
 
