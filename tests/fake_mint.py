@@ -1,4 +1,4 @@
-"""A fake of the mint client surface, for testing `mathrl.mint_backend` offline.
+"""A fake of the mint client surface, for testing `mathrl.service.mint_backend` offline.
 
 For: driving MintBackend the way the SDK is driven. The fake clients take and
 return real `mint.types` objects (tinker 0.22.0, which mint re-exports), and
@@ -482,7 +482,7 @@ class FakeSamplingClient:
 
 
 if TYPE_CHECKING:
-    from mathrl.mint_backend import ServiceClientLike
+    from mathrl.service.mint_backend import ServiceClientLike
 
     def _conforms(server: FakeMintServer) -> ServiceClientLike:
         """mypy checks here that the fake has the client surface MintBackend uses."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli_process import run_cli
-from mathrl.cli import DEFAULTS_DECIDED_LATER, main
+from mathrl.cli.commands import DEFAULTS_DECIDED_LATER, main
 from mathrl.config import DEFAULT_BASE_URL, SETTINGS, Config, default_of
 
 STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)")

@@ -221,7 +221,7 @@ def test_a_rejected_key_exits_1_and_never_shows_the_key(
 
 def test_a_real_run_keeps_irrelevant_library_advice_off_stderr(tmp_path: Path) -> None:
     # transformers announces on import that PyTorch is missing; the tokenizer does not need it.
-    script = "import mathrl.mint_backend, transformers; print('loaded')"
+    script = "import mathrl.service.mint_backend, transformers; print('loaded')"
     done = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True, text=True, cwd=tmp_path, env=user_env(tmp_path), timeout=120,

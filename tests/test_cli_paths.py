@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-import mathrl.cli
-import mathrl.mint_backend
+import mathrl.cli.commands
+import mathrl.service.mint_backend
 from cli_process import run_cli
 from conftest import math_references
 from fake_mint import FakeMintServer
-from mathrl.cli import main
-from mathrl.progress import ProgressBar
+from mathrl.cli.commands import main
+from mathrl.cli.progress import ProgressBar
+from mathrl.cli.run_folder import read_run
 from mathrl.report import StepMetrics
-from mathrl.runlog import read_run
 
 KEY = "sk-test-SECRET123"
 OVERLAPPING_TASK = '''
@@ -112,7 +112,7 @@ def test_an_unreadable_dotenv_and_an_interrupt_are_one_line(
     def unreadable(path: Path) -> dict[str, str]:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(mathrl.cli, "dotenv_values", unreadable)
+    monkeypatch.setattr(mathrl.cli.commands, "dotenv_values", unreadable)
     assert main(["--backend", "fake"]) == 2
     assert capsys.readouterr().err == (
         f"mathrl: error: .env must be a readable file (got Permission denied: {tmp_path}/.env)\n"
@@ -123,7 +123,7 @@ def test_an_unreadable_dotenv_and_an_interrupt_are_one_line(
     def interrupted(*args: Any) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(mathrl.cli, "_train_command", interrupted)
+    monkeypatch.setattr(mathrl.cli.commands, "_train_command", interrupted)
     assert main([]) == 130
     assert capsys.readouterr().err == "mathrl: interrupted\n"
 
@@ -165,12 +165,12 @@ def test_sample_over_mint_answers_held_out_problems(
     server = FakeMintServer(math_references(), checkpoint_dir=tmp_path)
     training = server.connect().create_lora_training_client("fake/base")
     path = training.save_weights_for_sampler("w").result().path
-    real_open = mathrl.mint_backend.open_sampler
+    real_open = mathrl.service.mint_backend.open_sampler
 
     async def open_on_the_fake(config: Any, env: Any, model_path: str) -> Any:
         return await real_open(config, env, model_path, service_client=server.connect())
 
-    monkeypatch.setattr(mathrl.mint_backend, "open_sampler", open_on_the_fake)
+    monkeypatch.setattr(mathrl.service.mint_backend, "open_sampler", open_on_the_fake)
     monkeypatch.setenv("MINT_API_KEY", KEY)
     monkeypatch.chdir(tmp_path)
     assert main(["sample", "--model-path", path, "--problems", "4"]) == 0
@@ -196,7 +196,7 @@ def test_the_progress_bar_prints_lines_above_itself(tmp_path: Path) -> None:
 
 
 def test_closing_a_retrying_backend_stops_calls_nobody_waits_for(tmp_path: Path) -> None:
-    from mathrl.retry import RetryingBackend, RetryPolicy
+    from mathrl.service.retry import RetryingBackend, RetryPolicy
     from mathrl_fakes import FakeBackend
 
     async def go() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mathrl.adapter import as_task
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
-from mathrl.tasks.code import (
+from mathrl.tasks.code.task import (
     ALL,
     FENCE,
     HELDOUT_POOL,

@@ -452,7 +452,7 @@ def test_a_training_fault_may_or_may_not_have_taken_effect(
 ) -> None:
     # Retried as it is, a call that failed before taking effect trains once, as
     # a clean step does; one that failed after taking effect trains twice. A
-    # client cannot tell them apart, so it must restore a state (mathrl.retry).
+    # client cannot tell them apart, so it must restore a state (mathrl.service.retry).
     def thetas(after_apply: bool | None) -> list[float]:
         backend = fake_backend_factory()
         datum = a_datum(backend)

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import mathrl.cli
-from mathrl.cli import SAMPLE_FIELDS, main
+import mathrl.cli.commands
+from mathrl.cli.commands import SAMPLE_FIELDS, main
+from mathrl.cli.train import Plan, open_backend
 from mathrl.config import SETTINGS
-from mathrl.session import Plan, open_backend
 
 CHARACTERS = st.characters(codec="utf-8", exclude_characters="\x00")
 """What a command line or an environment can hold: UTF-8 text without NUL."""
@@ -102,7 +102,7 @@ def test_any_value_is_accepted_or_refused_in_one_line(
             patch.delenv(key)
         for key, text in env.items():
             patch.setenv(key, text)
-        patch.setattr(mathrl.cli, "train", opened_and_stopped)
+        patch.setattr(mathrl.cli.commands, "train", opened_and_stopped)
         patch.setattr(importlib, "import_module", refuse_imports)
         code = main(args)
     err = capsys.readouterr().err

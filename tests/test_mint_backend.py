@@ -37,9 +37,9 @@ from mathrl.backend import (
 )
 from mathrl.config import DEFAULT_BASE_URL, Config, TrainConfig
 from mathrl.grpo import Datum, build_datum
-from mathrl.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl.loop import checkpoint_name, run_grpo_async
-from mathrl.mint_backend import (
+from mathrl.service.hf_tokenizer import HFTokenizer, stop_sequences
+from mathrl.service.mint_backend import (
     MintBackend,
     MintSampler,
     open_backend,
@@ -628,7 +628,7 @@ def test_the_fake_takes_stop_ids_and_single_strings(make_server: ServerFactory) 
 def test_the_fake_backend_never_imports_mint(tmp_path: Path) -> None:
     script = (
         "import sys\n"
-        "from mathrl.cli import main\n"
+        "from mathrl.cli.commands import main\n"
         "assert main(['--backend', 'fake', '--steps', '1']) == 0\n"
         "assert main(['sample', '--backend', 'fake', '--problems', '2',\n"
         "             '--model-path', 'x']) == 2\n"

@@ -38,7 +38,7 @@ def smoke_config() -> Config:
 
 
 def test_one_real_step() -> None:
-    from mathrl.mint_backend import open_backend
+    from mathrl.service.mint_backend import open_backend
 
     config = smoke_config()
 
@@ -53,6 +53,6 @@ def test_one_real_step() -> None:
 
 
 def test_the_real_backend_passes_the_contract() -> None:
-    from mathrl.mint_backend import open_backend
+    from mathrl.service.mint_backend import open_backend
 
     check_backend(lambda: asyncio.run(open_backend(smoke_config(), os.environ)))

@@ -17,7 +17,7 @@ from mathrl.backend import (
     CredentialsRejected,
     TransientBackendError,
 )
-from mathrl.probe import SETUP_PATH, probe_service
+from mathrl.service.probe import SETUP_PATH, probe_service
 
 KEY = "sk-probe"
 Serve = Callable[[int], tuple[str, list[tuple[str, str, str | None, bytes]]]]

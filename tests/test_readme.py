@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import mathrl.mint_backend
+import mathrl.service.mint_backend
 from cli_process import run_cli, user_env
 from fake_mint import FakeMintServer
 from mathrl_fakes import references_for
@@ -77,12 +77,12 @@ def test_the_readme_asyncio_snippet_trains_over_mint(
     task = Subtraction()
     problems = [p for step in range(1, 21) for p in task.build_dataset(0, step, 10)]
     server = FakeMintServer(references_for(task, problems), checkpoint_dir=task_folder)
-    real_open = mathrl.mint_backend.open_backend
+    real_open = mathrl.service.mint_backend.open_backend
 
     async def open_on_the_fake(config: Any, env: Any) -> Any:
         return await real_open(config, {"MINT_API_KEY": "sk-x"}, service_client=server.connect())
 
-    monkeypatch.setattr(mathrl.mint_backend, "open_backend", open_on_the_fake)
+    monkeypatch.setattr(mathrl.service.mint_backend, "open_backend", open_on_the_fake)
     exec(compile(snippet, "README.md", "exec"), {"__name__": "__main__"})
     saved = capsys.readouterr().out.strip()
     assert saved.startswith("tinker://fake-run/sampler_weights/subtraction-seed0-")

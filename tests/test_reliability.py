@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from cli_process import run_cli, user_env
+from mathrl.cli.run_folder import RunFolder, read_run
 from mathrl.config import TrainConfig
 from mathrl.loop import RunResult, run_grpo_async
 from mathrl.report import Checkpoint, Observer, StepMetrics
-from mathrl.runlog import RunFolder, read_run
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import FakeBackend
 

@@ -19,7 +19,7 @@ from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import RunResult, run_grpo, run_grpo_async
 from mathrl.report import Observer, StepMetrics
-from mathrl.retry import RetriesExhausted, RetryingBackend, RetryPolicy
+from mathrl.service.retry import RetriesExhausted, RetryingBackend, RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend
 from virtual_clock import run_virtual

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from mathrl.cli.run_folder import RunFolder, RunFolderError, _fresh, read_jsonl, read_run
 from mathrl.config import Config, TrainConfig
 from mathrl.report import Checkpoint
-from mathrl.runlog import RunFolder, RunFolderError, _fresh, read_jsonl, read_run
 
 
 def test_a_torn_last_line_is_skipped_and_a_torn_middle_is_an_error(tmp_path: Path) -> None:

@@ -16,12 +16,12 @@ import pytest
 
 from cli_process import run_cli, user_env
 from mathrl.adapter import as_task
-from mathrl.cli import main
+from mathrl.cli.commands import main
+from mathrl.cli.run_folder import read_jsonl, read_run
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import EvalMetrics, Observer
 from mathrl.rollout import GUARDED_PROBLEMS, heldout_problems
-from mathrl.runlog import read_jsonl, read_run
 from mathrl.tasks.addition import MathAdapter, pools
 from mathrl_fakes import FakeBackend, RecordingBackend
 from virtual_clock import run_virtual
@@ -299,7 +299,7 @@ def test_plot_refuses_what_it_cannot_draw(
     (tmp_path / "run" / "config.json").write_text('{"settings": {}}')
     assert main(["plot", "run", "--out", "x.txt"]) == 2
     assert "--out must be a .png file (got 'x.txt')" in capsys.readouterr().err
-    monkeypatch.setitem(sys.modules, "mathrl.plot", None)  # as if matplotlib were missing
+    monkeypatch.setitem(sys.modules, "mathrl.cli.plot", None)  # as if matplotlib were missing
     assert main(["plot", "run"]) == 2
     assert capsys.readouterr().err == (
         "mathrl: error: plot needs matplotlib (got none installed): pip install 'mathrl[plot]'\n"

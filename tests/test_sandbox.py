@@ -26,8 +26,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mathrl import sandbox
-from mathrl.sandbox import STATUSES, JsonValue, Limits, Outcome, call_function
+from mathrl.tasks.code import sandbox
+from mathrl.tasks.code.sandbox import STATUSES, JsonValue, Limits, Outcome, call_function
 
 FAST = Limits(cpu_seconds=1, wall_seconds=3.0)
 MARGIN = 2.0  # seconds beyond the wall limit a call may take, start-up and clean-up included

@@ -25,7 +25,7 @@ from mathrl.config import Config, ConfigError, TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
 from mathrl.loop import Resume, RunResult, run_grpo, run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, StepMetrics
-from mathrl.retry import RetriesExhausted, RetryingBackend, RetryPolicy
+from mathrl.service.retry import RetriesExhausted, RetryingBackend, RetryPolicy
 from mathrl.tasks.addition import (
     AdditionProblem,
     MathAdapter,

@@ -2,7 +2,7 @@
 
 import sys
 
-from mathrl.cli import main
+from mathrl.cli.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

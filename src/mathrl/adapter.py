@@ -93,7 +93,7 @@ class Adapter(Protocol[ProblemT]):
         reward must never raise, whatever the text, and must be a finite
         number. Partial credit is fine (the GRPO advantage is the reward
         minus its group's mean); the reference completion must earn the most.
-        Never run the completion in this process: see `mathrl.sandbox`.
+        Never run the completion in this process: see `mathrl.tasks.code.sandbox`.
         """
         ...
 

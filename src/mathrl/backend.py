@@ -1,7 +1,7 @@
 """The `Backend` protocol: the only door between the GRPO loop and a model.
 
 This module is the contract a new backend is written from. It holds types and
-protocols only; `mathrl.mint_backend` implements it over MinT and
+protocols only; `mathrl.service.mint_backend` implements it over MinT and
 `mathrl_fakes.FakeBackend` implements it in memory.
 """
 
@@ -140,7 +140,7 @@ class Backend(Protocol):
       `TransientBackendError`. A failed training-side call may or may not
       have taken effect (a service can apply a request and lose the answer),
       so a client that retries one must restore a saved state first:
-      `mathrl.retry.RetryingBackend` does. Anything else raises
+      `mathrl.service.retry.RetryingBackend` does. Anything else raises
       `BackendError` or `ValueError`, and misuse refused at submission
       leaves the training side untouched.
     """

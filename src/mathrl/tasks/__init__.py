@@ -2,5 +2,5 @@
 
 - `addition.MathAdapter`: two-digit addition, exact-match reward (the default).
 - `code.CodeAdapter`: write a small Python function; the reward is the share
-  of hidden tests it passes, run in `mathrl.sandbox`.
+  of hidden tests it passes, run in `mathrl.tasks.code.sandbox`.
 """

@@ -2,7 +2,7 @@
 
 The model completes a prompt that opens a code block with the body of a
 function `f`, then closes the block. The reward is the share of hidden tests
-`f` passes (partial credit): the completion runs in `mathrl.sandbox`, a
+`f` passes (partial credit): the completion runs in `mathrl.tasks.code.sandbox`, a
 separate, locked-down Python process, never in the trainer, and only the
 function's return values come back; the expected ones never leave this
 process. (The seed's version of this task ran model output with `exec`
@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mathrl.sandbox import JsonValue, Limits, call_function
+from mathrl.tasks.code.sandbox import JsonValue, Limits, call_function
 
 FENCE = "```"
 LIMITS = Limits(cpu_seconds=2, wall_seconds=5.0)

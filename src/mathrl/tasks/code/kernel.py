@@ -1,6 +1,6 @@
 """The sandbox's kernel layers: namespaces, a tmpfs, Landlock, seccomp, no capabilities.
 
-For: `mathrl.sandbox`, which builds a `Kernel` in the trainer (`kernel_layers`,
+For: `mathrl.tasks.code.sandbox`, which builds a `Kernel` in the trainer (`kernel_layers`,
 cached) and enters it in the child between fork and exec (`Kernel.enter`, its
 preexec function), where nothing may allocate much or import anything. Each
 step that the kernel or a non-root trainer refuses is skipped, and the other

@@ -18,7 +18,7 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from mathrl.runlog import RunRecord
+from mathrl.cli.run_folder import RunRecord
 
 
 def label_of(record: RunRecord, several: bool) -> str:

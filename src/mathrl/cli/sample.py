@@ -13,11 +13,11 @@ from typing import Any
 
 from mathrl.adapter import Task
 from mathrl.backend import BackendError, Sampler, Tokenizer
+from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError, api_key, base_url, shown
 from mathrl.loop import task_of_checkpoint
-from mathrl.retry import Retrier, RetryingSampler
 from mathrl.rollout import evaluate
-from mathrl.session import model_line, retry_policy
+from mathrl.service.retry import Retrier, RetryingSampler
 
 
 async def sample(
@@ -45,7 +45,7 @@ async def sample(
                 f"--model-path must be a tinker:// path a run printed as `Saved:` "
                 f"(got {shown(model_path, 200)})"
             )
-        from mathrl.mint_backend import open_sampler
+        from mathrl.service.mint_backend import open_sampler
 
         tokenizer, sampler = await open_sampler(config, env, model_path)
         sampler = RetryingSampler(sampler, Retrier(retry_policy(config), say))

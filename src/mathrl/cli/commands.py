@@ -26,6 +26,9 @@ from dotenv import dotenv_values
 
 from mathrl import __version__
 from mathrl.backend import BackendError
+from mathrl.cli.loader import load_task
+from mathrl.cli.run_folder import RunFolder, RunFolderError, read_run
+from mathrl.cli.train import EXIT_STDOUT_CLOSED, Plan, train
 from mathrl.config import (
     DEFAULT_BASE_URL,
     SETTINGS,
@@ -37,9 +40,6 @@ from mathrl.config import (
     default_of,
     shown,
 )
-from mathrl.loader import load_task
-from mathrl.runlog import RunFolder, RunFolderError, read_run
-from mathrl.session import EXIT_STDOUT_CLOSED, Plan, train
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 BACKENDS = ("mint", "fake")
@@ -278,7 +278,7 @@ def _check_command(argv: Sequence[str]) -> int:
 def _plot_command(argv: Sequence[str]) -> int:
     args = _plot_parser().parse_args(argv)
     try:
-        from mathrl.plot import plot_runs
+        from mathrl.cli.plot import plot_runs
     except ImportError:
         raise ConfigError(
             "plot needs matplotlib (got none installed): pip install 'mathrl[plot]'"
@@ -300,7 +300,7 @@ def _plot_command(argv: Sequence[str]) -> int:
 
 
 def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    from mathrl.sampling import sample
+    from mathrl.cli.sample import sample
 
     args = _sample_parser().parse_args(argv)
     count = _problem_count(args.problems)

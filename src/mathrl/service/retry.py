@@ -1,7 +1,7 @@
 """RetryingBackend: a deadline and bounded retries on every call, any backend.
 
 For: wrapping a `Backend` after set-up, so one transient failure does not end
-a long run. Not for: set-up itself (`mathrl.mint_backend` bounds that), or
+a long run. Not for: set-up itself (`mathrl.service.mint_backend` bounds that), or
 errors that retrying cannot fix (`BackendError`, `ValueError`), which pass
 through at once.
 

@@ -7,10 +7,10 @@ opening a connection under one deadline; turning SDK failures into
 
 Setup is synchronous in the SDK (`ServiceClient()` contacts the server in its
 constructor and retries for minutes), so `open_backend` first takes one quick
-look at the endpoint (`mathrl.probe`), then runs the SDK's set-up with
-`mathrl.deadline.run_in_daemon_thread` and gives up after
+look at the endpoint (`mathrl.service.probe`), then runs the SDK's set-up with
+`mathrl.service.deadline.run_in_daemon_thread` and gives up after
 `config.connect_timeout` seconds. Stop sequences are translated by
-`mathrl.hf_tokenizer.stop_sequences`.
+`mathrl.service.hf_tokenizer.stop_sequences`.
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ from mathrl.backend import (  # noqa: E402
     check_train_step,
 )
 from mathrl.config import DEFAULT_BASE_URL, Config  # noqa: E402
-from mathrl.deadline import run_in_daemon_thread  # noqa: E402
 from mathrl.grpo import Datum  # noqa: E402
-from mathrl.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences  # noqa: E402
-from mathrl.probe import probe_service, retryable_status  # noqa: E402
+from mathrl.service.deadline import run_in_daemon_thread  # noqa: E402
+from mathrl.service.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences  # noqa: E402
+from mathrl.service.probe import probe_service, retryable_status  # noqa: E402
 
 Probe = Callable[[str, str, float], None]
 """Checks the endpoint before set-up: (URL, key, timeout) -> None, or a BackendError."""
@@ -212,7 +212,7 @@ class MintBackend:
 
     async def submit_save_state(self, name: str) -> Awaitable[str]:
         with service_errors("calling save_state", self._secret):
-            # overwrite: a retried save (see mathrl.retry) reuses the name it failed with.
+            # overwrite: a retried save (see mathrl.service.retry) reuses the name it failed with.
             saving = await self._training.save_state_async(name, overwrite=True)
 
         async def path() -> str:

@@ -4,7 +4,7 @@ For: `python -m mathrl` and `python -m mathrl --resume RUN_DIR`. It opens the
 backend (with retries and deadlines around it), writes the run folder,
 prints the seed's lines on stdout, draws progress on stderr, and turns
 Ctrl-C, SIGTERM, a closed stdout or a failed service into a clean stop with a
-resumable state. Not for: parsing flags (`mathrl.cli`) or the GRPO step
+resumable state. Not for: parsing flags (`mathrl.cli.commands`) or the GRPO step
 (`mathrl.loop`).
 """
 
@@ -22,12 +22,12 @@ from typing import Any
 
 from mathrl.adapter import Task
 from mathrl.backend import Backend, BackendError
+from mathrl.cli.progress import ProgressBar
+from mathrl.cli.run_folder import RunFolder
 from mathrl.config import Config
 from mathrl.loop import Resume, RunResult, run_fingerprint, run_grpo_async
-from mathrl.progress import ProgressBar
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, StepMetrics
-from mathrl.retry import RetryingBackend, RetryPolicy
-from mathrl.runlog import RunFolder
+from mathrl.service.retry import RetryingBackend, RetryPolicy
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -129,7 +129,7 @@ async def open_backend(
             fault_rate=config.fake_fault_rate,
         )
     else:
-        from mathrl.mint_backend import open_backend as open_mint
+        from mathrl.service.mint_backend import open_backend as open_mint
 
         inner = await open_mint(config, env)
     return RetryingBackend(inner, retry_policy(config), say)

@@ -45,8 +45,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import TypeAlias
 
-from mathrl.sandbox_child import HARNESS
-from mathrl.sandbox_kernel import Kernel, kernel_layers
+from mathrl.tasks.code.harness import HARNESS
+from mathrl.tasks.code.kernel import Kernel, kernel_layers
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 STATUSES = ("ok", "error", "timeout", "output_limit", "crashed")

@@ -1,6 +1,6 @@
 """The script the sandbox's child runs, kept as text: it never runs in the trainer.
 
-`mathrl.sandbox` passes `HARNESS` to `python -I -S -B -c`. In the child it
+`mathrl.tasks.code.sandbox` passes `HARNESS` to `python -I -S -B -c`. In the child it
 reads the request from stdin before any untrusted code exists, points fds 0-2
 at /dev/null (so stray writes fail), installs the audit hook (`guard`) after
 removing the unaudited ways out (`disarm`), runs the completion, calls the
