@@ -677,3 +677,15 @@ def test_mint_datums_carry_the_same_numbers(
         assert inputs[name].shape == [len(datum.target_tokens)]
         # The wire format is float32: equal after rounding to it.
         assert inputs[name].tolist() == np.asarray(getattr(datum, name), np.float32).tolist()
+
+
+def test_set_up_says_what_it_waits_on_and_for_how_long(make_server: ServerFactory) -> None:
+    server = make_server()
+    heard: list[str] = []
+    config = Config(connect_timeout=7, setup_timeout=90, base_model="Qwen/Qwen3-0.6B")
+    run(open_backend(config, ENV, service_factory=server.connect, probe=None, waiting=heard.append))
+    assert heard == [
+        "connecting to MinT at http://127.0.0.1:9 (up to 7 s)",
+        "creating a LoRA training client for Qwen/Qwen3-0.6B (up to 90 s)",
+        "loading the tokenizer (up to 90 s)",
+    ]

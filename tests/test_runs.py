@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import re
+import struct
 import subprocess
 import sys
+import termios
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -230,13 +233,15 @@ def test_the_held_out_guard_draws_a_bounded_number_of_training_problems() -> Non
 # -- progress -------------------------------------------------------------------------
 
 
-def test_progress_shows_on_a_terminal_and_never_touches_stdout(tmp_path: Path) -> None:
+def _run_on_a_terminal(tmp_path: Path, stdout: int) -> tuple[int, str]:
+    """Run 3 fake steps with stderr on a pseudo-terminal; return the exit code and its screen."""
     controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     try:
         child = subprocess.run(
             [sys.executable, "-m", "mathrl", "--backend", "fake", "--steps", "3",
              "--fake-latency", "0.05"],
-            stdout=subprocess.PIPE, stderr=terminal, cwd=tmp_path, env=user_env(tmp_path),
+            stdout=stdout, stderr=terminal, cwd=tmp_path, env=user_env(tmp_path),
             timeout=120, check=False,
         )  # fmt: skip
         os.close(terminal)
@@ -254,18 +259,36 @@ def test_progress_shows_on_a_terminal_and_never_touches_stdout(tmp_path: Path) -
         os.close(controller)
         if terminal >= 0:
             os.close(terminal)
-    assert child.returncode == 0
-    stdout = child.stdout.decode().splitlines()
-    assert [line.split(":")[0] for line in stdout] == [
+    return child.returncode, shown.decode(errors="replace")
+
+
+def test_progress_shows_on_a_terminal_and_never_touches_stdout(tmp_path: Path) -> None:
+    out = tmp_path / "stdout.txt"
+    with out.open("wb") as stdout:
+        code, text = _run_on_a_terminal(tmp_path, stdout.fileno())
+    assert code == 0
+    lines = out.read_text().splitlines()
+    assert [line.split(":")[0] for line in lines] == [
         "Model",
         "Step 1",
         "Step 2",
         "Step 3",
         "Saved",
     ]
-    text = shown.decode(errors="replace")
     assert "step 3/3" in text or "step 2/3" in text  # the live line, redrawn in place
     assert "samples" in text
+    assert "eta" in text
+    assert "step 2: accuracy" in text
+    assert "run folder:" in text
+
+
+def test_no_bar_when_stdout_is_a_pipe_whose_reader_may_share_the_screen(tmp_path: Path) -> None:
+    # `| tee log` writes our stdout lines onto the terminal whenever it likes: a live bar
+    # there would draw over them, so there is none.
+    code, text = _run_on_a_terminal(tmp_path, subprocess.PIPE)
+    assert code == 0
+    assert "samples" not in text
+    assert "\x1b[" not in text  # no bar, no cursor movement
     assert "run folder:" in text
 
 

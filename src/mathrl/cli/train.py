@@ -45,12 +45,14 @@ class Stdout:
     def __init__(self) -> None:
         self.error: OSError | None = None
         self.on_close: Callable[[], None] = lambda: None
+        self.around: Callable[[Callable[[], None]], None] = lambda write: write()
+        """How a write is made: the progress bar steps aside for it (`ProgressBar.above`)."""
 
     def line(self, text: str) -> None:
         if self.error is not None:
             return
         try:
-            print(text, flush=True)
+            self.around(lambda: print(text, flush=True))
         except OSError as exc:
             self.error = exc
             # Point fd 1 at /dev/null, so the interpreter's final flush is quiet too.
@@ -113,12 +115,19 @@ def retry_policy(config: Config) -> RetryPolicy:
 
 
 async def open_backend(
-    plan: Plan, env: Mapping[str, str], say: Callable[[str], None]
+    plan: Plan,
+    env: Mapping[str, str],
+    say: Callable[[str], None],
+    waiting: Callable[[str], None] = lambda status: None,
 ) -> RetryingBackend:
-    """The run's backend, fake or MinT, wrapped in deadlines and retries."""
+    """The run's backend, fake or MinT, wrapped in deadlines and retries.
+
+    `waiting` hears what set-up waits on, and for how long at most.
+    """
     config = plan.config
     inner: Backend
     if config.backend == "fake":
+        waiting("starting the fake backend")
         from mathrl_fakes import FakeBackend
 
         inner = FakeBackend.for_run(
@@ -131,7 +140,7 @@ async def open_backend(
     else:
         from mathrl.service.mint_backend import open_backend as open_mint
 
-        inner = await open_mint(config, env)
+        inner = await open_mint(config, env, waiting=waiting)
     return RetryingBackend(inner, retry_policy(config), say)
 
 
@@ -170,7 +179,8 @@ async def train(
     try:
         with ProgressBar(config.train.steps, first, per_step) as progress:
             speak = (lambda m: progress.say(f"mathrl: {m}")) if progress.active else say
-            backend = await open_backend(plan, env, speak)
+            out.around = progress.above
+            backend = await open_backend(plan, env, speak, progress.setting_up)
             # Only now: a run that cannot start leaves no folder behind.
             folder = plan.folder or RunFolder.create(
                 config, task.name, run_fingerprint(task, config.train), version

@@ -291,6 +291,22 @@ def translate_error(exc: tinker.TinkerError, what: str, secret: str | None) -> B
     return BackendError(f"MinT failed while {what}: {detail}")
 
 
+class _Phases(list[str]):
+    """The set-up phases so far; each new one is reported with its deadline."""
+
+    def __init__(self, first: str, config: Config, waiting: Callable[[str], None] | None) -> None:
+        super().__init__()
+        self._config, self._waiting = config, waiting
+        self.append(first)
+
+    def append(self, phase: str) -> None:
+        super().append(phase)
+        if self._waiting is not None:
+            first = len(self) == 1
+            limit = self._config.connect_timeout if first else self._config.setup_timeout
+            self._waiting(f"{phase} (up to {limit:g} s)")
+
+
 def _one_line(exc: BaseException, secret: str | None) -> str:
     detail = " ".join(str(exc).split()) or type(exc).__name__
     return detail.replace(secret, "***") if secret else detail
@@ -303,6 +319,7 @@ async def open_backend(
     service_client: ServiceClientLike | None = None,
     service_factory: Callable[..., ServiceClientLike] = tinker.ServiceClient,
     probe: Probe | None = sdk_probe,
+    waiting: Callable[[str], None] | None = None,
 ) -> MintBackend:
     """Connect, create a LoRA training client and load its tokenizer, all by the deadline.
 
@@ -319,7 +336,7 @@ async def open_backend(
         phase.append("loading the tokenizer")
         return MintBackend(training, training.get_tokenizer(), env.get("MINT_API_KEY"))
 
-    return await _connect(config, env, build, service_client, service_factory, probe)
+    return await _connect(config, env, build, service_client, service_factory, probe, waiting)
 
 
 async def open_sampler(
@@ -354,10 +371,11 @@ async def _connect(
     service_client: ServiceClientLike | None,
     service_factory: Callable[..., ServiceClientLike],
     probe: Probe | None,
+    waiting: Callable[[str], None] | None = None,
 ) -> T:
     key = env.get("MINT_API_KEY") or ""
     url = env.get("MINT_BASE_URL") or DEFAULT_BASE_URL
-    phase = [f"connecting to MinT at {url}"]
+    phase = _Phases(f"connecting to MinT at {url}", config, waiting)
     if service_client is None and not key:
         raise BackendError("MINT_API_KEY must be set to a MinT API key (got nothing)")
 
