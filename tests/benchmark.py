@@ -59,9 +59,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mathrl_fakes.fake_backend as fake_module
 from mathrl.adapter import Task, as_task
+from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
-from mathrl.loop import checkpoint_name, run_grpo_async
+from mathrl.loop import run_grpo_async
 from mathrl.report import EvalMetrics, Observer, StepMetrics
 from mathrl.rollout import request_seed, sample_params, score
 from mathrl.tasks.addition import AdditionProblem, MathAdapter

@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 
 import strategies as st_
 from mathrl.adapter import as_task
+from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
-from mathrl.grpo import Datum, build_datum, group_advantages
-from mathrl.loop import checkpoint_name, run_grpo, task_of_checkpoint
+from mathrl.grpo import Datum
+from mathrl.loop import StepOutcome, grpo_step, run_grpo
 from mathrl.rollout import request_seed, sample_params
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
+from reference_loop import reference_run
 
 FakeFactory = Callable[..., FakeBackend]
 
@@ -81,46 +83,58 @@ def test_datums_are_the_non_empty_completions_of_non_constant_groups(
             assert len(next(trained)) == expected
 
 
-async def serial_reference_run(backend: FakeBackend, config: TrainConfig) -> list[list[Datum]]:
-    """The loop as the seed writes it: every call awaited in turn, nothing overlapped."""
-    adapter = MathAdapter()
-    task = as_task(adapter)
-    tok = backend.tokenizer
-    datums_by_step: list[list[Datum]] = []
-    path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
-    for step in range(1, config.steps + 1):
-        sampler = await backend.create_sampler(path)
-        datums: list[Datum] = []
-        for i, problem in enumerate(adapter.build_dataset(config.seed, step, config.batch)):
-            prompt = tok.encode(adapter.make_prompt(problem))
-            params = sample_params(task, config, request_seed(config.seed, step, i))
-            completions = await sampler.sample(prompt, config.group, params)
-            rewards = [adapter.compute_reward(tok.decode(c.tokens), problem) for c in completions]
-            if all(r == rewards[0] for r in rewards):
-                continue
-            for c, adv in zip(completions, group_advantages(rewards), strict=True):
-                datum = build_datum(prompt, c.tokens, c.logprobs, adv)
-                if datum is not None:
-                    datums.append(datum)
-        datums_by_step.append(datums)
-        if datums:
-            await (await backend.submit_train_step(datums, config.lr))
-            path = await (
-                await backend.submit_save_for_sampler(checkpoint_name(task, config, step))
-            )
-    return datums_by_step
-
-
 @pytest.mark.parametrize("seed", [0, 7])
-def test_the_loop_matches_a_serial_reference_loop(
-    fake_backend_factory: FakeFactory, seed: int
-) -> None:
+def test_the_loop_matches_the_reference_loop(fake_backend_factory: FakeFactory, seed: int) -> None:
     config = TrainConfig(steps=6, seed=seed, batch=8, group=4)
     recorder = RecordingBackend(fake_backend_factory(seed=seed))
     run_grpo(recorder, MathAdapter(), config)
-    reference = asyncio.run(serial_reference_run(fake_backend_factory(seed=seed), config))
+    reference = asyncio.run(reference_run(fake_backend_factory(seed=seed), MathAdapter(), config))
     assert [d for d in reference if d] == recorder.trained
     assert sum(map(len, reference)) > 0
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_grpo_step_is_the_reference_step(fake_backend_factory: FakeFactory, seed: int) -> None:
+    config = TrainConfig(steps=6, seed=seed, batch=8, group=4)
+    task = as_task(MathAdapter())
+
+    async def by_grpo_step(backend: FakeBackend) -> list[list[Datum]]:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        datums_by_step = []
+        for step in range(1, config.steps + 1):
+            outcome = await grpo_step(
+                backend, await backend.create_sampler(path), task, config, step
+            )
+            datums_by_step.append(outcome.datums_D)
+            assert (
+                (outcome.result is None) == (outcome.sampler_path is None) == (not outcome.datums_D)
+            )
+            path = outcome.sampler_path or path
+        return datums_by_step
+
+    stepped = asyncio.run(by_grpo_step(fake_backend_factory(seed=seed)))
+    reference = asyncio.run(reference_run(fake_backend_factory(seed=seed), MathAdapter(), config))
+    assert stepped == reference
+    assert sum(map(len, reference)) > 0
+
+
+def test_a_step_of_constant_groups_trains_and_saves_nothing(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    backend = fake_backend_factory()
+    task, config = as_task(ConstantRewardAdapter()), TrainConfig()
+
+    async def go() -> StepOutcome:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        return await grpo_step(backend, await backend.create_sampler(path), task, config, 1)
+
+    outcome = asyncio.run(go())
+    assert outcome.rewards_P_G == [[0.5] * config.group] * config.batch
+    assert outcome.datums_D == []
+    assert outcome.result is None
+    assert outcome.sampler_path is None
+    assert backend.log.count("forward_backward") == 0
+    assert backend.log.count("save_weights_for_sampler") == 1  # step 0's, before the step
 
 
 @given(st_.seeds, st_.steps, st.integers(0, 10_000))

@@ -35,9 +35,10 @@ from mathrl.backend import (
     SampleParams,
     TransientBackendError,
 )
+from mathrl.checkpoints import checkpoint_name
 from mathrl.config import DEFAULT_BASE_URL, Config, TrainConfig
 from mathrl.grpo import Datum, build_datum
-from mathrl.loop import checkpoint_name, run_grpo_async
+from mathrl.loop import run_grpo_async
 from mathrl.service.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl.service.mint_backend import (
     MintBackend,

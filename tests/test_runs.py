@@ -24,7 +24,7 @@ from mathrl.cli.run_folder import read_jsonl, read_run
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import EvalMetrics, Observer
-from mathrl.rollout import GUARDED_PROBLEMS, heldout_problems
+from mathrl.rollout import GUARDED_PROBLEMS, evaluation_set
 from mathrl.tasks.addition import MathAdapter, pools
 from mathrl_fakes import FakeBackend, RecordingBackend
 from virtual_clock import run_virtual
@@ -225,7 +225,7 @@ def test_the_held_out_guard_draws_a_bounded_number_of_training_problems() -> Non
             return super().build_dataset(seed, step, size)
 
     config = TrainConfig(steps=1_000_000, batch=32_768, group=2, eval_every=1, eval_problems=5)
-    kept, left_out = heldout_problems(as_task(Counting()), config)
+    kept, left_out = evaluation_set(as_task(Counting()), config)
     assert len(kept) + left_out == 5
     assert Counting.drawn <= GUARDED_PROBLEMS + 32_768 + 5
 

@@ -24,6 +24,8 @@ DEFAULT_MAX_TOKENS = 32
 """Token budget of a completion for a task that declares none."""
 HELDOUT_STEP = 0
 """The step whose problems are a task's default held-out set (training uses 1, 2, ...)."""
+EVAL_STEP = -1
+"""The `step` in evaluation requests' sampling seeds: no training step has it."""
 TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """What a task name may be: it goes into file names and checkpoint names."""
 REQUIRED = (
@@ -129,12 +131,30 @@ class Task(Generic[P]):
     identity: str
     """`module:QualifiedClass` of the adapter, for run records and fingerprints."""
 
+    @property
+    def declares_heldout(self) -> bool:
+        """True when the adapter has its own `heldout_dataset`."""
+        return hasattr(self.adapter, "heldout_dataset")
+
     def heldout(self, seed: int, size: int) -> list[P]:
         """The task's held-out problems (see `Adapter`'s optional members)."""
         own: Callable[[int, int], list[P]] | None = getattr(self.adapter, "heldout_dataset", None)
         if own is not None:
             return own(seed, size)
         return self.adapter.build_dataset(seed, HELDOUT_STEP, size)
+
+    def training_prompts(self, seed: int, steps: int, batch: int) -> set[str]:
+        """The prompts of training steps 1 to `steps` at `batch` problems a step.
+
+        Held-out problems must avoid these: the loop leaves out those that do
+        not, and `mathrl.testing` reports them.
+        """
+        make_prompt = self.adapter.make_prompt
+        return {
+            make_prompt(p)
+            for step in range(1, steps + 1)
+            for p in self.adapter.build_dataset(seed, step, batch)
+        }
 
 
 def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:

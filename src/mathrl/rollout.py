@@ -1,4 +1,4 @@
-"""Sampling and scoring: one training step's rollout, and one held-out evaluation.
+"""Sampling and scoring: the pieces of a step before training, and held-out evaluation.
 
 Shape suffixes name the axes of nested data:
     _P  a problem in the step's batch
@@ -7,8 +7,9 @@ Shape suffixes name the axes of nested data:
     _D  a datum (one per non-empty completion in a non-constant group)
 so `rewards_P_G[p][g]` is the reward of sample g of problem p.
 
-`score` is pure; `rollout` and `evaluate` keep every request of a step in
-flight at once on one sampler.
+`rewards_of` and `datums_of` are pure; `sample_groups`, `rollout` and
+`evaluate` keep every request of a step in flight at once on one sampler.
+`mathrl.loop.grpo_step` shows how they make one step.
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mathrl.adapter import Task
+from mathrl.adapter import EVAL_STEP, Task
 from mathrl.backend import Completion, SampleParams, Sampler, Tokenizer
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
 
 P = TypeVar("P")
-EVAL_STEP = -1
-"""The `step` of evaluation requests' seeds: no training step has it."""
 GUARDED_PROBLEMS = 100_000
 """How many training problems a default held-out set is compared with, at most."""
 
@@ -83,6 +82,29 @@ def rewards_of(
     return rewards_P_G
 
 
+def datums_of(
+    prompts_P_T: Sequence[Sequence[int]],
+    completions_P_G: Sequence[Sequence[Completion]],
+    rewards_P_G: Sequence[Sequence[float]],
+    advantages_P_G: Sequence[Sequence[float]],
+) -> list[Datum]:
+    """A datum per non-empty completion, except in groups whose rewards are all equal.
+
+    A constant group's advantages are all zero: it would train nothing.
+    """
+    datums_D: list[Datum] = []
+    for prompt_T, completions_G, rewards_G, advantages_G in zip(
+        prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G, strict=True
+    ):
+        if is_constant_group(rewards_G):
+            continue
+        for completion, advantage in zip(completions_G, advantages_G, strict=True):
+            datum = build_datum(prompt_T, completion.tokens, completion.logprobs, advantage)
+            if datum is not None:
+                datums_D.append(datum)
+    return datums_D
+
+
 def score(
     task: Task[P],
     decode: Callable[[Sequence[int]], str],
@@ -92,18 +114,9 @@ def score(
 ) -> Rollout:
     """Rewards, advantages and datums for one step's samples (pure)."""
     rewards_P_G = rewards_of(task, decode, problems_P, completions_P_G)
-    datums_D: list[Datum] = []
-    constant_groups = 0
-    for prompt_T, completions_G, rewards_G in zip(
-        prompts_P_T, completions_P_G, rewards_P_G, strict=True
-    ):
-        if is_constant_group(rewards_G):
-            constant_groups += 1
-            continue
-        for completion, advantage in zip(completions_G, group_advantages(rewards_G), strict=True):
-            datum = build_datum(prompt_T, completion.tokens, completion.logprobs, advantage)
-            if datum is not None:
-                datums_D.append(datum)
+    advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
+    datums_D = datums_of(prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G)
+    constant_groups = sum(map(is_constant_group, rewards_P_G))
     accuracy = task.adapter.evaluate([r for rewards_G in rewards_P_G for r in rewards_G])
     return Rollout(completions_P_G, rewards_P_G, datums_D, accuracy, constant_groups)
 
@@ -130,6 +143,26 @@ async def sample_all(
     )
 
 
+async def sample_groups(
+    sampler: Sampler,
+    task: Task[P],
+    config: TrainConfig,
+    step: int,
+    prompts_P_T: Sequence[Sequence[int]],
+    on_done: Callable[[int], None] | None = None,
+) -> list[list[Completion]]:
+    """`config.group` completions of each prompt of step `step`, every request at once.
+
+    Each problem's request has its own seed (`request_seed`), so a retried or
+    resumed request draws the same samples.
+    """
+    params_P = [
+        sample_params(task, config, request_seed(config.seed, step, p))
+        for p in range(len(prompts_P_T))
+    ]
+    return await sample_all(sampler, prompts_P_T, config.group, params_P, on_done)
+
+
 async def rollout(
     tokenizer: Tokenizer,
     sampler: Sampler,
@@ -138,14 +171,10 @@ async def rollout(
     step: int,
     on_done: Callable[[int], None] | None = None,
 ) -> Rollout:
-    """Sample every problem's group of one step concurrently, then score them."""
+    """Everything of step `step` before training: `grpo_step` up to its datums."""
     problems_P = task.adapter.build_dataset(config.seed, step, config.batch)
     prompts_P_T = [tokenizer.encode(task.adapter.make_prompt(p)) for p in problems_P]
-    params_P = [
-        sample_params(task, config, request_seed(config.seed, step, i))
-        for i in range(len(problems_P))
-    ]
-    completions_P_G = await sample_all(sampler, prompts_P_T, config.group, params_P, on_done)
+    completions_P_G = await sample_groups(sampler, task, config, step, prompts_P_T, on_done)
     return score(task, tokenizer.decode, problems_P, prompts_P_T, completions_P_G)
 
 
@@ -179,8 +208,8 @@ async def evaluate(
     return Evaluation(texts_P, rewards_P, task.adapter.evaluate(rewards_P))
 
 
-def heldout_problems(task: Task[P], config: TrainConfig) -> tuple[list[P], int]:
-    """The run's held-out set, and how many of the task's held-out problems it left out.
+def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], int]:
+    """The run's held-out problems, and how many of the task's held-out problems it left out.
 
     A task that declares `heldout_dataset` keeps it apart from training
     itself (`mathrl.testing` checks that). For one that does not, problems
@@ -190,13 +219,9 @@ def heldout_problems(task: Task[P], config: TrainConfig) -> tuple[list[P], int]:
     checked over its first steps only.
     """
     problems = task.heldout(config.seed, config.eval_problems)
-    if hasattr(task.adapter, "heldout_dataset"):
+    if task.declares_heldout:
         return problems, 0
     steps = min(config.steps, max(1, GUARDED_PROBLEMS // config.batch))
-    training = {
-        task.adapter.make_prompt(p)
-        for step in range(1, steps + 1)
-        for p in task.adapter.build_dataset(config.seed, step, config.batch)
-    }
+    training = task.training_prompts(config.seed, steps, config.batch)
     kept = [p for p in problems if task.adapter.make_prompt(p) not in training]
     return kept, len(problems) - len(kept)

@@ -152,7 +152,7 @@ class _Checker:
 
     def heldout(self, seed: int, size: int, guard_steps: int, batch: int) -> list[Any]:
         """Held-out problems: exactly `size`, stable, and never training problems."""
-        declared = hasattr(self.adapter, "heldout_dataset")
+        declared = self.task.declares_heldout
         what = (
             f"heldout_dataset(seed={seed}, size={size})"
             if declared
@@ -165,16 +165,12 @@ class _Checker:
         ):
             return []
         prompts = self.prompts(what, problems) or []
-        training: set[str] = set()
-        for step in range(1, guard_steps + 1):
-            ok, batch_problems = self.call(
-                f"build_dataset(seed={seed}, step={step}, size={batch})",
-                partial(self.adapter.build_dataset, seed, step, batch),
-                key="build_dataset",
-            )
-            if ok:
-                training.update(self.prompts(f"training step {step}", batch_problems) or [])
-        shared = [p for p in prompts if p in training]
+        ok, training = self.call(
+            f"build_dataset or make_prompt for training steps 1-{guard_steps} (size {batch})",
+            partial(self.task.training_prompts, seed, guard_steps, batch),
+            key="build_dataset",
+        )
+        shared = [p for p in prompts if ok and p in training]
         advice = "" if declared else "; declare heldout_dataset(seed, size) on the task"
         self.expect(
             not shared,

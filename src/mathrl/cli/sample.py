@@ -13,9 +13,9 @@ from typing import Any
 
 from mathrl.adapter import Task
 from mathrl.backend import BackendError, Sampler, Tokenizer
+from mathrl.checkpoints import task_of_checkpoint
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError, api_key, base_url, shown
-from mathrl.loop import task_of_checkpoint
 from mathrl.rollout import evaluate
 from mathrl.service.retry import Retrier, RetryingSampler
 

@@ -22,10 +22,11 @@ from typing import Any
 
 from mathrl.adapter import Task
 from mathrl.backend import Backend, BackendError
+from mathrl.checkpoints import run_fingerprint
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
 from mathrl.config import Config
-from mathrl.loop import Resume, RunResult, run_fingerprint, run_grpo_async
+from mathrl.loop import Resume, RunResult, run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, StepMetrics
 from mathrl.service.retry import RetryingBackend, RetryPolicy
 

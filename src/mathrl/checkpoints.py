@@ -1,0 +1,62 @@
+"""Checkpoint names: what a run's saves are called, and which task a saved path belongs to.
+
+For: the loop, which names every save, and the command line, which prints the
+names (`Saved: ...`), fingerprints run folders, and refuses to sample a
+checkpoint with another task. Not for: where checkpoints are stored (the
+backend decides) or what they hold.
+
+A name reads `<task>-seed<seed>-<fingerprint>-step<N>` (sampler weights) or
+`...-state<N>` (weights and optimizer state), N zero-padded to 7 digits so the
+names sort by step. The same task and training settings give the same names,
+so a rerun or a resumed run prints the same `Saved:` line; runs that would
+train differently never share a name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Literal, TypeVar
+
+from mathrl.adapter import Task
+from mathrl.config import TrainConfig
+
+P = TypeVar("P")
+Kind = Literal["sampler", "state"]
+
+CHECKPOINT_NAME = re.compile(
+    r"(?P<task>[A-Za-z0-9][A-Za-z0-9_.-]*)-seed[0-9]+-[0-9a-f]{8}-(step|state)[0-9]+"
+)
+
+
+def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
+    """8 hex digits that change with the task and every setting the loop trains with.
+
+    The base model and LoRA rank are the backend's, not the loop's: MinT scopes
+    each checkpoint path by its training run, and the fake has one model.
+    """
+    max_tokens = config.max_tokens if config.max_tokens is not None else task.max_tokens
+    settings = (
+        task.name, task.identity, task.stop, max_tokens,
+        config.batch, config.group, config.lr, config.temperature, config.seed,
+        config.max_steps_off_policy,
+    )  # fmt: skip
+    return hashlib.blake2b(repr(settings).encode(), digest_size=4).hexdigest()
+
+
+def run_name(task: Task[P], config: TrainConfig) -> str:
+    """The prefix of a run's checkpoint names: task, seed and fingerprint."""
+    return f"{task.name}-seed{config.seed}-{run_fingerprint(task, config)}"
+
+
+def checkpoint_name(task: Task[P], config: TrainConfig, step: int, kind: Kind = "sampler") -> str:
+    """The name of step `step`'s save (0: before training); it sorts by step."""
+    label = "step" if kind == "sampler" else "state"
+    return f"{run_name(task, config)}-{label}{step:07d}"
+
+
+def task_of_checkpoint(path: str) -> str | None:
+    """The task a checkpoint path was trained on, if its name is one of `checkpoint_name`'s."""
+    name = path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
+    match = CHECKPOINT_NAME.fullmatch(name)
+    return match["task"] if match else None
