@@ -163,7 +163,7 @@ def read_until(child: subprocess.Popen[str], prefix: str) -> list[str]:
             return lines
 
 
-@pytest.mark.slow  # real processes, 4 s each; the handler's paths are covered by the fast suite
+@pytest.mark.slow  # real processes, 4 s each; the fast suite keeps the second Ctrl-C one
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_the_run_cleanly_and_it_resumes_as_if_never_stopped(
     tmp_path: Path, signum: int, code: int
