@@ -1,4 +1,4 @@
-"""Developer sessions: `nox` runs tests, lint and typecheck; bench and smoke run on request.
+"""Developer sessions: `nox` runs tests, slow, lint and typecheck; bench and smoke on request.
 
 Sessions use the Python that runs nox (3.11 or newer), so `nox` works on a
 machine with any one of them.
@@ -8,25 +8,40 @@ from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.sessions = ["tests", "slow", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = None  # the interpreter running nox; pyproject.toml requires >= 3.11
-TEST_TOOLS = ["hypothesis>=6.100", "pytest>=8", "pytest-cov>=5", "coverage[toml]>=7.10"]
+TEST_TOOLS = [
+    "hypothesis>=6.100",
+    "pytest>=8",
+    "pytest-cov>=5",
+    "coverage[toml]>=7.10",
+    "pytest-xdist>=3.5",
+]
 
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The offline suite, with the branch-coverage floor on src (95%); plots included."""
+    """The offline suite less `slow`, on every core, with the branch-coverage floor on src (95%)."""
     session.install("-e", ".[plot]", *TEST_TOOLS)
     session.run(
         "pytest",
+        "-n",
+        "auto",
         "--cov=mathrl",
         "--cov-branch",
         "--cov-report=term-missing:skip-covered",
         "--cov-fail-under=95",
         *session.posargs,
     )
+
+
+@nox.session(python=PYTHON)
+def slow(session: nox.Session) -> None:
+    """The tests marked slow: learning runs, real signals, the whole fault matrix (no floor)."""
+    session.install("-e", ".[plot]", *TEST_TOOLS)
+    session.run("pytest", "-n", "auto", "-m", "slow", *session.posargs)
 
 
 @nox.session(python=PYTHON)

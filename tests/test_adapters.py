@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cli_process import run_cli
+from cli_process import run_main
 from mathrl.adapter import DEFAULT_MAX_TOKENS, DEFAULT_STOP, AdapterError, as_task
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.testing import check_adapter
@@ -199,7 +199,7 @@ def test_check_adapter_names_the_method_that_breaks_the_contract(
 ) -> None:
     body, expected = BROKEN[defect]
     write_task(tmp_path, "broken", broken_source(body))
-    done = run_cli(tmp_path, "check-adapter", "broken:Broken")
+    done = run_main(tmp_path, "check-adapter", "broken:Broken")
     assert done.returncode == 1, done.stdout
     assert done.stderr.startswith("mathrl: ")
     assert "violation" in done.stderr
@@ -226,7 +226,7 @@ def test_check_adapter_lists_every_violation_in_one_error() -> None:
 
 
 def test_check_adapter_passes_the_built_in_tasks_from_the_command_line(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "check-adapter", "mathrl.tasks.addition:MathAdapter")
+    done = run_main(tmp_path, "check-adapter", "mathrl.tasks.addition:MathAdapter")
     assert done.returncode == 0, done.stdout
     task = r"task 'addition' \(mathrl\.tasks\.addition:MathAdapter\)"
     assert re.fullmatch(rf"check-adapter: {task} passed \d+ checks\n", done.stdout)
@@ -250,7 +250,7 @@ def test_an_adapter_that_cannot_be_loaded_exits_2_with_one_line(
     tmp_path: Path, spec: str, message: str
 ) -> None:
     write_task(tmp_path, "exploding", "1 / 0\n")
-    done = run_cli(tmp_path, "--backend", "fake", "--adapter", spec)
+    done = run_main(tmp_path, "--backend", "fake", "--adapter", spec)
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"mathrl: error: {message}")
@@ -275,7 +275,7 @@ def test_a_task_from_a_file_outside_the_repo_trains_on_the_fake_and_learns(
     tmp_path: Path, module: str, source: str, spec: str
 ) -> None:
     write_task(tmp_path / ("tasks" if "/" in spec else ""), module, source)
-    done = run_cli(tmp_path, "--backend", "fake", "--adapter", spec, "--steps", "20")
+    done = run_main(tmp_path, "--backend", "fake", "--adapter", spec, "--steps", "20")
     assert done.returncode == 0, done.stderr
     accuracy = accuracies(done.stdout)
     assert len(accuracy) == 20
@@ -286,7 +286,7 @@ def test_a_task_from_a_file_outside_the_repo_trains_on_the_fake_and_learns(
 def test_two_tasks_at_the_same_settings_never_share_a_checkpoint(tmp_path: Path) -> None:
     write_task(tmp_path, "subtraction", SUBTRACTION_TASK)
     runs = [
-        run_cli(tmp_path, "--backend", "fake", "--steps", "1", *extra)
+        run_main(tmp_path, "--backend", "fake", "--steps", "1", *extra)
         for extra in ((), ("--adapter", "subtraction:Subtraction"))
     ]
     saved = [r.stdout.splitlines()[-1] for r in runs]
@@ -297,19 +297,19 @@ def test_two_tasks_at_the_same_settings_never_share_a_checkpoint(tmp_path: Path)
 
 def test_sample_refuses_weights_trained_for_another_task(tmp_path: Path) -> None:
     write_task(tmp_path, "subtraction", SUBTRACTION_TASK)
-    train = run_cli(
+    train = run_main(
         tmp_path, "--backend", "fake", "--steps", "1", "--adapter", "subtraction:Subtraction"
     )
     saved = train.stdout.splitlines()[-1].removeprefix("Saved: ")
-    done = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", saved)
+    done = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", saved)
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert "trained on task 'Subtraction', not on task 'addition'" in line
-    ok = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", saved,
+    ok = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", saved,
                  "--adapter", "subtraction:Subtraction", "--problems", "3")  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     # A MinT path says which task it holds in its name; no key is needed to refuse it.
-    mint = run_cli(tmp_path, "sample", "--model-path",
+    mint = run_main(tmp_path, "sample", "--model-path",
                    "tinker://run/sampler_weights/code-seed0-0123abcd-step0000005")  # fmt: skip
     assert mint.returncode == 2
     assert "trained on task 'code', not on task 'addition'" in mint.stderr

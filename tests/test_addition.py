@@ -61,6 +61,13 @@ def test_problems_are_stable_across_processes() -> None:
         for h in (1, 2)
     }
     assert outputs == {f"{make_problems(problem_rng(3, 4), 5)}\n"}
+    # Pinned when written: seed 3, step 4 draws these five training problems, whose labels
+    # are 32 + 67 = 99, 26 + 61 = 87, 95 + 79 = 174, 79 + 83 = 162 and 0 + 84 = 84.
+    pinned = [(32, 67), (26, 61), (95, 79), (79, 83), (0, 84)]
+    problems = MathAdapter().build_dataset(3, 4, 5)
+    assert problems == [AdditionProblem(a, b) for a, b in pinned]
+    assert [p.answer for p in problems] == [99, 87, 174, 162, 84]
+    assert set(problems) <= set(pools()[0])  # all from the training pool
 
 
 def test_the_problems_split_into_a_training_pool_and_a_held_out_pool() -> None:
@@ -98,9 +105,10 @@ def test_prompt_is_the_seed_prompt(problem: AdditionProblem) -> None:
 
 
 @given(st_.any_text)
-def test_parse_answer_never_raises(text: str) -> None:
-    result = parse_answer(text)
-    assert result is None or isinstance(result, int)
+def test_parse_answer_reads_the_first_integer_of_any_text(text: str) -> None:
+    # Never raises, and gives the value of the first "-?digits" run (any script's digits).
+    first = re.search(r"-?\d+", text)
+    assert parse_answer(text) == (int(first.group()) if first else None)
 
 
 @given(st_.integer_free_text, st_.integers_in_text, st_.any_text)
@@ -111,8 +119,14 @@ def test_parse_answer_finds_the_first_integer(before: str, n: int, after: str) -
 
 
 @given(st_.problems, st_.any_text)
-def test_reward_is_zero_or_one(problem: AdditionProblem, text: str) -> None:
-    assert reward(text, problem.answer) in (0.0, 1.0)
+def test_reward_is_one_exactly_when_the_first_integer_is_the_answer(
+    problem: AdditionProblem, text: str
+) -> None:
+    expected = 1.0 if parse_answer(text) == problem.a + problem.b else 0.0
+    assert reward(text, problem.answer) == expected
+    # Whatever follows the answer's line does not matter; a wrong first integer loses.
+    assert reward(f" {problem.a + problem.b}\n{text}", problem.answer) == 1.0
+    assert reward(f" {problem.a + problem.b + 1}\n{text}", problem.answer) == 0.0
 
 
 @given(st_.problems)

@@ -1,7 +1,8 @@
 """`python -m mathrl` on the fake backend: output, configuration, errors, `sample`.
 
-Most tests run the real entry point in a subprocess; a few call `main()` in
-process so coverage sees the same code.
+Every test calls `main()` in this process (`run_main` gives it the folder and
+environment a user's subprocess would have); tests/test_reliability.py and
+tests/test_runs.py keep real processes where the process itself is tested.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_process import run_cli
+from cli_process import run_main
 from mathrl.cli.commands import DEFAULTS_DECIDED_LATER, main
 from mathrl.config import DEFAULT_BASE_URL, SETTINGS, Config, default_of
 
@@ -29,7 +30,7 @@ class AlwaysRight(MathAdapter):
 
 
 def test_fake_run_prints_the_seed_demo_lines(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "--backend", "fake", "--steps", "3")
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "3")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "Model: Qwen/Qwen3-0.6B, Vocab: 257, Backend: fake"
@@ -47,7 +48,7 @@ def test_fake_run_prints_the_seed_demo_lines(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_stdout_other_seed_other_stdout(tmp_path: Path) -> None:
-    runs = [run_cli(tmp_path, "--backend", "fake", "--steps", "4", "--seed", s) for s in "005"]
+    runs = [run_main(tmp_path, "--backend", "fake", "--steps", "4", "--seed", s) for s in "005"]
     assert runs[0].stdout == runs[1].stdout
     assert runs[0].stdout != runs[2].stdout
 
@@ -88,7 +89,7 @@ def test_same_seed_same_stdout_other_seed_other_stdout(tmp_path: Path) -> None:
 def test_bad_configuration_exits_2_with_one_line(
     tmp_path: Path, args: tuple[str, ...], env: dict[str, str], expected: str
 ) -> None:
-    done = run_cli(tmp_path, "--backend", "fake", *args, **env)
+    done = run_main(tmp_path, "--backend", "fake", *args, **env)
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.splitlines()) == 1, done.stderr
@@ -98,7 +99,7 @@ def test_bad_configuration_exits_2_with_one_line(
 
 
 def test_fake_only_flags_are_refused_on_mint(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "--fake-latency", "0.1", MINT_API_KEY="sk-x")
+    done = run_main(tmp_path, "--fake-latency", "0.1", MINT_API_KEY="sk-x")
     assert done.returncode == 2
     assert done.stderr == (
         "mathrl: error: --fake-fault-rate and --fake-latency work only with --backend fake "
@@ -107,7 +108,7 @@ def test_fake_only_flags_are_refused_on_mint(tmp_path: Path) -> None:
 
 
 def test_a_flag_beats_its_variable(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "--backend", "fake", "--steps", "2", MINT_RL_STEPS="oops")
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "2", MINT_RL_STEPS="oops")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("Step ") == 2
 
@@ -119,7 +120,7 @@ def test_dotenv_is_read_but_never_overrides_the_environment(tmp_path: Path) -> N
         'MINT_RL_BATCH="3"\n'
         "MINT_RL_GROUP='5'\n"
     )
-    done = run_cli(tmp_path, "--backend", "fake", MINT_RL_BATCH="4")
+    done = run_main(tmp_path, "--backend", "fake", MINT_RL_BATCH="4")
     assert done.returncode == 0, done.stderr
     steps = [STEP_LINE.fullmatch(line) for line in done.stdout.splitlines()[1:-1]]
     assert len(steps) == 2  # from .env
@@ -129,7 +130,7 @@ def test_dotenv_is_read_but_never_overrides_the_environment(tmp_path: Path) -> N
 
 
 def test_help_lists_every_variable_with_its_default(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "--help")
+    done = run_main(tmp_path, "--help")
     assert done.returncode == 0
     assert re.search(r"MINT_API_KEY\s+required by --backend mint", done.stdout)
     assert re.search(rf"MINT_BASE_URL\s+default {DEFAULT_BASE_URL}", done.stdout)
@@ -144,14 +145,14 @@ def test_help_lists_every_variable_with_its_default(tmp_path: Path) -> None:
 
 def test_a_dotenv_that_is_not_utf8_or_not_a_file_is_a_one_line_error(tmp_path: Path) -> None:
     (tmp_path / ".env").write_bytes(b"MINT_RL_STEPS=2\n\xff\n")
-    done = run_cli(tmp_path, "--backend", "fake")
+    done = run_main(tmp_path, "--backend", "fake")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"mathrl: error: .env must be UTF-8 text (got byte 0xff at offset 16 of {tmp_path}/.env)"
     ]
     (tmp_path / ".env").unlink()
     (tmp_path / ".env").mkdir()
-    done = run_cli(tmp_path, "--backend", "fake")
+    done = run_main(tmp_path, "--backend", "fake")
     assert (done.returncode, done.stderr) == (
         2, f"mathrl: error: .env must be a file (got something else at {tmp_path}/.env)\n"
     )  # fmt: skip
@@ -159,7 +160,9 @@ def test_a_dotenv_that_is_not_utf8_or_not_a_file_is_a_one_line_error(tmp_path: P
 
 def test_a_step_where_every_answer_is_right_says_so(tmp_path: Path) -> None:
     (tmp_path / "always.py").write_text(ALWAYS_RIGHT)
-    done = run_cli(tmp_path, "--backend", "fake", "--steps", "1", "--adapter", "always:AlwaysRight")
+    done = run_main(
+        tmp_path, "--backend", "fake", "--steps", "1", "--adapter", "always:AlwaysRight"
+    )
     assert "Step 1: accuracy=100.0%, datums=0" in done.stdout
     assert done.stderr.splitlines()[-1] == (
         "mathrl: step 1: every completion was right, so there was nothing left to learn."
@@ -168,7 +171,7 @@ def test_a_step_where_every_answer_is_right_says_so(tmp_path: Path) -> None:
 
 def test_a_step_with_only_constant_groups_says_why_on_stderr(tmp_path: Path) -> None:
     # One token cannot hold " 57": every completion is wrong, every group constant.
-    done = run_cli(tmp_path, "--backend", "fake", "--steps", "2", "--max-tokens", "1")
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "2", "--max-tokens", "1")
     assert done.returncode == 0
     assert "Step 1: accuracy=0.0%, datums=0" in done.stdout
     assert "Step 2: accuracy=0.0%, datums=0" in done.stdout
@@ -182,9 +185,9 @@ SAMPLE_LINE = re.compile(r"Q: What is \d+ \+ \d+\? A: -> '.*': (correct|wrong) \
 
 
 def test_sample_shows_what_training_changed(tmp_path: Path) -> None:
-    train = run_cli(tmp_path, "--backend", "fake", "--steps", "20")
+    train = run_main(tmp_path, "--backend", "fake", "--steps", "20")
     saved = train.stdout.splitlines()[-1].removeprefix("Saved: ")
-    done = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", saved,
+    done = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", saved,
                    "--problems", "12")  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -198,7 +201,7 @@ def test_sample_shows_what_training_changed(tmp_path: Path) -> None:
     # The weights at the path are what is sampled: greedily, the trained
     # checkpoint answers far more held-out problems than the untrained one.
     def accuracy(path: str) -> float:
-        run = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", path,
+        run = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", path,
                       "--problems", "200")  # fmt: skip
         assert run.returncode == 0, run.stderr
         return float(run.stdout.splitlines()[-1].split()[1].rstrip("%")) / 100
@@ -211,13 +214,13 @@ def test_sample_shows_what_training_changed(tmp_path: Path) -> None:
 
 
 def test_sample_reads_only_the_settings_it_uses(tmp_path: Path) -> None:
-    train = run_cli(tmp_path, "--backend", "fake", "--steps", "1")
+    train = run_main(tmp_path, "--backend", "fake", "--steps", "1")
     saved = train.stdout.splitlines()[-1].removeprefix("Saved: ")
-    done = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", saved,
+    done = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", saved,
                    "--problems", "2", "--connect-timeout", "5",
                    MINT_RL_STEPS="oops", MINT_RL_TEMPERATURE="-1")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    help_text = run_cli(tmp_path, "sample", "--help").stdout
+    help_text = run_main(tmp_path, "sample", "--help").stdout
     assert "default 0: greedy" in help_text
     assert "--connect-timeout" in help_text
 
@@ -235,7 +238,7 @@ def test_sample_reads_only_the_settings_it_uses(tmp_path: Path) -> None:
 def test_sample_refuses_a_path_that_is_not_a_checkpoint(
     tmp_path: Path, path: str, reason: str
 ) -> None:
-    done = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", path)
+    done = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", path)
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1
     assert reason in done.stderr

@@ -1,7 +1,9 @@
 """`python -m mathrl` on the real mint path, against loopback servers this test starts.
 
-Each test runs the real entry point in a subprocess, in a clean folder (no
-`.env`), with the environment a user has minus any MINT_*/TINKER_* variables.
+Each test calls the entry point in this process (`run_main`), in a clean folder
+(no `.env`), with the environment a user has minus any MINT_*/TINKER_* variables;
+the servers answer from threads. The probe's pauses between tries are recorded,
+not waited.
 Nothing leaves 127.0.0.1. The only timing checks are generous upper bounds on
 how long a deadline of 1 s may take to end the process.
 """
@@ -20,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from cli_process import run_cli, user_env
+from cli_process import Result, run_main, user_env
+from mathrl.service.probe import probe_service
 
 KEY = "sk-test-SECRET123"
 COMMANDS = {
@@ -77,6 +80,30 @@ class Answering(BaseHTTPRequestHandler):
         pass  # keep the test output clean
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A loopback HTTP server that prints no traceback when a client hangs up early."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass
+
+
+class Sleeps(list[float]):
+    """A stand-in for time.sleep: it records the pauses it is asked for, and returns at once."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def probe_sleeps(monkeypatch: pytest.MonkeyPatch) -> Sleeps:
+    """The pauses the CLI's probe makes between tries, recorded instead of waited."""
+    sleeps = Sleeps()
+    defaults = probe_service.__kwdefaults__
+    assert defaults is not None
+    monkeypatch.setitem(defaults, "sleep", sleeps)
+    return sleeps
+
+
 @pytest.fixture
 def silent_server() -> Iterator[SilentServer]:
     server = SilentServer()
@@ -86,8 +113,8 @@ def silent_server() -> Iterator[SilentServer]:
 
 def answering(status: int) -> Iterator[str]:
     handler = type(f"Answering{status}", (Answering,), {"status": status})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = QuietServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
     server.server_close()
@@ -111,7 +138,7 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def assert_one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+def assert_one_error_line(done: Result) -> str:
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("mathrl: error: ")
@@ -123,7 +150,7 @@ def assert_one_error_line(done: subprocess.CompletedProcess[str]) -> str:
 def test_no_key_exits_2_with_advice_and_no_network(
     tmp_path: Path, silent_server: SilentServer, command: str
 ) -> None:
-    done = run_cli(tmp_path, *COMMANDS[command], MINT_BASE_URL=silent_server.url)
+    done = run_main(tmp_path, *COMMANDS[command], MINT_BASE_URL=silent_server.url)
     assert done.returncode == 2
     line = assert_one_error_line(done)
     for hint in ("MINT_API_KEY", ".env", "--backend fake"):
@@ -138,7 +165,7 @@ def test_a_silent_service_exits_1_by_the_deadline(
 ) -> None:
     url = silent_server.url
     start = time.monotonic()
-    done = run_cli(
+    done = run_main(
         tmp_path, *COMMANDS[command], MINT_API_KEY=KEY, MINT_BASE_URL=url, MINT_CONNECT_TIMEOUT="1"
     )
     assert time.monotonic() - start < 60  # generous: the deadline is 1 s, plus imports
@@ -151,20 +178,21 @@ def test_a_silent_service_exits_1_by_the_deadline(
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_refused_connection_fails_within_seconds_saying_refused(
-    tmp_path: Path, command: str
+    tmp_path: Path, command: str, probe_sleeps: Sleeps
 ) -> None:
     url = closed_port_url()
     start = time.monotonic()
-    done = run_cli(tmp_path, *COMMANDS[command], MINT_API_KEY=KEY, MINT_BASE_URL=url)
-    assert time.monotonic() - start < 30  # generous: three tries over about 3 s, plus imports
+    done = run_main(tmp_path, *COMMANDS[command], MINT_API_KEY=KEY, MINT_BASE_URL=url)
+    assert time.monotonic() - start < 30  # generous: three tries, the pauses not waited
     assert done.returncode == 1, done.stderr
     line = assert_one_error_line(done)
     assert f"could not reach MinT at {url}: the connection was refused (3 tries in" in line
+    assert probe_sleeps == [1.0, 2.0]  # a second, then two, between the three tries
     assert KEY not in done.stderr
 
 
 def test_an_unknown_host_fails_at_once(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, *COMMANDS["train"], MINT_API_KEY=KEY,
+    done = run_main(tmp_path, *COMMANDS["train"], MINT_API_KEY=KEY,
                    MINT_BASE_URL="http://mathrl-test.invalid")  # fmt: skip
     assert done.returncode == 1, done.stderr
     line = assert_one_error_line(done)
@@ -172,17 +200,19 @@ def test_an_unknown_host_fails_at_once(tmp_path: Path) -> None:
 
 
 def test_an_http_error_at_set_up_names_the_status_and_whether_to_retry(
-    tmp_path: Path, status_url: tuple[int, str]
+    tmp_path: Path, status_url: tuple[int, str], probe_sleeps: Sleeps
 ) -> None:
     status, url = status_url
-    done = run_cli(tmp_path, *COMMANDS["train"], MINT_API_KEY=KEY, MINT_BASE_URL=url)
+    done = run_main(tmp_path, *COMMANDS["train"], MINT_API_KEY=KEY, MINT_BASE_URL=url)
     assert done.returncode == 1, done.stderr
     line = assert_one_error_line(done)
     assert f"MinT at {url} answered HTTP {status} at set-up" in line
     if status == 404:
         assert "which a retry will not change" in line
+        assert probe_sleeps == []
     else:
         assert "may succeed on retry later" in line
+        assert probe_sleeps == [1.0, 2.0]
     assert KEY not in done.stderr
 
 
@@ -198,7 +228,7 @@ def test_an_http_error_at_set_up_names_the_status_and_whether_to_retry(
 def test_a_blank_or_malformed_key_or_url_exits_2_at_once(
     tmp_path: Path, env: dict[str, str], message: str
 ) -> None:
-    done = run_cli(tmp_path, "--steps", "1", **env)
+    done = run_main(tmp_path, "--steps", "1", **env)
     assert done.returncode == 2
     line = assert_one_error_line(done)
     assert message in line
@@ -209,7 +239,7 @@ def test_a_blank_or_malformed_key_or_url_exits_2_at_once(
 def test_a_rejected_key_exits_1_and_never_shows_the_key(
     tmp_path: Path, rejecting_url: str, command: str
 ) -> None:
-    done = run_cli(tmp_path, *COMMANDS[command], MINT_API_KEY=KEY, MINT_BASE_URL=rejecting_url)
+    done = run_main(tmp_path, *COMMANDS[command], MINT_API_KEY=KEY, MINT_BASE_URL=rejecting_url)
     assert done.returncode == 1, done.stderr
     line = assert_one_error_line(done)
     assert "MinT rejected the API key (MINT_API_KEY)" in line

@@ -13,7 +13,7 @@ import pytest
 
 import mathrl.cli.commands
 import mathrl.service.mint_backend
-from cli_process import run_cli
+from cli_process import run_main
 from conftest import math_references
 from fake_mint import FakeMintServer
 from mathrl.cli.commands import main
@@ -46,10 +46,10 @@ class Overlapping:
 def test_a_service_that_fails_mid_run_leaves_a_run_that_resumes_to_the_same_end(
     tmp_path: Path,
 ) -> None:
-    whole = run_cli(tmp_path, "--backend", "fake", "--steps", "8")
+    whole = run_main(tmp_path, "--backend", "fake", "--steps", "8")
     # No retries, and a quarter of the calls fail: the run ends early, at this seed after
     # a few steps, with its last saved state recorded.
-    failed = run_cli(tmp_path, "--backend", "fake", "--steps", "8", "--fake-fault-rate", "0.25",
+    failed = run_main(tmp_path, "--backend", "fake", "--steps", "8", "--fake-fault-rate", "0.25",
                      "--retries", "0", "--log-dir", "X", "--save-every", "1")  # fmt: skip
     assert failed.returncode == 1
     lines = failed.stderr.splitlines()
@@ -61,11 +61,11 @@ def test_a_service_that_fails_mid_run_leaves_a_run_that_resumes_to_the_same_end(
     assert match, failed.stderr
     assert failed.stdout.splitlines()[-1].startswith("Saved: ")
     # A resumed run that fails before its first save still says where to go on from.
-    again = run_cli(tmp_path, "--resume", "X", "--fake-fault-rate", "1", "--retries", "0")
+    again = run_main(tmp_path, "--resume", "X", "--fake-fault-rate", "1", "--retries", "0")
     assert again.returncode == 1
     assert again.stderr.splitlines()[-1] == lines[-1]
     assert again.stdout.splitlines()[-1] == failed.stdout.splitlines()[-1]
-    resumed = run_cli(tmp_path, "--resume", "X")
+    resumed = run_main(tmp_path, "--resume", "X")
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.splitlines()[1].startswith(f"Step {int(match[1]) + 1}:")
     assert resumed.stdout.splitlines()[-1] == whole.stdout.splitlines()[-1]
@@ -74,7 +74,7 @@ def test_a_service_that_fails_mid_run_leaves_a_run_that_resumes_to_the_same_end(
 
 def test_a_held_out_overlap_is_a_warning_on_stderr(tmp_path: Path) -> None:
     (tmp_path / "overlap.py").write_text(OVERLAPPING_TASK)
-    done = run_cli(tmp_path, "--backend", "fake", "--adapter", "overlap:Overlapping", "--steps",
+    done = run_main(tmp_path, "--backend", "fake", "--adapter", "overlap:Overlapping", "--steps",
                    "2", "--batch", "4", "--eval-every", "2", "--eval-problems", "6")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (
@@ -86,12 +86,12 @@ def test_a_held_out_overlap_is_a_warning_on_stderr(tmp_path: Path) -> None:
 
 def test_resume_refuses_a_run_whose_task_was_renamed(tmp_path: Path) -> None:
     (tmp_path / "overlap.py").write_text(OVERLAPPING_TASK)
-    run_cli(tmp_path, "--backend", "fake", "--adapter", "overlap:Overlapping", "--steps", "2",
+    run_main(tmp_path, "--backend", "fake", "--adapter", "overlap:Overlapping", "--steps", "2",
             "--log-dir", "X")  # fmt: skip
     (tmp_path / "overlap.py").write_text(
         OVERLAPPING_TASK.replace('"""Twelve', 'name = "renamed"\n    """Twelve')
     )
-    done = run_cli(tmp_path, "--resume", "X")
+    done = run_main(tmp_path, "--resume", "X")
     assert done.returncode == 2
     assert (
         "overlap:Overlapping is now task 'renamed', but the run trained task 'Overlapping'"
@@ -100,7 +100,7 @@ def test_resume_refuses_a_run_whose_task_was_renamed(tmp_path: Path) -> None:
     config = json.loads((tmp_path / "X" / "config.json").read_text())
     del config["settings"]["lora_rank"]
     (tmp_path / "X" / "config.json").write_text(json.dumps(config))
-    done = run_cli(tmp_path, "--resume", "X")
+    done = run_main(tmp_path, "--resume", "X")
     assert (done.returncode, "lacks a setting ('lora_rank')" in done.stderr) == (2, True)
 
 
@@ -151,7 +151,7 @@ def test_an_adapter_that_cannot_be_built_is_one_line(
 
 
 def test_sample_over_mint_refuses_a_path_that_is_not_mints(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "sample", "--model-path", "/tmp/x.json", MINT_API_KEY=KEY)
+    done = run_main(tmp_path, "sample", "--model-path", "/tmp/x.json", MINT_API_KEY=KEY)
     assert done.returncode == 2
     assert (
         "--model-path must be a tinker:// path a run printed as `Saved:` (got '/tmp/x.json')"

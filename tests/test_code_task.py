@@ -82,6 +82,7 @@ def test_the_code_task_passes_check_adapter() -> None:
     assert check_adapter(CodeAdapter()).startswith("task 'code'")
 
 
+@pytest.mark.slow  # 5 s of training; the task's contract is checked in the fast suite
 def test_the_code_task_learns_on_the_fake_at_its_defaults(tmp_path: Path) -> None:
     config = TrainConfig(steps=20)
     backend = FakeBackend.for_run(CodeAdapter(), config, checkpoint_dir=tmp_path)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import strategies as st_
@@ -138,10 +141,37 @@ def test_a_step_of_constant_groups_trains_and_saves_nothing(
 
 
 @given(st_.seeds, st_.steps, st.integers(0, 10_000))
-def test_request_seeds_are_stable_and_fit_31_bits(seed: int, step: int, problem: int) -> None:
-    value = request_seed(seed, step, problem)
-    assert value == request_seed(seed, step, problem)
-    assert 0 <= value < 2**31
+def test_request_seeds_fit_31_bits(seed: int, step: int, problem: int) -> None:
+    assert 0 <= request_seed(seed, step, problem) < 2**31
+
+
+PINNED_REQUEST_SEEDS = {
+    (0, 1, 0): 306_705_043,
+    (0, 1, 1): 1_657_745_063,
+    (7, 3, 2): 2_095_679_606,
+    (-5, 10_000, 9_999): 934_479_950,
+}
+"""request_seed's values when they were pinned: a change would change every run's samples."""
+
+
+def test_request_seeds_are_stable_across_processes() -> None:
+    # A hash() of the key would differ between interpreters (PYTHONHASHSEED); blake2b does not.
+    code = (
+        "from mathrl.rollout import request_seed\n"
+        f"print([request_seed(*key) for key in {list(PINNED_REQUEST_SEEDS)!r}])\n"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": str(h)},
+        ).stdout
+        for h in (1, 2)
+    }
+    assert outputs == {f"{list(PINNED_REQUEST_SEEDS.values())}\n"}
+    assert {key: request_seed(*key) for key in PINNED_REQUEST_SEEDS} == PINNED_REQUEST_SEEDS
 
 
 def test_request_seeds_differ_between_the_problems_of_a_step() -> None:
@@ -173,14 +203,48 @@ def training_part(config: TrainConfig) -> TrainConfig:
 
 
 @given(st_.configs, st_.configs, st.integers(0, 100))
-def test_checkpoint_names_change_with_training_settings(
+def test_the_same_training_settings_give_the_same_name(
+    config: TrainConfig, other: TrainConfig, step: int
+) -> None:
+    # One config, rebuilt equal, and again with only what does not train taken from another
+    # (steps, evaluation and save cadence): the same name every time.
+    task = as_task(MathAdapter())
+    rebuilt = TrainConfig(**asdict(config))
+    cadence = replace(
+        config,
+        steps=other.steps,
+        eval_every=other.eval_every,
+        eval_problems=other.eval_problems,
+        save_every=other.save_every,
+    )
+    assert training_part(cadence) == training_part(config)
+    name = checkpoint_name(task, config, step)
+    assert checkpoint_name(task, rebuilt, step) == name
+    assert checkpoint_name(task, cadence, step) == name
+    if config.max_tokens is None:  # the task's own budget, spelled out: the same training
+        assert checkpoint_name(task, replace(config, max_tokens=8), step) == name
+
+
+@given(st_.configs, st_.configs, st.integers(0, 100))
+def test_different_training_settings_give_different_names(
     a: TrainConfig, b: TrainConfig, step: int
 ) -> None:
-    # Same training settings (whatever the steps, evaluation or save cadence), same name;
-    # any change that trains differently, another name.
+    assume(training_part(a) != training_part(b))
     task = as_task(MathAdapter())
-    same = training_part(a) == training_part(b)
-    assert (checkpoint_name(task, a, step) == checkpoint_name(task, b, step)) == same
+    assert checkpoint_name(task, a, step) != checkpoint_name(task, b, step)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"batch": 9}, {"group": 3}, {"lr": 1e-3}, {"max_tokens": 7}, {"temperature": 0.5},
+        {"seed": 1}, {"max_steps_off_policy": 1},
+    ],
+)  # fmt: skip
+def test_each_training_setting_is_in_the_name(change: dict[str, Any]) -> None:
+    task = as_task(MathAdapter())
+    base = TrainConfig()
+    assert checkpoint_name(task, replace(base, **change), 5) != checkpoint_name(task, base, 5)
 
 
 class Subtraction(MathAdapter):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -22,6 +21,20 @@ from mathrl.service.probe import SETUP_PATH, probe_service
 KEY = "sk-probe"
 Serve = Callable[[int], tuple[str, list[tuple[str, str, str | None, bytes]]]]
 """Starts a server answering one status; gives its URL and the requests it gets."""
+
+
+class Sleeps(list[float]):
+    """A stand-in for time.sleep: it records the pauses it is asked for, and returns at once."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A loopback HTTP server that prints no traceback when a client hangs up early."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -46,13 +59,13 @@ class Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def serve() -> Iterator[Serve]:
-    servers: list[ThreadingHTTPServer] = []
+    servers: list[QuietServer] = []
 
     def start(status: int) -> tuple[str, list[tuple[str, str, str | None, bytes]]]:
         seen: list[tuple[str, str, str | None, bytes]] = []
         handler = type("Handler", (Recorder,), {"status": status, "requests": seen})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server = QuietServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_port}/base/", seen
 
@@ -95,8 +108,8 @@ def test_a_healthy_endpoint_is_asked_what_the_sdk_asks_first(
         (403, CredentialsRejected, "answered HTTP 403 at set-up"),
         (404, BackendError,
          "MinT at {url} answered HTTP 404 at set-up, which a retry will not change"),
-        (503, TransientBackendError, "MinT at {url} answered HTTP 503 at set-up (2 tries in 1 s)"),
-        (429, TransientBackendError, "answered HTTP 429 at set-up (2 tries in 1 s)"),
+        (503, TransientBackendError, "MinT at {url} answered HTTP 503 at set-up (2 tries in 0 s)"),
+        (429, TransientBackendError, "answered HTTP 429 at set-up (2 tries in 0 s)"),
     ],
 )  # fmt: skip
 def test_an_http_error_status_is_named_with_whether_a_retry_may_help(
@@ -106,23 +119,29 @@ def test_an_http_error_status_is_named_with_whether_a_retry_may_help(
     message: str,
 ) -> None:
     url, seen = serve(status)
+    sleeps = Sleeps()
     with pytest.raises(error) as excinfo:
-        probe_service(url, KEY, 2.0, tries=2)
+        probe_service(url, KEY, 2.0, tries=2, sleep=sleeps)
     assert type(excinfo.value) is error
     assert message.format(url=url) in str(excinfo.value)
     assert KEY not in str(excinfo.value)
     assert len(seen) == (
         2 if status in (429, 503) else 1
     )  # only a status that may pass is asked again
+    assert sleeps == ([1.0] if status in (429, 503) else [])  # a second before asking again
 
 
 def test_a_refused_connection_is_tried_again_then_named() -> None:
     with socket.create_server(("127.0.0.1", 0)) as free:
         url = f"http://127.0.0.1:{free.getsockname()[1]}"
-    started = time.monotonic()
-    with pytest.raises(BackendUnreachable, match=r"the connection was refused \(2 tries in 1 s\)"):
-        probe_service(url, KEY, 2.0, tries=2)
-    assert time.monotonic() - started >= 1.0  # one pause of a second between the tries
+    sleeps = Sleeps()
+    with pytest.raises(BackendUnreachable, match=r"the connection was refused \(2 tries in 0 s\)"):
+        probe_service(url, KEY, 2.0, tries=2, sleep=sleeps)
+    assert sleeps == [1.0]  # one pause of a second between the tries
+    sleeps.clear()
+    with pytest.raises(BackendUnreachable, match=r"the connection was refused \(3 tries in 0 s\)"):
+        probe_service(url, KEY, 2.0, sleep=sleeps)
+    assert sleeps == [1.0, 2.0]  # by default three tries, the pause doubling
 
 
 def test_an_unknown_host_is_named_at_once() -> None:
@@ -141,12 +160,14 @@ def test_a_service_that_never_answers_is_unreachable_by_the_deadline() -> None:
 
 def test_a_connection_closed_without_an_answer_is_tried_again_then_named() -> None:
     address = raw_server(lambda conn: conn.close())
+    sleeps = Sleeps()
     # Depending on timing the client sees a reset pipe or a disconnect: either way, no answer.
     with pytest.raises(
         BackendUnreachable,
         match=r"\((RemoteDisconnected|BrokenPipeError|ConnectionResetError): .*; 2 tries\)$",
     ):
-        probe_service(f"http://{address}", KEY, 2.0, tries=2)
+        probe_service(f"http://{address}", KEY, 2.0, tries=2, sleep=sleeps)
+    assert sleeps == [1.0]
 
 
 def test_tls_to_a_plain_server_fails_the_handshake(serve: Serve) -> None:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import mathrl.service.mint_backend
-from cli_process import run_cli, user_env
+from cli_process import run_main
 from fake_mint import FakeMintServer
-from mathrl_fakes import references_for
+from mathrl import TrainConfig, run_grpo
+from mathrl.adapter import as_task
+from mathrl.checkpoints import checkpoint_name
+from mathrl_fakes import FakeBackend, references_for
 
 README = (Path(__file__).parents[1] / "README.md").read_text()
 STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)")
@@ -26,26 +30,27 @@ def block_after(marker: str, language: str) -> str:
 
 
 @pytest.fixture
-def task_folder(tmp_path: Path) -> Path:
+def task_folder(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "subtraction.py").write_text(
         block_after("`subtraction.py` in the folder you run from", "python")
     )
-    return tmp_path
+    yield tmp_path
+    sys.modules.pop("subtraction", None)  # the next test imports its own copy
 
 
 def test_the_readme_shows_the_real_output_of_an_offline_run(tmp_path: Path) -> None:
     shown = block_after("python -m mathrl --backend fake\n```", "text")
-    done = run_cli(tmp_path, "--backend", "fake")
+    done = run_main(tmp_path, "--backend", "fake")
     assert done.stdout.replace(str(tmp_path), "/tmp") == shown
 
 
 def test_the_readme_task_passes_its_check_and_learns(task_folder: Path) -> None:
     commands = block_after("Then check it, train it offline", "console").splitlines()
     assert commands[0] == "python -m mathrl check-adapter subtraction:Subtraction --learns"
-    check = run_cli(task_folder, *commands[0].split()[3:])
+    check = run_main(task_folder, *commands[0].split()[3:])
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.startswith("check-adapter: task 'subtraction' (subtraction:Subtraction)")
-    train = run_cli(task_folder, *commands[1].split()[3:])
+    train = run_main(task_folder, *commands[1].split()[3:])
     assert train.returncode == 0, train.stderr
     accuracy = [float(m[2]) for m in map(STEP_LINE.fullmatch, train.stdout.splitlines()) if m]
     assert sum(accuracy[15:]) / 5 >= sum(accuracy[:5]) / 5 + 20
@@ -53,18 +58,30 @@ def test_the_readme_task_passes_its_check_and_learns(task_folder: Path) -> None:
     assert 25 <= len((task_folder / "subtraction.py").read_text().splitlines()) <= 40
 
 
-def test_the_readme_python_snippets_run(task_folder: Path) -> None:
-    for marker in ("### From Python\n", "From a test suite:"):
-        snippet = block_after(marker, "python")
-        if "def test_" in snippet:
-            snippet += "\ntest_subtraction_meets_the_contract()\nprint('passed')\n"
-        done = subprocess.run(
-            [sys.executable, "-c", snippet],
-            capture_output=True, text=True, cwd=task_folder, env=user_env(task_folder),
-            timeout=300, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.strip()
+def test_the_readme_python_snippets_run(
+    task_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(task_folder)
+    monkeypatch.syspath_prepend(str(task_folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(task_folder))  # the fake's checkpoints
+    names: dict[str, Any] = {}
+    exec(compile(block_after("From a test suite:", "python"), "README.md", "exec"), names)
+    names["test_subtraction_meets_the_contract"]()  # check_adapter raises on any violation
+    assert capsys.readouterr().out == ""
+
+    exec(compile(block_after("### From Python\n", "python"), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    # The same run, made here: its 20 accuracies, then the step-20 checkpoint in the temp folder.
+    from subtraction import Subtraction  # type: ignore[import-not-found]
+
+    config = TrainConfig(steps=20, eval_every=5)
+    again = FakeBackend.for_run(Subtraction(), config, checkpoint_dir=task_folder / "again")
+    result = run_grpo(again, Subtraction(), config)
+    name = checkpoint_name(as_task(Subtraction()), config, 20)
+    saved = task_folder / "mathrl-fake" / f"{name}.json"
+    assert Path(result.saved_path).name == saved.name
+    assert printed == f"{[m.accuracy for m in result.steps]} {saved}\n"
+    assert saved.is_file()
 
 
 def test_the_readme_asyncio_snippet_trains_over_mint(
@@ -72,7 +89,7 @@ def test_the_readme_asyncio_snippet_trains_over_mint(
 ) -> None:
     snippet = block_after("On MinT, in asyncio code", "python")
     monkeypatch.syspath_prepend(str(task_folder))
-    from subtraction import Subtraction  # type: ignore[import-not-found]
+    from subtraction import Subtraction
 
     task = Subtraction()
     problems = [p for step in range(1, 21) for p in task.build_dataset(0, step, 10)]

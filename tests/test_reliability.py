@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_process import run_cli, user_env
+from cli_process import run_main, user_env
 from mathrl.cli.run_folder import RunFolder, read_run
 from mathrl.config import TrainConfig
 from mathrl.loop import RunResult, run_grpo_async
@@ -27,21 +27,23 @@ def test_a_run_with_a_fifth_of_its_calls_failing_prints_what_a_clean_run_prints(
     tmp_path: Path,
 ) -> None:
     args = ("--backend", "fake", "--steps", "20", "--retry-delay", "0")
-    clean = run_cli(tmp_path, *args, "--seed", "1")
-    faulty = run_cli(tmp_path, *args, "--seed", "1", "--fake-fault-rate", "0.2")
+    clean = run_main(tmp_path, *args, "--seed", "1")
+    faulty = run_main(tmp_path, *args, "--seed", "1", "--fake-fault-rate", "0.2")
     assert faulty.returncode == 0, faulty.stderr
     assert faulty.stdout == clean.stdout
     retries = [line for line in faulty.stderr.splitlines() if " retry " in line]
     assert len(retries) > 20
     assert any("forward_backward/optim_step" in line for line in retries)
     # At seed 0 one sample request happens to fail four times in a row: more retries carry it.
-    clean0 = run_cli(tmp_path, *args)
-    faulty0 = run_cli(tmp_path, *args, "--fake-fault-rate", "0.2", "--retries", "8")
+    clean0 = run_main(tmp_path, *args)
+    faulty0 = run_main(tmp_path, *args, "--fake-fault-rate", "0.2", "--retries", "8")
     assert (faulty0.returncode, faulty0.stdout) == (0, clean0.stdout)
 
 
 def test_a_run_whose_every_call_fails_ends_after_the_retries(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "--backend", "fake", "--fake-fault-rate", "1", "--retry-delay", "0.01")
+    done = run_main(
+        tmp_path, "--backend", "fake", "--fake-fault-rate", "1", "--retry-delay", "0.01"
+    )
     assert done.returncode == 1
     lines = done.stderr.splitlines()
     retried = [line.split(" in ")[0] for line in lines if " retry " in line]
@@ -161,12 +163,13 @@ def read_until(child: subprocess.Popen[str], prefix: str) -> list[str]:
             return lines
 
 
+@pytest.mark.slow  # real processes, 4 s each; the fast suite keeps the second Ctrl-C one
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_the_run_cleanly_and_it_resumes_as_if_never_stopped(
     tmp_path: Path, signum: int, code: int
 ) -> None:
     args = ("--backend", "fake", "--steps", "12")
-    whole = run_cli(tmp_path, *args)
+    whole = run_main(tmp_path, *args)
     with start(tmp_path, *args, "--log-dir", "X", "--fake-latency", "0.2") as child:
         lines = read_until(child, "Step 5:")
         child.send_signal(signum)
@@ -179,7 +182,7 @@ def test_a_signal_stops_the_run_cleanly_and_it_resumes_as_if_never_stopped(
     stopped_at = int(lines[-2].split(":")[0].removeprefix("Step "))
     assert stopped_at in (5, 6)  # step 6 finishes if its training was already on its way
 
-    resumed = run_cli(tmp_path, "--resume", "X")
+    resumed = run_main(tmp_path, "--resume", "X")
     assert resumed.returncode == 0, resumed.stderr
     again = resumed.stdout.splitlines()
     expected = whole.stdout.splitlines()
@@ -205,19 +208,19 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
 
 
 def test_resume_refuses_what_would_change_training(tmp_path: Path) -> None:
-    run_cli(tmp_path, "--backend", "fake", "--steps", "3", "--log-dir", "X")
+    run_main(tmp_path, "--backend", "fake", "--steps", "3", "--log-dir", "X")
     for args, message in [
         (("--steps", "30"), "--steps cannot be given with --resume: it would change training"),
         (("--backend", "fake"), "--backend cannot be given with --resume"),
         (("--lr", "1e-3", "--seed", "2"), "--lr, --seed cannot be given with --resume"),
     ]:
-        done = run_cli(tmp_path, "--resume", "X", *args)
+        done = run_main(tmp_path, "--resume", "X", *args)
         assert done.returncode == 2
         assert message in done.stderr
-    nowhere = run_cli(tmp_path, "--resume", "nowhere")
+    nowhere = run_main(tmp_path, "--resume", "nowhere")
     assert nowhere.returncode == 2
     assert "--resume: nowhere is not a run folder" in nowhere.stderr
-    finished = run_cli(tmp_path, "--resume", "X", "--retries", "5")
+    finished = run_main(tmp_path, "--resume", "X", "--retries", "5")
     assert finished.returncode == 0
     assert finished.stdout.startswith("Saved: ")
     assert "already finished all 3 steps" in finished.stderr
@@ -251,7 +254,7 @@ def test_stdout_that_cannot_be_written_ends_the_run_without_a_traceback(tmp_path
     assert done.stderr.splitlines()[-1] == (
         "mathrl: error: stdout could not be written (No space left on device)"
     )
-    run_cli(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "X")
+    run_main(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "X")
     with start(tmp_path, "--resume", "X") as child:  # a finished run: it only says where
         assert child.stdout is not None
         assert child.stderr is not None
@@ -267,7 +270,7 @@ def test_stdout_that_cannot_be_written_ends_the_run_without_a_traceback(tmp_path
 
 def test_a_checkpoint_folder_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "mathrl-fake").write_text("a file where the folder should be")
-    done = run_cli(tmp_path, "--backend", "fake", "--steps", "1")
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "1")
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1].startswith(
         f"mathrl: error: cannot write the fake checkpoint {tmp_path}/mathrl-fake/"
@@ -276,11 +279,11 @@ def test_a_checkpoint_folder_that_cannot_be_written_is_one_line(tmp_path: Path) 
 
 
 def test_a_hand_edited_checkpoint_is_refused_by_sample(tmp_path: Path) -> None:
-    train = run_cli(tmp_path, "--backend", "fake", "--steps", "1")
+    train = run_main(tmp_path, "--backend", "fake", "--steps", "1")
     saved = Path(train.stdout.splitlines()[-1].removeprefix("Saved: "))
     payload = json.loads(saved.read_text())
     saved.write_text(json.dumps({**payload, "theta": ["x"]}))
-    done = run_cli(tmp_path, "sample", "--backend", "fake", "--model-path", str(saved))
+    done = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", str(saved))
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert "holds no usable weights" in line

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from cli_process import run_cli, user_env
+from cli_process import run_main, user_env
 from mathrl.adapter import as_task
 from mathrl.cli.commands import main
 from mathrl.cli.run_folder import read_jsonl, read_run
@@ -47,7 +47,7 @@ class Evals(Observer):
 
 
 def test_a_run_with_evaluation_leaves_a_folder_that_matches_its_output(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "--backend", "fake", "--steps", "20", "--eval-every", "5",
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "20", "--eval-every", "5",
                    "--log-dir", "X", MINT_API_KEY=KEY)  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -102,24 +102,24 @@ def test_a_run_with_evaluation_leaves_a_folder_that_matches_its_output(tmp_path:
 
 
 def test_the_default_run_folder_and_the_variable_that_moves_it(tmp_path: Path) -> None:
-    run_cli(tmp_path, "--backend", "fake", "--steps", "1")
+    run_main(tmp_path, "--backend", "fake", "--steps", "1")
     (folder,) = (tmp_path / "runs").iterdir()
     assert re.fullmatch(r"\d{8}T\d{6}Z-addition-[0-9a-f]{8}", folder.name)
-    run_cli(tmp_path, "--backend", "fake", "--steps", "1", MINT_RL_LOG_DIR="elsewhere/run")
+    run_main(tmp_path, "--backend", "fake", "--steps", "1", MINT_RL_LOG_DIR="elsewhere/run")
     assert (tmp_path / "elsewhere" / "run" / "metrics.jsonl").is_file()
     assert len(list((tmp_path / "runs").iterdir())) == 2 - 1  # the second went elsewhere
 
 
 def test_a_log_dir_that_holds_a_run_or_cannot_be_made_is_refused(tmp_path: Path) -> None:
-    run_cli(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "X")
-    again = run_cli(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "X")
+    run_main(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "X")
+    again = run_main(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "X")
     assert again.returncode == 2
     assert again.stderr.splitlines()[-1] == (
         "mathrl: error: --log-dir X already holds a run; choose another folder, or continue "
         "that run with `python -m mathrl --resume X`"
     )
     (tmp_path / "file").write_text("")
-    blocked = run_cli(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "file/run")
+    blocked = run_main(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "file/run")
     assert blocked.returncode == 2
     assert "the run folder file/run cannot be created" in blocked.stderr
     assert "Traceback" not in blocked.stderr
@@ -297,16 +297,16 @@ def test_no_bar_when_stdout_is_a_pipe_whose_reader_may_share_the_screen(tmp_path
 
 def test_plot_draws_one_run_and_compares_several(tmp_path: Path) -> None:
     for name, seed in (("A", "0"), ("B", "1")):
-        done = run_cli(tmp_path, "--backend", "fake", "--steps", "6", "--eval-every", "3",
+        done = run_main(tmp_path, "--backend", "fake", "--steps", "6", "--eval-every", "3",
                        "--seed", seed, "--log-dir", name)  # fmt: skip
         assert done.returncode == 0, done.stderr
-    one = run_cli(tmp_path, "plot", "A")
+    one = run_main(tmp_path, "plot", "A")
     assert one.returncode == 0, one.stderr
     assert one.stdout == "A/plot.png\n"
     png = (tmp_path / "A" / "plot.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     assert 10_000 < len(png) < 150_000
-    both = run_cli(tmp_path, "plot", "A", "B", "--out", "compare.png")
+    both = run_main(tmp_path, "plot", "A", "B", "--out", "compare.png")
     assert (both.returncode, both.stdout) == (0, "compare.png\n")
     assert (tmp_path / "compare.png").stat().st_size > 10_000
     assert read_run(tmp_path / "A").config["task"] == "addition"

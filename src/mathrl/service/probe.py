@@ -20,6 +20,7 @@ import json
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from mathrl.backend import (
@@ -38,9 +39,19 @@ def retryable_status(status: int) -> bool:
 
 
 def probe_service(
-    url: str, key: str, timeout: float, *, tries: int = 3, sdk_version: str = ""
+    url: str,
+    key: str,
+    timeout: float,
+    *,
+    tries: int = 3,
+    sdk_version: str = "",
+    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Return if `url` answers set-up with 2xx (or 3xx); raise a one-line BackendError if not."""
+    """Return if `url` answers set-up with 2xx (or 3xx); raise a one-line BackendError if not.
+
+    `sleep` makes the pauses between tries (1 s, then 2 s, ...); tests pass one
+    that records them instead of waiting.
+    """
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
     path = parts.path.rstrip("/") + SETUP_PATH
@@ -93,7 +104,7 @@ def probe_service(
         finally:
             connection.close()
         if attempt < tries:
-            time.sleep(pause)
+            sleep(pause)
             pause *= 2
     elapsed = time.monotonic() - started
     if problem == "refused":
