@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mathrl.cli.commands
-import mathrl.cli.plot  # noqa: F401  (matplotlib whole, before import_module is refused below)
+import mathrl.cli.plot  # matplotlib whole, before import_module is refused below
 from mathrl.cli.commands import SAMPLE_FIELDS, main
 from mathrl.cli.train import Plan, open_backend
 from mathrl.config import SETTINGS
