@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from mathrl.config import MAX_SEED, SETTINGS, TrainConfig
+from mathrl.cli.settings import SETTINGS
+from mathrl.config import MAX_SEED, TrainConfig
 from mathrl.tasks.addition import OPERAND_MAX, AdditionProblem
 
 operands = st.integers(min_value=0, max_value=OPERAND_MAX)

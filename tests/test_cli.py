@@ -15,7 +15,8 @@ import pytest
 
 from cli_process import run_main
 from mathrl.cli.commands import DEFAULTS_DECIDED_LATER, main
-from mathrl.config import DEFAULT_BASE_URL, SETTINGS, Config, default_of
+from mathrl.cli.settings import SETTINGS, default_of
+from mathrl.config import DEFAULT_BASE_URL, Config
 
 STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)")
 ALWAYS_RIGHT = """
@@ -102,8 +103,7 @@ def test_fake_only_flags_are_refused_on_mint(tmp_path: Path) -> None:
     done = run_main(tmp_path, "--fake-latency", "0.1", MINT_API_KEY="sk-x")
     assert done.returncode == 2
     assert done.stderr == (
-        "mathrl: error: --fake-fault-rate and --fake-latency work only with --backend fake "
-        "(got --backend mint)\n"
+        "mathrl: error: --fake-latency work only with --backend fake (got --backend mint)\n"
     )
 
 

@@ -6,16 +6,17 @@ import pytest
 from hypothesis import given
 
 import strategies as st_
-from mathrl.config import (
+from mathrl.cli.settings import (
     SETTINGS,
-    Config,
-    ConfigError,
-    TrainConfig,
+    FakeOptions,
     api_key,
     base_url,
     build_config,
-    shown,
+    fake_options,
+    wording,
 )
+from mathrl.config import Config, ConfigError, TrainConfig
+from mathrl.text import shown
 
 NO_FLAGS: dict[str, str | None] = {}
 
@@ -102,8 +103,31 @@ def test_a_config_built_by_hand_is_checked_too() -> None:
         TrainConfig(batch=30_000, group=4)
     with pytest.raises(ConfigError, match=r"^Config.backend must be 'mint' or 'fake'"):
         Config(backend="gpu")
-    with pytest.raises(ConfigError, match=r"--fake-fault-rate and --fake-latency work only"):
-        Config(backend="mint", fake_latency=0.5)
+
+
+def test_the_fakes_knobs_are_the_fakes_alone() -> None:
+    assert "fake_latency" not in Config.__dataclass_fields__
+    flags: dict[str, str | None] = {"fake_latency": "0.5", "fake_fault_rate": "0.25"}
+    assert fake_options(flags, "fake") == FakeOptions(fake_latency=0.5, fake_fault_rate=0.25)
+    assert fake_options(NO_FLAGS, "mint") == FakeOptions()
+    with pytest.raises(
+        ConfigError,
+        match=r"^--fake-fault-rate, --fake-latency work only with --backend fake \(got --backend "
+        r"mint\)$",
+    ):
+        fake_options(flags, "mint")
+    with pytest.raises(ConfigError, match=r"^--fake-fault-rate must be a number >= 0 and <= 1"):
+        fake_options({"fake_fault_rate": "2"}, "fake")
+    # The fake's knobs never become part of the config, whatever build_config is given.
+    assert build_config(flags, {}, backend="fake") == Config(backend="fake")
+
+
+def test_library_errors_name_settings_the_command_line_spells() -> None:
+    # A library error names settings by field; the command line words them as it spells them.
+    assert wording(["call_timeout", "retries"]) == "MINT_CALL_TIMEOUT, --call-timeout, " + (
+        "MINT_RL_RETRIES, --retries"
+    )
+    assert wording(["base_url", "seed"]) == "MINT_BASE_URL, --seed"
 
 
 def test_only_reads_the_settings_named() -> None:

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 import mathrl.cli.commands
 import mathrl.cli.plot  # matplotlib whole, before import_module is refused below
 from mathrl.cli.commands import SAMPLE_FIELDS, main
+from mathrl.cli.settings import SETTINGS
 from mathrl.cli.train import Plan, open_backend
-from mathrl.config import SETTINGS
 
 CHARACTERS = st.characters(codec="utf-8", exclude_characters="\x00")
 """What a command line or an environment can hold: UTF-8 text without NUL."""

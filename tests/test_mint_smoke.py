@@ -14,7 +14,8 @@ import os
 import pytest
 
 from backend_contract import check_backend
-from mathrl.config import Config, TrainConfig, api_key
+from mathrl.cli.settings import api_key
+from mathrl.config import Config, TrainConfig
 from mathrl.loop import RunResult, run_grpo_async
 from mathrl.tasks.addition import MathAdapter
 

@@ -50,8 +50,8 @@ def test_a_run_whose_every_call_fails_ends_after_the_retries(tmp_path: Path) -> 
     for n in (1, 2, 3):  # the state is saved at the same time, and retried too
         assert f"mathrl: retry {n} of 3 of save_weights_for_sampler" in retried
     assert lines[-1] == (
-        "mathrl: error: save_weights_for_sampler failed 4 times in a row (3 retries, --retries): "
-        "save_weights_for_sampler: injected transient failure"
+        "mathrl: error: save_weights_for_sampler failed 4 times in a row (3 retries): "
+        "save_weights_for_sampler: injected transient failure (MINT_RL_RETRIES, --retries)"
     )
     assert "Traceback" not in done.stderr
 

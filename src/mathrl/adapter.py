@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
+
+from mathrl.text import shown
 
 ProblemT = TypeVar("ProblemT")
 P = TypeVar("P")
@@ -175,27 +177,22 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
     elif not (isinstance(name, str) and TASK_NAME.fullmatch(name)):
         raise AdapterError(
             f"{label}.name must be 1 to 64 characters from A-Z a-z 0-9 _ . -, "
-            f"starting with a letter or digit (got {_shown(name)})"
+            f"starting with a letter or digit (got {shown(name)})"
         )
     stop = getattr(adapter, "stop", DEFAULT_STOP)
     if not (isinstance(stop, tuple | list) and all(isinstance(s, str) and s for s in stop)):
         raise AdapterError(
             f"{label}.stop must be a tuple of non-empty strings, e.g. ('\\n',) "
-            f"or () (got {_shown(stop)})"
+            f"or () (got {shown(stop)})"
         )
     max_tokens = getattr(adapter, "max_tokens", DEFAULT_MAX_TOKENS)
     if not (isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1):
-        raise AdapterError(f"{label}.max_tokens must be an integer >= 1 (got {_shown(max_tokens)})")
+        raise AdapterError(f"{label}.max_tokens must be an integer >= 1 (got {shown(max_tokens)})")
     heldout = getattr(adapter, "heldout_dataset", None)
     if heldout is not None and not callable(heldout):
         raise AdapterError(
             f"{label}.heldout_dataset must be a method (seed, size) -> problems "
-            f"(got {_shown(heldout)})"
+            f"(got {shown(heldout)})"
         )
     identity = f"{cls.__module__}:{cls.__qualname__}"
     return Task(adapter, name, tuple(stop), max_tokens, identity)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."

@@ -16,7 +16,17 @@ from mathrl.grpo import Datum
 
 
 class BackendError(Exception):
-    """A backend call failed. The message says which call and why."""
+    """A backend call failed. The message says which call and why.
+
+    `settings` names the run settings that bear on the failure, by their
+    `Config` field (`call_timeout`, `retries`), or `base_url` and `api_key`
+    for the service's address and key; the command line spells them as its
+    flags and variables. A library message never names a flag itself.
+    """
+
+    def __init__(self, message: str = "", *, settings: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.settings = settings
 
 
 class TransientBackendError(BackendError):

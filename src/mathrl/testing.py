@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mathrl.adapter import Adapter, AdapterError, Task, as_task
+from mathrl.text import describe, shown
 
 ADVERSARIAL: tuple[tuple[str, str], ...] = (
     ("the empty string", ""),
@@ -46,11 +47,6 @@ def random_texts(count: int, seed: int = 0) -> list[str]:
     return texts
 
 
-def _short(value: Any, limit: int = 50) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 4]}...{text[-1]}"
-
-
 class _Checker:
     """Runs checks on one task and keeps every violation, one sentence each."""
 
@@ -77,7 +73,7 @@ class _Checker:
         try:
             return True, fn()
         except Exception as exc:
-            detail = " ".join(str(exc).split())[:80]
+            detail = describe(exc, 80)
             self.expect(False, f"{what} raised {type(exc).__name__}: {detail}", key or what)
             return False, None
 
@@ -89,7 +85,7 @@ class _Checker:
         )
         if ok and self.expect(
             all(isinstance(p, str) and p for p in prompts),
-            f"make_prompt must return a non-empty str (got {_short(prompts[:2])} for {what})",
+            f"make_prompt must return a non-empty str (got {shown(prompts[:2])} for {what})",
             key="make_prompt-type",
         ):
             return list(prompts)
@@ -175,7 +171,7 @@ class _Checker:
         self.expect(
             not shared,
             f"{what} shares {len(shared)} of {size} prompts with training steps 1-{guard_steps} "
-            f"(size {batch}), e.g. {_short(shared[:1])}: held-out problems must be ones "
+            f"(size {batch}), e.g. {shown(shared[:1])}: held-out problems must be ones "
             f"training never draws{advice}",
         )
         return list(problems)
@@ -186,7 +182,7 @@ class _Checker:
         """The reference earns the maximum; wrong text earns less; nothing raises."""
         for problem in problems:
             ok, prompt = self.call("make_prompt", partial(self.adapter.make_prompt, problem))
-            where = _short(prompt, 40) if ok else "a problem"
+            where = shown(prompt, 40) if ok else "a problem"
             ok, ref = self.call(
                 f"reference_completion({where})",
                 partial(self.adapter.reference_completion, problem),
@@ -194,7 +190,7 @@ class _Checker:
             )
             if not ok or not self.expect(
                 isinstance(ref, str),
-                f"reference_completion({where}) must return a str (got {_short(ref)})",
+                f"reference_completion({where}) must return a str (got {shown(ref)})",
                 key="reference-type",
             ):
                 continue
@@ -204,7 +200,7 @@ class _Checker:
             for stop in self.task.stop:
                 self.expect(
                     stop not in ref,
-                    f"reference_completion({where}) = {_short(ref)} contains the stop sequence "
+                    f"reference_completion({where}) = {shown(ref)} contains the stop sequence "
                     f"{stop!r}, so sampling would stop before it ends",
                     key=f"stop-in-reference-{stop}",
                 )
@@ -217,10 +213,10 @@ class _Checker:
                     key=f"stop-reward-{stop}",
                 )
             wrong = [*WRONG, self._other_reference(problem, ref, others)]
-            scores = [self._reward(w, problem, f"a wrong answer {_short(w)}", where) for w in wrong]
+            scores = [self._reward(w, problem, f"a wrong answer {shown(w)}", where) for w in wrong]
             self.expect(
                 any(s is not None and s < best for s in scores),
-                f"compute_reward gave every wrong completion tried ({_short(wrong)}) the "
+                f"compute_reward gave every wrong completion tried ({shown(wrong)}) the "
                 f"reference's reward {best} on {where}: it cannot tell right from wrong",
                 key="wrong-not-less",
             )
@@ -241,7 +237,7 @@ class _Checker:
         ok, value = self.call(what, lambda: self.adapter.compute_reward(text, problem), key=label)
         if ok and self.expect(
             isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
-            f"{what} returned {_short(value)}: a reward must be a finite float",
+            f"{what} returned {shown(value)}: a reward must be a finite float",
             key=f"finite-{label}",
         ):
             self.seen.append(float(value))
@@ -261,12 +257,12 @@ class _Checker:
     def evaluate(self, best: float | None, seen: Sequence[float]) -> None:
         """evaluate stays in [0, 1], and counts the reference's reward as fully correct."""
         for rewards in ([], [0.0], [1.0, 0.0, 0.5], list(seen)):
-            what = f"evaluate({_short(rewards)})"
+            what = f"evaluate({shown(rewards)})"
             ok, value = self.call(what, partial(self.adapter.evaluate, rewards), key="evaluate")
             self.expect(
                 not ok
                 or (isinstance(value, int | float) and math.isfinite(value) and 0 <= value <= 1),
-                f"{what} = {_short(value)}: an accuracy must be a number in [0, 1]",
+                f"{what} = {shown(value)}: an accuracy must be a number in [0, 1]",
                 key="evaluate-range",
             )
         if best is None:
@@ -275,7 +271,7 @@ class _Checker:
         self.expect(
             not ok or full == 1.0,
             f"the reference completion earns {best}, which evaluate([{best}] * 4) scores "
-            f"{_short(full)}, not 1.0: reference_completion must return a fully correct "
+            f"{shown(full)}, not 1.0: reference_completion must return a fully correct "
             "answer, and evaluate must count the maximum reward as correct",
             key="evaluate-reference",
         )
@@ -296,7 +292,7 @@ class _Checker:
             needed = len(ByteTokenizer().encode(ref + stop)) + 1
             if not self.expect(
                 needed <= max_tokens,
-                f"reference_completion({_short(self.adapter.make_prompt(problem), 40)}) with "
+                f"reference_completion({shown(self.adapter.make_prompt(problem), 40)}) with "
                 f"its stop and end-of-sequence takes {needed} tokens on the fake backend's byte "
                 f"tokenizer, more than max_tokens={max_tokens}",
             ):
@@ -314,7 +310,7 @@ class _Checker:
 
 
 def _count(value: Any) -> str:
-    return f"{len(value)}" if isinstance(value, list) else _short(value)
+    return f"{len(value)}" if isinstance(value, list) else shown(value)
 
 
 def check_adapter(

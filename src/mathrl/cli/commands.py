@@ -26,40 +26,35 @@ from dotenv import dotenv_values
 
 from mathrl import __version__
 from mathrl.backend import BackendError
+from mathrl.cli.exit_codes import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STDOUT_CLOSED,
+    EXIT_USAGE,
+)
 from mathrl.cli.loader import load_task
 from mathrl.cli.run_folder import RunFolder, RunFolderError, read_run
-from mathrl.cli.train import EXIT_STDOUT_CLOSED, Plan, train
-from mathrl.config import (
-    DEFAULT_BASE_URL,
+from mathrl.cli.settings import (
     SETTINGS,
-    ConfigError,
     Setting,
     api_key,
     base_url,
     build_config,
     default_of,
-    shown,
+    fake_options,
+    worded,
 )
+from mathrl.cli.train import Plan, train
+from mathrl.config import DEFAULT_BASE_URL, ConfigError
+from mathrl.text import one_line, shown
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 BACKENDS = ("mint", "fake")
-RESUMABLE = (
-    "connect_timeout",
-    "setup_timeout",
-    "call_timeout",
-    "retries",
-    "retry_delay",
-    "fake_fault_rate",
-    "fake_latency",
-)
+RELIABILITY = ("connect_timeout", "setup_timeout", "call_timeout", "retries", "retry_delay")
+"""How long to wait and how often to retry: what any run against a service may change."""
+RESUMABLE = (*RELIABILITY, "fake_fault_rate", "fake_latency")
 """Settings a resumed run may change: none of them changes what is trained."""
-SAMPLE_FIELDS = (
-    "adapter",
-    "seed",
-    "max_tokens",
-    "base_model",
-    *RESUMABLE[:5],
-)
+SAMPLE_FIELDS = ("adapter", "seed", "max_tokens", "base_model", *RELIABILITY)
 """The settings `sample` reads (and `--temperature`); the others cannot make it fail."""
 MAX_PROBLEMS = 10_000
 
@@ -73,16 +68,6 @@ class _Parser(argparse.ArgumentParser):
 
 def _say(message: str) -> None:
     print(f"mathrl: {message}", file=sys.stderr, flush=True)
-
-
-def one_line(text: str, limit: int = 500) -> str:
-    """`text` as one printable line of at most about `limit` characters.
-
-    A safety net for error messages that quote what a user typed: argparse's,
-    say, which echo a value whole, control characters and all.
-    """
-    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return line if len(line) <= limit else f"{line[: limit - 120]} ... {line[-100:]}"
 
 
 DEFAULTS_DECIDED_LATER = {
@@ -206,7 +191,8 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
             return EXIT_OK
     else:
         config = build_config(_flags(args), env, backend=args.backend or "mint")
-        plan = Plan(config, load_task(config.adapter))
+        fake = fake_options(_flags(args), config.backend)
+        plan = Plan(config, load_task(config.adapter), fake=fake)
     if plan.config.backend == "mint":
         api_key(env)
         base_url(env)
@@ -255,7 +241,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         return None
     run_folder = RunFolder(folder)
     run_folder.truncate_after(point.step)
-    return Plan(config, task, point, run_folder)
+    return Plan(config, task, point, run_folder, fake_options(_flags(args), config.backend))
 
 
 def _check_command(argv: Sequence[str]) -> int:
@@ -332,14 +318,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return _train_command(rest, env)
     except ConfigError as exc:
-        _say(f"error: {one_line(str(exc))}")
+        _say(f"error: {one_line(str(exc), 500)}")
         return EXIT_USAGE
-    except (BackendError, RunFolderError) as exc:
-        _say(f"error: {one_line(str(exc))}")
+    except BackendError as exc:
+        _say(f"error: {one_line(worded(exc), 500)}")
+        return EXIT_FAILURE
+    except RunFolderError as exc:
+        _say(f"error: {one_line(str(exc), 500)}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
         _say("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # stdout's reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_STDOUT_CLOSED

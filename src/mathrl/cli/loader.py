@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from mathrl.adapter import AdapterError, Task, as_task
-from mathrl.config import ConfigError, shown
+from mathrl.config import ConfigError
+from mathrl.text import describe, shown
 
 
 def load_task(spec: str, source: str = "--adapter") -> Task[Any]:
@@ -40,7 +41,7 @@ def load_task(spec: str, source: str = "--adapter") -> Task[Any]:
         adapter = target() if callable(target) and not _looks_like_adapter(target) else target
     except Exception as exc:
         raise ConfigError(
-            f"{source}: {spec} could not be created ({type(exc).__name__}: {_line(exc)})"
+            f"{source}: {spec} could not be created ({type(exc).__name__}: {describe(exc)})"
         ) from None
     try:
         return as_task(adapter)
@@ -79,15 +80,10 @@ def _run_import(load: Callable[[], Any], module_name: str, source: str) -> Any:
         return load()
     except ModuleNotFoundError as exc:
         raise ConfigError(
-            f"{source}: cannot import module {module_name!r} ({_line(exc)}; "
+            f"{source}: cannot import module {module_name!r} ({describe(exc)}; "
             "run from the folder that holds it, or add that folder to PYTHONPATH)"
         ) from None
     except Exception as exc:  # the module's own code failed: still one line
         raise ConfigError(
-            f"{source}: importing {module_name!r} failed ({type(exc).__name__}: {_line(exc)})"
+            f"{source}: importing {module_name!r} failed ({type(exc).__name__}: {describe(exc)})"
         ) from None
-
-
-def _line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 160 else f"{text[:157]}..."

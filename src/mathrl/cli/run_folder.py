@@ -70,8 +70,18 @@ class RunFolder(Observer):
         self.path = path
 
     @classmethod
-    def create(cls, config: Config, task_name: str, fingerprint: str, version: str) -> RunFolder:
-        """Make the folder (`config.log_dir`, or a new one under `runs/`) and write config.json."""
+    def create(
+        cls,
+        config: Config,
+        task_name: str,
+        fingerprint: str,
+        version: str,
+        more_settings: Mapping[str, Any] | None = None,
+    ) -> RunFolder:
+        """Make the folder (`config.log_dir`, or a new one under `runs/`) and write config.json.
+
+        `more_settings` are recorded beside the config's (the fake's knobs, say).
+        """
         now = datetime.now(UTC)
         if config.log_dir is not None:
             path = Path(config.log_dir)
@@ -93,6 +103,7 @@ class RunFolder(Observer):
         settings = {
             **asdict(config.train),
             **{k: v for k, v in asdict(config).items() if k != "train"},
+            **(more_settings or {}),
         }
         folder.write_config(
             {

@@ -14,10 +14,12 @@ from typing import Any
 from mathrl.adapter import Task
 from mathrl.backend import BackendError, Sampler, Tokenizer
 from mathrl.checkpoints import task_of_checkpoint
+from mathrl.cli.settings import api_key, base_url
 from mathrl.cli.train import model_line, retry_policy
-from mathrl.config import Config, ConfigError, api_key, base_url, shown
+from mathrl.config import Config, ConfigError
 from mathrl.rollout import evaluate
 from mathrl.service.retry import Retrier, RetryingSampler
+from mathrl.text import shown
 
 
 async def sample(

@@ -16,24 +16,21 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mathrl.adapter import Task
 from mathrl.backend import Backend, BackendError
 from mathrl.checkpoints import run_fingerprint
+from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
+from mathrl.cli.settings import FakeOptions, worded
 from mathrl.config import Config
 from mathrl.loop import Resume, RunResult, run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, StepMetrics
 from mathrl.service.retry import RetryingBackend, RetryPolicy
-
-EXIT_OK, EXIT_FAILURE = 0, 1
-EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
-EXIT_STDOUT_CLOSED = 141
-"""128 + SIGPIPE, as a shell reports a pipeline cut short."""
 
 
 class Stdout:
@@ -109,6 +106,8 @@ class Plan:
     task: Task[Any]
     resume: Resume | None = None
     folder: RunFolder | None = None
+    fake: FakeOptions = field(default_factory=FakeOptions)
+    """The fake backend's knobs (only with `--backend fake`)."""
 
 
 def retry_policy(config: Config) -> RetryPolicy:
@@ -135,8 +134,8 @@ async def open_backend(
             plan.task,
             config.train,
             first_step=plan.resume.step + 1 if plan.resume else 1,
-            latency=config.fake_latency,
-            fault_rate=config.fake_fault_rate,
+            latency=plan.fake.fake_latency,
+            fault_rate=plan.fake.fake_fault_rate,
         )
     else:
         from mathrl.service.mint_backend import open_backend as open_mint
@@ -183,8 +182,9 @@ async def train(
             out.around = progress.above
             backend = await open_backend(plan, env, speak, progress.setting_up)
             # Only now: a run that cannot start leaves no folder behind.
+            fingerprint = run_fingerprint(task, config.train)
             folder = plan.folder or RunFolder.create(
-                config, task.name, run_fingerprint(task, config.train), version
+                config, task.name, fingerprint, version, asdict(plan.fake)
             )
             speak(f"run folder: {folder.path} (task {task.name})")
             out.line(model_line(config, backend.tokenizer.vocab_size))
@@ -207,7 +207,7 @@ async def train(
 def _failed(
     exc: BackendError, latest: Latest, folder: Path, out: Stdout, say: Callable[[str], None]
 ) -> int:
-    say(f"error: {exc}")
+    say(f"error: {worded(exc)}")
     if latest.sampler:
         out.line(f"Saved: {latest.sampler}")
     if latest.state_step >= 0:

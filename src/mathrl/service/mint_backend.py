@@ -53,6 +53,7 @@ from mathrl.grpo import Datum  # noqa: E402
 from mathrl.service.deadline import run_in_daemon_thread  # noqa: E402
 from mathrl.service.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences  # noqa: E402
 from mathrl.service.probe import probe_service, retryable_status  # noqa: E402
+from mathrl.text import one_line  # noqa: E402
 
 Probe = Callable[[str, str, float], None]
 """Checks the endpoint before set-up: (URL, key, timeout) -> None, or a BackendError."""
@@ -308,8 +309,9 @@ class _Phases(list[str]):
 
 
 def _one_line(exc: BaseException, secret: str | None) -> str:
-    detail = " ".join(str(exc).split()) or type(exc).__name__
-    return detail.replace(secret, "***") if secret else detail
+    """The exception as one line, the secret masked before it is cut (so no part of it shows)."""
+    text = str(exc).replace(secret, "***") if secret else str(exc)
+    return one_line(text) or type(exc).__name__
 
 
 async def open_backend(
@@ -399,8 +401,8 @@ async def _connect(
                 service = await run_in_daemon_thread(connect, config.connect_timeout)
             except TimeoutError:
                 raise BackendUnreachable(
-                    f"could not reach MinT at {url} within {config.connect_timeout:g} s "
-                    "(MINT_BASE_URL, --connect-timeout)"
+                    f"could not reach MinT at {url} within {config.connect_timeout:g} s",
+                    settings=("base_url", "connect_timeout"),
                 ) from None
         # It answers. Creating a LoRA client on a cold service may take minutes.
         ready = service
@@ -408,8 +410,8 @@ async def _connect(
             return await run_in_daemon_thread(lambda: build(ready, phase), config.setup_timeout)
         except TimeoutError:
             raise BackendUnreachable(
-                f"MinT at {url} did not finish {phase[-1]} within {config.setup_timeout:g} s "
-                "(MINT_SETUP_TIMEOUT, --setup-timeout)"
+                f"MinT at {url} did not finish {phase[-1]} within {config.setup_timeout:g} s",
+                settings=("setup_timeout",),
             ) from None
     except tinker.TinkerError as exc:
         raise translate_error(exc, phase[-1], key) from None

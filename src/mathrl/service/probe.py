@@ -29,6 +29,7 @@ from mathrl.backend import (
     CredentialsRejected,
     TransientBackendError,
 )
+from mathrl.text import one_line
 
 SETUP_PATH = "/api/v1/client/config"
 
@@ -78,15 +79,15 @@ def probe_service(
             ) from None
         except TimeoutError:
             raise BackendUnreachable(
-                f"could not reach MinT at {url} within {timeout:g} s: it never answered "
-                "(MINT_BASE_URL, --connect-timeout)"
+                f"could not reach MinT at {url} within {timeout:g} s: it never answered",
+                settings=("base_url", "connect_timeout"),
             ) from None
         except ssl.SSLError as exc:
             raise BackendError(
                 f"MinT at {url} failed the TLS handshake ({exc.reason or exc})"
             ) from None
         except (OSError, http.client.HTTPException) as exc:
-            problem = f"{type(exc).__name__}: {' '.join(str(exc).split()) or 'no detail'}"
+            problem = f"{type(exc).__name__}: {one_line(str(exc)) or 'no detail'}"
         else:
             if status < 400:
                 return

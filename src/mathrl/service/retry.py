@@ -46,6 +46,7 @@ from mathrl.backend import (
     TransientBackendError,
 )
 from mathrl.grpo import Datum
+from mathrl.text import describe
 
 T = TypeVar("T")
 
@@ -106,15 +107,13 @@ class Retrier:
 
     async def pause(self, what: str, failures: int, exc: BaseException) -> None:
         """Report failure number `failures` and back off; raise once the budget is spent."""
-        detail = (
-            f"no answer within {self.policy.call_timeout:g} s (--call-timeout)"
-            if isinstance(exc, TimeoutError)
-            else " ".join(str(exc).split()) or type(exc).__name__
-        )
+        timed_out = isinstance(exc, TimeoutError)
+        detail = f"no answer within {self.policy.call_timeout:g} s" if timed_out else describe(exc)
         retries = self.policy.retries
         if failures > retries:
             raise RetriesExhausted(
-                f"{what} failed {failures} times in a row ({retries} retries, --retries): {detail}"
+                f"{what} failed {failures} times in a row ({retries} retries): {detail}",
+                settings=("retries", "call_timeout") if timed_out else ("retries",),
             ) from None
         delay = self.policy.backoff(failures, self._rng)
         self.on_retry(f"retry {failures} of {retries} of {what} in {delay:.1f} s: {detail}")
@@ -246,8 +245,9 @@ class RetryingBackend:
         except TimeoutError:
             raise BackendError(
                 f"{kind} was not accepted within {self.retrier.policy.call_timeout:g} s "
-                "(--call-timeout) and might still arrive after later calls, so nothing more "
-                "is sent; the last saved state is intact"
+                "and might still arrive after later calls, so nothing more is sent; the last "
+                "saved state is intact",
+                settings=("call_timeout",),
             ) from None
 
     async def _settle(self, op: _Op, previous: asyncio.Future[Any] | None) -> Any:

@@ -47,6 +47,7 @@ from typing import TypeAlias
 
 from mathrl.tasks.code.harness import HARNESS
 from mathrl.tasks.code.kernel import Kernel, kernel_layers
+from mathrl.text import one_line
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 STATUSES = ("ok", "error", "timeout", "output_limit", "crashed")
@@ -185,15 +186,10 @@ def _collect(child: subprocess.Popen[bytes], request: bytes, n: int, limits: Lim
         and isinstance(reply.get("detail"), str)
     ):  # fmt: skip
         results = tuple(reply["results"]) if reply["status"] == "ok" else nothing
-        return Outcome(reply["status"], results, _one_line(reply["detail"]))
+        return Outcome(reply["status"], results, one_line(reply["detail"]))
     how = f"exited with code {code}" if code >= 0 else f"killed by {_signal_name(-code)}"
     last = stderr.decode(errors="replace").strip().rpartition("\n")[2]
-    return Outcome("crashed", nothing, _one_line(f"{how}: {last or 'no result'}"))
-
-
-def _one_line(text: str) -> str:
-    """The completion wrote this text: no control characters or lone surrogates for the logs."""
-    return "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))[:200]
+    return Outcome("crashed", nothing, one_line(f"{how}: {last or 'no result'}"))
 
 
 def _signal_name(number: int) -> str:

@@ -1,0 +1,259 @@
+"""The settings as the command line spells them: flags, environment variables, `.env`.
+
+Each setting has a default, an environment variable (the seed demo's names
+where it had one), and a flag that wins over the variable. Values are parsed
+and checked once, here, against `mathrl.config.RULES`, and a bad one raises
+`ConfigError` with a message that names the variable or flag, what it must
+be, and what it got. The library's own errors name settings by field
+(`BackendError.settings`); `wording` turns those names into flags and
+variables.
+
+The fake backend's knobs (`--fake-latency`, `--fake-fault-rate`) are the
+fake's: they live in `FakeOptions`, not in `Config`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from mathrl.backend import BackendError
+from mathrl.config import (
+    DEFAULT_BASE_URL,
+    DEFAULTS,
+    RULES,
+    TRAIN_FIELDS,
+    Config,
+    ConfigError,
+    Rule,
+    TrainConfig,
+    check_step_size,
+    number_in,
+)
+from mathrl.text import shown
+
+
+@dataclass(frozen=True, slots=True)
+class FakeOptions:
+    """How the fake backend behaves, for trying a run by hand (`--backend fake` only)."""
+
+    fake_latency: float = 0.0
+    """Seconds each fake call takes."""
+    fake_fault_rate: float = 0.0
+    """The share of fake calls that fail transiently (seeded)."""
+
+
+FAKE_RULES = {"fake_latency": number_in(0, 60), "fake_fault_rate": number_in(0, 1)}
+FAKE_FIELDS = frozenset(f.name for f in fields(FakeOptions))
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """How one field of `TrainConfig`, `Config` or `FakeOptions` is spelled and parsed."""
+
+    field: str
+    flag: str
+    env: str | None
+    help: str
+    parse: Callable[[str], Any]
+
+    @property
+    def rule(self) -> Rule:
+        return FAKE_RULES[self.field] if self.field in FAKE_FIELDS else RULES[self.field]
+
+    @property
+    def requirement(self) -> str:
+        return self.rule.requirement
+
+    @property
+    def trains(self) -> bool:
+        """True for a TrainConfig field: changing it changes what is trained."""
+        return self.field in TRAIN_FIELDS
+
+
+_INT = re.compile(r"[+-]?[0-9]{1,30}", re.ASCII)
+_FLOAT = re.compile(
+    r"[+-]?([0-9]{1,30}\.?[0-9]{0,30}|\.[0-9]{1,30})([eE][+-]?[0-9]{1,4})?|[+-]?(inf|nan)", re.ASCII
+)
+
+
+def _int(text: str) -> int:
+    # Plain ASCII digits only: int() would also take "1_0" and non-Latin digits.
+    if not _INT.fullmatch(text.strip()):
+        raise ValueError(text)
+    return int(text.strip())
+
+
+def _float(text: str) -> float:
+    if not _FLOAT.fullmatch(text.strip().lower()):
+        raise ValueError(text)
+    return float(text.strip())
+
+
+def _text(text: str) -> str:
+    return text.strip()
+
+
+# fmt: off
+SETTINGS: tuple[Setting, ...] = (
+    Setting("steps", "--steps", "MINT_RL_STEPS", "GRPO steps", _int),
+    Setting("batch", "--batch", "MINT_RL_BATCH", "problems per step", _int),
+    Setting("group", "--group", "MINT_RL_GROUP", "completions sampled per problem", _int),
+    Setting("lr", "--lr", "MINT_RL_LR", "Adam learning rate", _float),
+    Setting("max_tokens", "--max-tokens", "MINT_RL_MAX_TOKENS", "most tokens per completion",
+            _int),
+    Setting("temperature", "--temperature", "MINT_RL_TEMPERATURE", "sampling temperature", _float),
+    Setting("seed", "--seed", None, "seed for problems and sampling", _int),
+    Setting("max_steps_off_policy", "--max-steps-off-policy", None,
+            "0: on-policy; 1: sample step k+1 while step k trains", _int),
+    Setting("eval_every", "--eval-every", "MINT_RL_EVAL_EVERY",
+            "greedy held-out evaluation before training, every K steps and at the end; 0: off",
+            _int),
+    Setting("eval_problems", "--eval-problems", "MINT_RL_EVAL_PROBLEMS",
+            "held-out problems per evaluation", _int),
+    Setting("save_every", "--save-every", "MINT_RL_SAVE_EVERY",
+            "save the full training state every K steps (and at the end)", _int),
+    Setting("adapter", "--adapter", "MINT_RL_ADAPTER", "the task, as module:Class", _text),
+    Setting("base_model", "--base-model", "MINT_BASE_MODEL", "base model to train a LoRA on",
+            _text),
+    Setting("lora_rank", "--lora-rank", "MINT_LORA_RANK", "LoRA rank", _int),
+    Setting("connect_timeout", "--connect-timeout", "MINT_CONNECT_TIMEOUT",
+            "seconds to wait for the MinT service to answer", _float),
+    Setting("setup_timeout", "--setup-timeout", "MINT_SETUP_TIMEOUT",
+            "seconds MinT may take to create the LoRA client and load the tokenizer", _float),
+    Setting("call_timeout", "--call-timeout", "MINT_CALL_TIMEOUT",
+            "seconds one sample, training or save call may take before it is retried", _float),
+    Setting("retries", "--retries", "MINT_RL_RETRIES",
+            "retries of a call that failed transiently", _int),
+    Setting("retry_delay", "--retry-delay", "MINT_RL_RETRY_DELAY",
+            "seconds before the first retry; doubles each time, with jitter", _float),
+    Setting("log_dir", "--log-dir", "MINT_RL_LOG_DIR", "the run folder", _text),
+    Setting("fake_fault_rate", "--fake-fault-rate", None,
+            "share of fake calls that fail transiently (--backend fake only)", _float),
+    Setting("fake_latency", "--fake-latency", None,
+            "seconds each fake call takes (--backend fake only)", _float),
+)
+# fmt: on
+
+BY_FIELD = {s.field: s for s in SETTINGS}
+ENVIRONMENT_ONLY = {"base_url": "MINT_BASE_URL", "api_key": "MINT_API_KEY"}
+"""Settings read from the environment alone, by field name."""
+
+
+def default_of(setting: Setting) -> Any:
+    """The built-in default of a setting (None: decided elsewhere, e.g. by the task)."""
+    if setting.field in FAKE_FIELDS:
+        return getattr(FakeOptions(), setting.field)
+    return DEFAULTS[setting.field]
+
+
+def _read(
+    flags: Mapping[str, str | None], env: Mapping[str, str], only: Collection[str] | None
+) -> Iterable[tuple[Setting, Any, str]]:
+    """Each given setting: the parsed and checked value, and where it came from."""
+    for setting in SETTINGS:
+        if only is not None and setting.field not in only:
+            continue
+        raw, source = flags.get(setting.field), setting.flag
+        if raw is None and setting.env is not None:
+            raw, source = env.get(setting.env), setting.env
+        if raw is None:
+            continue
+        try:
+            value = setting.parse(raw)
+        except ValueError:
+            value = None
+        if value is None or not setting.rule.check(value):
+            raise ConfigError(f"{source} must be {setting.requirement} (got {shown(raw)})")
+        yield setting, value, source
+
+
+def build_config(
+    flags: Mapping[str, str | None],
+    env: Mapping[str, str],
+    only: Collection[str] | None = None,
+    **fixed: Any,
+) -> Config:
+    """Build a validated Config: a flag beats its variable, which beats the default.
+
+    Args:
+        flags: raw flag values by field name (None where the flag was absent).
+        env: the environment (after `.env` has been merged in).
+        only: the fields to read (default all); the rest keep their defaults,
+            so a setting a command does not use cannot make it fail.
+        fixed: Config fields given already typed, e.g. the `--backend` choice.
+    """
+    train: dict[str, Any] = {}
+    run: dict[str, Any] = dict(fixed)
+    sources: dict[str, str] = {}
+    for setting, value, source in _read(flags, env, only):
+        if setting.field in FAKE_FIELDS:
+            continue
+        (train if setting.trains else run)[setting.field] = value
+        sources[setting.field] = source
+    batch, group = train.get("batch", DEFAULTS["batch"]), train.get("group", DEFAULTS["group"])
+    check_step_size(
+        batch, group, sources.get("batch", "batch (default)"), sources.get("group", "group")
+    )
+    return Config(train=TrainConfig(**train), **run)
+
+
+def fake_options(flags: Mapping[str, str | None], backend: str) -> FakeOptions:
+    """The fake's knobs from their flags; refused with any backend but the fake."""
+    given = {s.field: v for s, v, _ in _read(flags, {}, FAKE_FIELDS)}
+    if given and backend != "fake":
+        named = ", ".join(BY_FIELD[f].flag for f in sorted(given))
+        raise ConfigError(f"{named} work only with --backend fake (got --backend {backend})")
+    return FakeOptions(**given)
+
+
+def wording(settings: Iterable[str]) -> str:
+    """Settings named by field, as the command line spells them: `MINT_X, --x`."""
+    names = []
+    for field in settings:
+        setting = BY_FIELD.get(field)
+        if setting is None:
+            names.append(ENVIRONMENT_ONLY.get(field, field))
+        else:
+            names.append(f"{setting.env}, {setting.flag}" if setting.env else setting.flag)
+    return ", ".join(names)
+
+
+def worded(exc: BackendError) -> str:
+    """A library error's message, with the settings it names spelled as flags and variables."""
+    return f"{exc} ({wording(exc.settings)})" if exc.settings else str(exc)
+
+
+def api_key(env: Mapping[str, str]) -> str:
+    """MINT_API_KEY, checked: set, not blank, and shaped like a MinT key (never echoed)."""
+    key = env.get("MINT_API_KEY", "")
+    if not key.strip():
+        raise ConfigError(
+            "MINT_API_KEY must be set to a MinT API key (got nothing): export it or put "
+            "`MINT_API_KEY=sk-...` in .env; `--backend fake` runs offline without one"
+        )
+    if not key.startswith("sk-") or not key.isprintable() or any(c.isspace() for c in key):
+        raise ConfigError(
+            "MINT_API_KEY must be a MinT key: 'sk-' then the rest, with no spaces "
+            f"(got a {len(key)}-character value that is not; it is not shown)"
+        )
+    return key
+
+
+def base_url(env: Mapping[str, str]) -> str:
+    """MINT_BASE_URL (or MinT's default), checked: an http(s) URL with a host."""
+    url = env.get("MINT_BASE_URL") or DEFAULT_BASE_URL
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # e.g. a port that is not a number below 65,536
+        ok = False
+    if not (ok and url.isprintable() and not any(c.isspace() for c in url)):
+        raise ConfigError(
+            f"MINT_BASE_URL must be an http:// or https:// URL with a host, such as "
+            f"{DEFAULT_BASE_URL} (got {shown(url)})"
+        )
+    return url
