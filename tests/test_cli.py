@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from cli_process import run_main
-from mathrl.cli.commands import DEFAULTS_DECIDED_LATER, main
+from mathrl.cli.commands import main
+from mathrl.cli.parsers import DEFAULTS_DECIDED_LATER
 from mathrl.cli.settings import SETTINGS, default_of
 from mathrl.config import DEFAULT_BASE_URL, Config
 

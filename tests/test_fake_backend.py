@@ -30,7 +30,7 @@ from mathrl_fakes.policy import (
     EOS,
     FULL_TARGET_PROB,
     VOCAB_SIZE,
-    Step,
+    Position,
     draw,
     easy_bias,
     logprob,
@@ -89,7 +89,7 @@ def test_reported_logprobs_are_those_of_the_sampled_distribution(
     theta: float, bias: float, target: int, shift: int, temperature: float
 ) -> None:
     params = [theta] * 8
-    step = Step(target, 0, bias, (target + shift) % 256)
+    step = Position(target, 0, bias, (target + shift) % 256)
     # Drawing by inverse CDF over an even grid of uniforms gives each token a
     # share of the grid equal to exp(its reported logprob), to grid resolution.
     grid = 4_000
@@ -109,7 +109,7 @@ def test_reported_logprobs_are_those_of_the_sampled_distribution(
 
 @given(theta=st_.policy_thetas, bias=st_.biases)
 def test_logprobs_normalise_over_the_vocabulary(theta: float, bias: float) -> None:
-    for step in (Step(42, 3, bias, 7), Step(None)):
+    for step in (Position(42, 3, bias, 7), Position(None)):
         total = math.fsum(math.exp(logprob([theta] * 8, step, t)) for t in range(VOCAB_SIZE))
         assert math.isclose(total, 1.0, rel_tol=1e-12)
 
@@ -146,7 +146,7 @@ def test_policy_worked_example() -> None:
     assert math.isclose(distractor, 1 / 2.05)
     assert math.isclose(255 * other, 0.05 / 2.05)
     # Greedy decoding writes the distractor until the target's logit passes 0.
-    step = Step(42, 0, -0.5, 7)
+    step = Position(42, 0, -0.5, 7)
     assert draw([0.0] * 8, step, 0.3, 0.0) == (7, 0.0)
     assert draw([0.001] * 8, step, 0.3, 0.0) == (42, 0.0)  # -0.5 + 2000 * 0.001 > 0
 

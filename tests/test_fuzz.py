@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 import mathrl.cli.commands
 import mathrl.cli.plot  # matplotlib whole, before import_module is refused below
-from mathrl.cli.commands import SAMPLE_FIELDS, main
+from mathrl.cli.commands import main
+from mathrl.cli.parsers import SAMPLE_FIELDS
 from mathrl.cli.settings import SETTINGS
 from mathrl.cli.train import Plan, open_backend
 

@@ -18,8 +18,9 @@ from mathrl.adapter import as_task
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
-from mathrl.loop import StepOutcome, grpo_step, run_grpo
+from mathrl.loop import run_grpo
 from mathrl.rollout import request_seed, sample_params
+from mathrl.step import StepOutcome, grpo_step
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
 from reference_loop import reference_run

@@ -15,7 +15,8 @@ import pytest
 from mathrl.adapter import as_task
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
-from mathrl.loop import RunResult, run_grpo, run_grpo_async
+from mathrl.loop import run_grpo, run_grpo_async
+from mathrl.report import RunResult
 from mathrl.rollout import request_seed
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import CallRecord, FakeBackend, RecordingBackend

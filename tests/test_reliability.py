@@ -15,8 +15,8 @@ import pytest
 from cli_process import run_main, user_env
 from mathrl.cli.run_folder import RunFolder, read_run
 from mathrl.config import TrainConfig
-from mathrl.loop import RunResult, run_grpo_async
-from mathrl.report import Checkpoint, Observer, StepMetrics
+from mathrl.loop import run_grpo_async
+from mathrl.report import Checkpoint, Observer, RunResult, StepMetrics
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import FakeBackend
 

@@ -21,8 +21,8 @@ from conftest import math_references
 from mathrl.backend import BackendError, SampleParams
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum
-from mathrl.loop import RunResult, run_grpo, run_grpo_async
-from mathrl.report import Observer, StepMetrics
+from mathrl.loop import run_grpo, run_grpo_async
+from mathrl.report import Observer, RunResult, StepMetrics
 from mathrl.service.retry import RetriesExhausted, RetryingBackend, RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend

@@ -23,13 +23,13 @@ from mathrl_fakes.policy import (
     POSITIONS,
     WIDTH,
     ByteTokenizer,
+    Position,
     ReferenceTable,
-    Step,
     Target,
     draw,
     logprob,
     make_target,
-    step_at,
+    position_at,
     uniforms,
 )
 
@@ -202,7 +202,7 @@ class FakeModel:
         text = bytearray()
         eos = self.tokenizer.eos_token_id
         for u in u_T:
-            token, lp = draw(theta, step_at(target, tokens), u, params.temperature)
+            token, lp = draw(theta, position_at(target, tokens), u, params.temperature)
             tokens.append(token)
             logprobs.append(lp)
             if token == eos:
@@ -214,21 +214,21 @@ class FakeModel:
 
     # -- training -----------------------------------------------------------------
 
-    def steps_of(self, datum: Datum) -> list[Step]:
+    def positions_of(self, datum: Datum) -> list[Position]:
         """The policy's distribution at each position the datum scores."""
         full = (*datum.model_input, datum.target_tokens[-1])
         prompt_len, target = self.target_of(full, exact=False)
         steps = []
         for i in range(len(datum.target_tokens)):
             completion = full[prompt_len : i + 1] if i + 1 >= prompt_len else None
-            steps.append(step_at(target if completion is not None else None, completion or ()))
+            steps.append(position_at(target if completion is not None else None, completion or ()))
         return steps
 
     def logprobs(self, datum: Datum) -> list[float]:
         """The current policy's logprob of each target token (forward's output)."""
         return [
-            logprob(self.theta, step, token)
-            for step, token in zip(self.steps_of(datum), datum.target_tokens, strict=True)
+            logprob(self.theta, at, token)
+            for at, token in zip(self.positions_of(datum), datum.target_tokens, strict=True)
         ]
 
     def forward_backward(self, datums_D: Sequence[Datum]) -> float:
@@ -236,8 +236,8 @@ class FakeModel:
         grad = list(self.pending_grad or [0.0] * len(self.theta))
         loss = 0.0
         for datum in datums_D:
-            for step, token, sampled_lp, adv in zip(
-                self.steps_of(datum),
+            for at, token, sampled_lp, adv in zip(
+                self.positions_of(datum),
                 datum.target_tokens,
                 datum.logprobs,
                 datum.advantages,
@@ -245,12 +245,12 @@ class FakeModel:
             ):
                 if adv == 0.0:
                     continue  # contributes exactly 0 to the loss and its gradient
-                ratio = math.exp(logprob(self.theta, step, token) - sampled_lp)
+                ratio = math.exp(logprob(self.theta, at, token) - sampled_lp)
                 loss -= ratio * adv
-                if step.target is not None:
-                    p = math.exp(logprob(self.theta, step, step.target))
-                    dlogp_dlogit = (1.0 if token == step.target else 0.0) - p
-                    grad[step.position] -= ratio * adv * dlogp_dlogit * WIDTH
+                if at.target is not None:
+                    p = math.exp(logprob(self.theta, at, at.target))
+                    dlogp_dlogit = (1.0 if token == at.target else 0.0) - p
+                    grad[at.position] -= ratio * adv * dlogp_dlogit * WIDTH
         self.pending_grad = grad
         return loss
 

@@ -167,7 +167,7 @@ class ReferenceTable:
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class Position:
     """The policy's distribution at one completion position."""
 
     target: int | None
@@ -179,28 +179,30 @@ class Step:
     distractor: int = 0
 
 
-UNIFORM = Step(None)
+UNIFORM = Position(None)
 
 
-def step_at(target: Target | None, completion: Sequence[int]) -> Step:
+def position_at(target: Target | None, completion: Sequence[int]) -> Position:
     """The distribution after `completion`, given the prompt's target (if any)."""
     j = len(completion)
     if target is None or j >= len(target.tokens) or tuple(completion) != target.tokens[:j]:
         return UNIFORM
-    return Step(target.tokens[j], min(j, POSITIONS - 1), target.biases[j], target.distractors[j])
+    return Position(
+        target.tokens[j], min(j, POSITIONS - 1), target.biases[j], target.distractors[j]
+    )
 
 
-def logit_of(theta: Sequence[float], step: Step) -> float:
-    """The target's logit at `step` (temperature 1)."""
-    return step.bias + WIDTH * theta[step.position]
+def logit_of(theta: Sequence[float], at: Position) -> float:
+    """The target's logit at `at` (temperature 1)."""
+    return at.bias + WIDTH * theta[at.position]
 
 
-def logprob(theta: Sequence[float], step: Step, token: int) -> float:
+def logprob(theta: Sequence[float], at: Position, token: int) -> float:
     """log pi_theta(token) at temperature 1."""
-    if step.target is None:
+    if at.target is None:
         return UNIFORM_LOGPROB
-    target, distractor, other = token_logprobs(logit_of(theta, step))
-    return target if token == step.target else distractor if token == step.distractor else other
+    target, distractor, other = token_logprobs(logit_of(theta, at))
+    return target if token == at.target else distractor if token == at.distractor else other
 
 
 def uniforms(key: str, n: int) -> list[float]:
@@ -214,28 +216,28 @@ def uniforms(key: str, n: int) -> list[float]:
     return out[:n]
 
 
-def draw(theta: Sequence[float], step: Step, u: float, temperature: float) -> tuple[int, float]:
+def draw(theta: Sequence[float], at: Position, u: float, temperature: float) -> tuple[int, float]:
     """Draw one token by inverse CDF from `u`; return it with its logprob.
 
     The distribution is the policy's at `temperature` (every logit divided by
     it); 0 means greedy, a point mass whose logprob is 0.
     """
-    if step.target is None:
+    if at.target is None:
         if temperature == 0:
             return 0, 0.0
         return min(int(u * VOCAB_SIZE), VOCAB_SIZE - 1), UNIFORM_LOGPROB
-    logit = logit_of(theta, step)
+    logit = logit_of(theta, at)
     if temperature == 0:
-        return (step.target if logit > 0 else step.distractor), 0.0
+        return (at.target if logit > 0 else at.distractor), 0.0
     lp_target, lp_distractor, lp_other = _tempered(logit, temperature)
     p_target, p_distractor = math.exp(lp_target), math.exp(lp_distractor)
     if u < p_target:
-        return step.target, lp_target
+        return at.target, lp_target
     if u < p_target + p_distractor:
-        return step.distractor, lp_distractor
+        return at.distractor, lp_distractor
     share = (u - p_target - p_distractor) / max(1 - p_target - p_distractor, 1e-300)
     k = min(int(share * (VOCAB_SIZE - 2)), VOCAB_SIZE - 3)
-    low, high = sorted((step.target, step.distractor))
+    low, high = sorted((at.target, at.distractor))
     token = k + (k >= low) + (k + 1 >= high)  # the k-th token that is neither of the two
     return token, lp_other
 

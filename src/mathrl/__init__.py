@@ -21,11 +21,13 @@ from mathrl.backend import (
     TrainResult,
     TransientBackendError,
 )
+from mathrl.checkpoints import Resume
 from mathrl.config import Config, ConfigError, TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
-from mathrl.loop import Resume, RunResult, run_grpo, run_grpo_async
-from mathrl.report import Checkpoint, EvalMetrics, Observer, StepMetrics
+from mathrl.loop import run_grpo, run_grpo_async
+from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
 from mathrl.service.retry import RetriesExhausted, RetryingBackend, RetryPolicy
+from mathrl.step import StepOutcome, grpo_step
 from mathrl.tasks.addition import (
     AdditionProblem,
     MathAdapter,
@@ -62,6 +64,7 @@ __all__ = [
     "SampleParams",
     "Sampler",
     "StepMetrics",
+    "StepOutcome",
     "Task",
     "Tokenizer",
     "TrainConfig",
@@ -71,6 +74,7 @@ __all__ = [
     "as_task",
     "build_datum",
     "group_advantages",
+    "grpo_step",
     "heldout_problems",
     "is_constant_group",
     "make_problems",

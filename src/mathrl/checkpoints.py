@@ -1,4 +1,4 @@
-"""Checkpoint names: what a run's saves are called, and which task a saved path belongs to.
+"""Checkpoints: what a run's saves are called, whose they are, and where a run resumes from.
 
 For: the loop, which names every save, and the command line, which prints the
 names (`Saved: ...`), fingerprints run folders, and refuses to sample a
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from mathrl.adapter import Task
@@ -60,3 +61,16 @@ def task_of_checkpoint(path: str) -> str | None:
     name = path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
     match = CHECKPOINT_NAME.fullmatch(name)
     return match["task"] if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Where a run continues from: a saved state and the samplers around it."""
+
+    step: int
+    """The last step whose update the state holds."""
+    state_path: str
+    sampler_path: str
+    """The latest sampler checkpoint at or before `step` (the current weights)."""
+    lagged_sampler_path: str
+    """The latest one at or before `step - 1`; off-policy step `step + 1` samples from it."""

@@ -1,16 +1,12 @@
-"""The GRPO loop: the algorithm in `grpo_step`, and `run_grpo`, which schedules it.
+"""The GRPO loop: `run_grpo` runs `mathrl.step.grpo_step` for real, scheduled.
 
-Read `grpo_step` first. It is one plain on-policy GRPO step, written out top
-to bottom: problems -> prompts -> a group of samples per problem -> rewards ->
-advantages -> datums -> train -> save. Nothing else in this module changes
-what a step computes.
-
-`run_grpo` runs those steps for real. Around the same step it adds, each in
-one place of `_Run`:
+Read `mathrl.step.grpo_step` first: it is the algorithm, one plain on-policy
+step. Nothing here changes what a step computes. Around the same step this
+module adds, each in one place of `_Run`:
 
 - pipelining (`_submit_update`): the training calls and the saves are
   submitted back to back and awaited together, one round trip;
-- the off-policy lag (`max_steps_off_policy=1`, in `_train`): step k+1 is
+- the off-policy lag (`max_steps_off_policy=1`, in `train`): step k+1 is
   sampled from the weights before step k's update while step k trains; each
   datum carries the logprobs of the sampler that drew it, so the
   importance-sampling loss corrects for the lag;
@@ -40,88 +36,13 @@ from typing import Generic, TypeVar
 
 from mathrl.adapter import Adapter, Task, as_task
 from mathrl.backend import Backend, Sampler, TrainResult
-from mathrl.checkpoints import Kind, checkpoint_name
+from mathrl.checkpoints import Kind, Resume, checkpoint_name
 from mathrl.config import TrainConfig
-from mathrl.grpo import Datum, group_advantages
-from mathrl.report import Checkpoint, EvalMetrics, Observer, StepMetrics
-from mathrl.rollout import (
-    Rollout,
-    datums_of,
-    evaluate,
-    evaluation_set,
-    rewards_of,
-    rollout,
-    sample_groups,
-)
+from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
+from mathrl.rollout import Rollout, evaluate, evaluation_set, rollout, step_metrics
 
 P = TypeVar("P")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class StepOutcome:
-    """What `grpo_step` did: the datums it trained on, what training said, the new weights."""
-
-    rewards_P_G: list[list[float]]
-    datums_D: list[Datum]
-    result: TrainResult | None
-    """None when every group was constant: nothing was trained."""
-    sampler_path: str | None
-    """The saved weights after the update (None when nothing was trained)."""
-
-
-async def grpo_step(
-    backend: Backend, sampler: Sampler, task: Task[P], config: TrainConfig, step: int
-) -> StepOutcome:
-    """One on-policy GRPO step from `sampler`'s weights. This function is the algorithm.
-
-    Shape suffixes: _P a problem, _G a member of its group, _T a token, _D a datum.
-    """
-    tokenizer, adapter = backend.tokenizer, task.adapter
-    # 1. This step's problems, and their prompts as tokens.
-    problems_P = adapter.build_dataset(config.seed, step, config.batch)
-    prompts_P_T = [tokenizer.encode(adapter.make_prompt(p)) for p in problems_P]
-    # 2. A group of `config.group` completions per problem, every request in flight at once.
-    completions_P_G = await sample_groups(sampler, task, config, step, prompts_P_T)
-    # 3. Each completion's reward, and its advantage: the reward minus its group's mean.
-    rewards_P_G = rewards_of(task, tokenizer.decode, problems_P, completions_P_G)
-    advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
-    # 4. A datum per completion (prompt tokens weigh 0), dropping groups of equal rewards.
-    datums_D = datums_of(prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G)
-    if not datums_D:
-        return StepOutcome(rewards_P_G, datums_D, None, None)
-    # 5. forward_backward + optim_step, then save the new weights for the next step's
-    #    sampler: submitted back to back, awaited together.
-    training = await backend.submit_train_step(datums_D, config.lr)
-    saving = await backend.submit_save_for_sampler(checkpoint_name(task, config, step))
-    return StepOutcome(rewards_P_G, datums_D, await training, await saving)
-
-
-@dataclass(frozen=True, slots=True)
-class Resume:
-    """Where a run continues from: a saved state and the samplers around it."""
-
-    step: int
-    """The last step whose update the state holds."""
-    state_path: str
-    sampler_path: str
-    """The latest sampler checkpoint at or before `step` (the current weights)."""
-    lagged_sampler_path: str
-    """The latest one at or before `step - 1`; off-policy step `step + 1` samples from it."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """What a run did, and where its final weights are."""
-
-    steps: list[StepMetrics]
-    saved_path: str
-    """The latest sampler checkpoint: the weights after the last completed step."""
-    state_path: str
-    """The latest full training state: what `--resume` continues from."""
-    last_step: int
-    """The last step completed (less than `config.steps` if the run was stopped)."""
-    stopped: bool = False
 
 
 async def run_grpo_async(
@@ -308,7 +229,7 @@ class _Run(Generic[P]):
         state = await update.state if update.state is not None else None
         # The step first, its checkpoints after: a state on record always comes with
         # the record of every step it holds.
-        metrics = _step_metrics(self.config, step, batch, result, trained - update.submitted)
+        metrics = step_metrics(self.config, step, batch, result, trained - update.submitted)
         metrics = replace(metrics, seconds=self.clock() - ended)
         self.obs.on_step(metrics)
         if saved is not None:
@@ -348,15 +269,9 @@ class _Run(Generic[P]):
 
         async def go() -> EvalMetrics:
             started = self.clock()
-            result = await evaluate(
-                self.backend.tokenizer, sampler, self.task, self.config, self.heldout
-            )
-            n = len(self.heldout)
-            mean = sum(result.rewards_P) / n
-            correct = round(result.accuracy * n)
-            return EvalMetrics(
-                step, result.accuracy, correct, n, mean, path, self.clock() - started
-            )
+            tokenizer = self.backend.tokenizer
+            result = await evaluate(tokenizer, sampler, self.task, self.config, self.heldout)
+            return result.metrics(step, path, self.clock() - started)
 
         self.evaluating = asyncio.create_task(go())
 
@@ -375,24 +290,3 @@ class _Run(Generic[P]):
         await asyncio.wait({pending, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         return pending.result() if pending.done() else None
-
-
-def _step_metrics(
-    config: TrainConfig, step: int, batch: Rollout, result: TrainResult | None, training: float
-) -> StepMetrics:
-    rewards = [r for rewards_G in batch.rewards_P_G for r in rewards_G]
-    return StepMetrics(
-        step=step,
-        accuracy=batch.accuracy,
-        mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
-        datums=len(batch.datums_D),
-        groups=len(batch.rewards_P_G),
-        group_size=config.group,
-        constant_groups=batch.constant_groups,
-        sampled_tokens=sum(len(c.tokens) for cs in batch.completions_P_G for c in cs),
-        loss=result.loss if result is not None else None,
-        backend_metrics=dict(result.metrics) if result is not None else {},
-        sampling_seconds=batch.seconds,
-        training_seconds=training if result is not None else 0.0,
-        sampler_path=batch.sampler_path,
-    )

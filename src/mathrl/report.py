@@ -72,6 +72,20 @@ class Checkpoint:
     path: str
 
 
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What a run did, and where its final weights are."""
+
+    steps: list[StepMetrics]
+    saved_path: str
+    """The latest sampler checkpoint: the weights after the last completed step."""
+    state_path: str
+    """The latest full training state: what `--resume` continues from."""
+    last_step: int
+    """The last step completed (less than `config.steps` if the run was stopped)."""
+    stopped: bool = False
+
+
 class Observer:
     """Receives a run's events as they happen. Override what you need."""
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from mathrl.adapter import EVAL_STEP, Task
-from mathrl.backend import Completion, SampleParams, Sampler, Tokenizer
+from mathrl.backend import Completion, SampleParams, Sampler, Tokenizer, TrainResult
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
+from mathrl.report import EvalMetrics, StepMetrics
 
 P = TypeVar("P")
 GUARDED_PROBLEMS = 100_000
@@ -186,6 +187,13 @@ class Evaluation:
     rewards_P: list[float]
     accuracy: float
 
+    def metrics(self, step: int, sampler_path: str, seconds: float) -> EvalMetrics:
+        """This evaluation, as the run reports it after step `step`."""
+        n = len(self.rewards_P)
+        mean = sum(self.rewards_P) / n if n else 0.0
+        correct = round(self.accuracy * n)
+        return EvalMetrics(step, self.accuracy, correct, n, mean, sampler_path, seconds)
+
 
 async def evaluate(
     tokenizer: Tokenizer,
@@ -225,3 +233,25 @@ def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], int]:
     training = task.training_prompts(config.seed, steps, config.batch)
     kept = [p for p in problems if task.adapter.make_prompt(p) not in training]
     return kept, len(problems) - len(kept)
+
+
+def step_metrics(
+    config: TrainConfig, step: int, batch: Rollout, result: TrainResult | None, training: float
+) -> StepMetrics:
+    """What step `step` did: its rollout's figures and what training reported."""
+    rewards = [r for rewards_G in batch.rewards_P_G for r in rewards_G]
+    return StepMetrics(
+        step=step,
+        accuracy=batch.accuracy,
+        mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
+        datums=len(batch.datums_D),
+        groups=len(batch.rewards_P_G),
+        group_size=config.group,
+        constant_groups=batch.constant_groups,
+        sampled_tokens=sum(len(c.tokens) for cs in batch.completions_P_G for c in cs),
+        loss=result.loss if result is not None else None,
+        backend_metrics=dict(result.metrics) if result is not None else {},
+        sampling_seconds=batch.seconds,
+        training_seconds=training if result is not None else 0.0,
+        sampler_path=batch.sampler_path,
+    )

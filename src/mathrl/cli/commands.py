@@ -20,7 +20,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn
 
 from dotenv import dotenv_values
 
@@ -34,132 +33,31 @@ from mathrl.cli.exit_codes import (
     EXIT_USAGE,
 )
 from mathrl.cli.loader import load_task
+from mathrl.cli.parsers import (
+    MAX_PROBLEMS,
+    RESUMABLE,
+    SAMPLE_FIELDS,
+    check_parser,
+    plot_parser,
+    sample_parser,
+    train_parser,
+)
 from mathrl.cli.run_folder import RunFolder, RunFolderError, read_run
 from mathrl.cli.settings import (
     SETTINGS,
-    Setting,
     api_key,
     base_url,
     build_config,
-    default_of,
     fake_options,
     worded,
 )
 from mathrl.cli.train import Plan, train
-from mathrl.config import DEFAULT_BASE_URL, ConfigError
+from mathrl.config import ConfigError
 from mathrl.text import one_line, shown
-
-BACKENDS = ("mint", "fake")
-RELIABILITY = ("connect_timeout", "setup_timeout", "call_timeout", "retries", "retry_delay")
-"""How long to wait and how often to retry: what any run against a service may change."""
-RESUMABLE = (*RELIABILITY, "fake_fault_rate", "fake_latency")
-"""Settings a resumed run may change: none of them changes what is trained."""
-SAMPLE_FIELDS = ("adapter", "seed", "max_tokens", "base_model", *RELIABILITY)
-"""The settings `sample` reads (and `--temperature`); the others cannot make it fail."""
-MAX_PROBLEMS = 10_000
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and a ConfigError."""
-
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
 
 def _say(message: str) -> None:
     print(f"mathrl: {message}", file=sys.stderr, flush=True)
-
-
-DEFAULTS_DECIDED_LATER = {
-    "max_tokens": "the task's",
-    "log_dir": "runs/<UTC time>-<task>-<fingerprint>",
-}
-
-
-def _default(setting: Setting) -> object:
-    """A setting's default as --help shows it."""
-    return DEFAULTS_DECIDED_LATER.get(setting.field, default_of(setting))
-
-
-def _add_settings(parser: argparse.ArgumentParser, fields: Sequence[str]) -> None:
-    for s in SETTINGS:
-        if s.field in fields:
-            env = f", env {s.env}" if s.env else ""
-            parser.add_argument(
-                s.flag, dest=s.field, metavar="X", help=f"{s.help} (default {_default(s)}{env})"
-            )
-
-
-def _train_parser() -> _Parser:
-    variables = "\n".join(
-        [f"  {s.env:<22} {s.flag:<24} default {_default(s)}" for s in SETTINGS if s.env]
-        + [
-            f"  {'MINT_API_KEY':<22} {'':<24} required by --backend mint",
-            f"  {'MINT_BASE_URL':<22} {'':<24} default {DEFAULT_BASE_URL}",
-        ]
-    )
-    parser = _Parser(
-        prog="python -m mathrl",
-        description="Train a LoRA adapter with GRPO on a task (two-digit addition by default) "
-        "through MinT. Other commands: `sample`, `check-adapter`, `plot` "
-        "(`python -m mathrl COMMAND --help`).",
-        epilog="environment variables (a flag wins over its variable; `.env` is read too):\n"
-        + variables,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_settings(parser, [s.field for s in SETTINGS])
-    parser.add_argument(
-        "--backend", choices=BACKENDS, help="mint (default): the real service; fake: offline"
-    )
-    parser.add_argument(
-        "--resume",
-        metavar="RUN_DIR",
-        help="continue a stopped run from its last saved state, with its own settings",
-    )
-    return parser
-
-
-def _sample_parser() -> _Parser:
-    parser = _Parser(
-        prog="python -m mathrl sample",
-        description="Sample greedy answers to a task's held-out problems from saved weights.",
-    )
-    parser.add_argument("--model-path", required=True, help="the path a run printed as `Saved:`")
-    parser.add_argument(
-        "--problems",
-        default="10",
-        help=f"held-out problems to ask, 1 to {MAX_PROBLEMS} (default 10)",
-    )
-    parser.add_argument("--backend", choices=BACKENDS, default="mint")
-    _add_settings(parser, SAMPLE_FIELDS)
-    parser.add_argument(
-        "--temperature", metavar="X", help="sampling temperature (default 0: greedy)"
-    )
-    return parser
-
-
-def _check_parser() -> _Parser:
-    parser = _Parser(
-        prog="python -m mathrl check-adapter",
-        description="Check a task against the Adapter contract (mathrl.testing.check_adapter).",
-    )
-    parser.add_argument("adapter", metavar="module:Class", help="the task to check")
-    parser.add_argument(
-        "--learns", action="store_true", help="also train 20 steps on the fake backend"
-    )
-    return parser
-
-
-def _plot_parser() -> _Parser:
-    parser = _Parser(
-        prog="python -m mathrl plot",
-        description="Draw the learning curves of one or more run folders into a PNG.",
-    )
-    parser.add_argument("runs", metavar="RUN_DIR", nargs="+", help="run folders to draw")
-    parser.add_argument(
-        "--out", help="the PNG to write (default RUN_DIR/plot.png; ./plot.png for several runs)"
-    )
-    return parser
 
 
 def environment() -> dict[str, str]:
@@ -184,7 +82,7 @@ def _flags(args: argparse.Namespace) -> dict[str, str | None]:
 
 
 def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    args = _train_parser().parse_args(argv)
+    args = train_parser().parse_args(argv)
     if args.resume is not None:
         plan = _resume_plan(args, env)
         if plan is None:
@@ -247,7 +145,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
 def _check_command(argv: Sequence[str]) -> int:
     from mathrl.testing import check_adapter
 
-    args = _check_parser().parse_args(argv)
+    args = check_parser().parse_args(argv)
     task = load_task(args.adapter, source="check-adapter")
     try:
         summary = check_adapter(task, learns=args.learns)
@@ -262,7 +160,7 @@ def _check_command(argv: Sequence[str]) -> int:
 
 
 def _plot_command(argv: Sequence[str]) -> int:
-    args = _plot_parser().parse_args(argv)
+    args = plot_parser().parse_args(argv)
     try:
         from mathrl.cli.plot import plot_runs
     except ImportError:
@@ -288,7 +186,7 @@ def _plot_command(argv: Sequence[str]) -> int:
 def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     from mathrl.cli.sample import sample
 
-    args = _sample_parser().parse_args(argv)
+    args = sample_parser().parse_args(argv)
     count = _problem_count(args.problems)
     fields = [*SAMPLE_FIELDS, *(["temperature"] if args.temperature is not None else [])]
     flags = {**_flags(args), "temperature": args.temperature}

@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from mathrl.checkpoints import Resume
 from mathrl.config import Config, ConfigError, TrainConfig
-from mathrl.loop import Resume
 from mathrl.report import Checkpoint, EvalMetrics, Observer, StepMetrics
 
 CONFIG, METRICS, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints.jsonl"

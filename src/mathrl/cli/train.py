@@ -22,14 +22,14 @@ from typing import Any
 
 from mathrl.adapter import Task
 from mathrl.backend import Backend, BackendError
-from mathrl.checkpoints import run_fingerprint
+from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
 from mathrl.cli.settings import FakeOptions, worded
 from mathrl.config import Config
-from mathrl.loop import Resume, RunResult, run_grpo_async
-from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, StepMetrics
+from mathrl.loop import run_grpo_async
+from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, RunResult, StepMetrics
 from mathrl.service.retry import RetryingBackend, RetryPolicy
 
 

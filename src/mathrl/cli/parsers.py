@@ -1,0 +1,140 @@
+"""The command line's parsers: each command's flags, help and defaults.
+
+For: `mathrl.cli.commands`, which parses with these and runs the command.
+Every setting's flag, variable and help text come from `mathrl.cli.settings`,
+so `--help` and the environment table never disagree with what is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+from mathrl.cli.settings import SETTINGS, Setting, default_of
+from mathrl.config import DEFAULT_BASE_URL, ConfigError
+
+BACKENDS = ("mint", "fake")
+RELIABILITY = ("connect_timeout", "setup_timeout", "call_timeout", "retries", "retry_delay")
+"""How long to wait and how often to retry: what any run against a service may change."""
+RESUMABLE = (*RELIABILITY, "fake_fault_rate", "fake_latency")
+"""Settings a resumed run may change: none of them changes what is trained."""
+SAMPLE_FIELDS = ("adapter", "seed", "max_tokens", "base_model", *RELIABILITY)
+"""The settings `sample` reads (and `--temperature`); the others cannot make it fail."""
+MAX_PROBLEMS = 10_000
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and a ConfigError."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message} (see `{self.prog} --help`)")
+
+
+DEFAULTS_DECIDED_LATER = {
+    "max_tokens": "the task's",
+    "log_dir": "runs/<UTC time>-<task>-<fingerprint>",
+}
+
+
+def _default(setting: Setting) -> object:
+    """A setting's default as --help shows it."""
+    return DEFAULTS_DECIDED_LATER.get(setting.field, default_of(setting))
+
+
+def _add_settings(
+    parser: argparse.ArgumentParser, fields: Sequence[str], helps: Mapping[str, str] = {}
+) -> None:
+    """Add the settings' flags; `helps` words some of them for this command."""
+    for s in SETTINGS:
+        if s.field in fields:
+            env = f", env {s.env}" if s.env else ""
+            text = helps.get(s.field, s.help)
+            parser.add_argument(
+                s.flag, dest=s.field, metavar="X", help=f"{text} (default {_default(s)}{env})"
+            )
+
+
+def train_parser() -> Parser:
+    variables = "\n".join(
+        [f"  {s.env:<22} {s.flag:<24} default {_default(s)}" for s in SETTINGS if s.env]
+        + [
+            f"  {'MINT_API_KEY':<22} {'':<24} required by --backend mint",
+            f"  {'MINT_BASE_URL':<22} {'':<24} default {DEFAULT_BASE_URL}",
+        ]
+    )
+    parser = Parser(
+        prog="python -m mathrl",
+        description="Train a LoRA adapter with GRPO on a task (two-digit addition by default) "
+        "through MinT. Other commands: `sample`, `check-adapter`, `plot` "
+        "(`python -m mathrl COMMAND --help`).",
+        epilog="environment variables (a flag wins over its variable; `.env` is read too):\n"
+        + variables,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_settings(parser, [s.field for s in SETTINGS])
+    parser.add_argument(
+        "--backend", choices=BACKENDS, help="mint (default): the real service; fake: offline"
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a stopped run from its last saved state, with its own settings",
+    )
+    return parser
+
+
+def sample_parser() -> Parser:
+    parser = Parser(
+        prog="python -m mathrl sample",
+        description="Sample greedy answers to a task's held-out problems from saved weights.",
+    )
+    parser.add_argument("--model-path", required=True, help="the path a run printed as `Saved:`")
+    parser.add_argument(
+        "--problems",
+        default="10",
+        help=f"held-out problems to ask, 1 to {MAX_PROBLEMS} (default 10)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="mint",
+        help="mint (default): weights saved on MinT; fake: a fake run's checkpoint file",
+    )
+    _add_settings(
+        parser,
+        SAMPLE_FIELDS,
+        {
+            "base_model": "the base model the weights were trained from",
+            "seed": "seed of the held-out problems asked",
+            "adapter": "the task the weights were trained on, as module:Class",
+        },
+    )
+    parser.add_argument(
+        "--temperature", metavar="X", help="sampling temperature (default 0: greedy)"
+    )
+    return parser
+
+
+def check_parser() -> Parser:
+    parser = Parser(
+        prog="python -m mathrl check-adapter",
+        description="Check a task against the Adapter contract (mathrl.testing.check_adapter).",
+    )
+    parser.add_argument("adapter", metavar="module:Class", help="the task to check")
+    parser.add_argument(
+        "--learns", action="store_true", help="also train 20 steps on the fake backend"
+    )
+    return parser
+
+
+def plot_parser() -> Parser:
+    parser = Parser(
+        prog="python -m mathrl plot",
+        description="Draw the learning curves of one or more run folders into a PNG.",
+    )
+    parser.add_argument("runs", metavar="RUN_DIR", nargs="+", help="run folders to draw")
+    parser.add_argument(
+        "--out", help="the PNG to write (default RUN_DIR/plot.png; ./plot.png for several runs)"
+    )
+    return parser

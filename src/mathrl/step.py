@@ -1,0 +1,63 @@
+"""The GRPO step: `grpo_step` is the algorithm, one on-policy step, top to bottom.
+
+problems -> prompts -> a group of samples per problem -> rewards ->
+advantages -> datums -> train -> save. Every piece is a small function of
+`mathrl.rollout` and `mathrl.grpo`; this module only puts them in order.
+`mathrl.loop.run_grpo` runs the very same step, pipelined, and adds the
+off-policy lag, evaluation, the save cadence, stopping and resuming around
+it; the tests hold both to the serial reference loop in
+`tests/reference_loop.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+from mathrl.adapter import Task
+from mathrl.backend import Backend, Sampler, TrainResult
+from mathrl.checkpoints import checkpoint_name
+from mathrl.config import TrainConfig
+from mathrl.grpo import Datum, group_advantages
+from mathrl.rollout import datums_of, rewards_of, sample_groups
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What `grpo_step` did: the datums it trained on, what training said, the new weights."""
+
+    rewards_P_G: list[list[float]]
+    datums_D: list[Datum]
+    result: TrainResult | None
+    """None when every group was constant: nothing was trained."""
+    sampler_path: str | None
+    """The saved weights after the update (None when nothing was trained)."""
+
+
+async def grpo_step(
+    backend: Backend, sampler: Sampler, task: Task[P], config: TrainConfig, step: int
+) -> StepOutcome:
+    """One on-policy GRPO step from `sampler`'s weights. This function is the algorithm.
+
+    Shape suffixes: _P a problem, _G a member of its group, _T a token, _D a datum.
+    """
+    tokenizer, adapter = backend.tokenizer, task.adapter
+    # 1. This step's problems, and their prompts as tokens.
+    problems_P = adapter.build_dataset(config.seed, step, config.batch)
+    prompts_P_T = [tokenizer.encode(adapter.make_prompt(p)) for p in problems_P]
+    # 2. A group of `config.group` completions per problem, every request in flight at once.
+    completions_P_G = await sample_groups(sampler, task, config, step, prompts_P_T)
+    # 3. Each completion's reward, and its advantage: the reward minus its group's mean.
+    rewards_P_G = rewards_of(task, tokenizer.decode, problems_P, completions_P_G)
+    advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
+    # 4. A datum per completion (prompt tokens weigh 0), dropping groups of equal rewards.
+    datums_D = datums_of(prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G)
+    if not datums_D:
+        return StepOutcome(rewards_P_G, datums_D, None, None)
+    # 5. forward_backward + optim_step, then save the new weights for the next step's
+    #    sampler: submitted back to back, awaited together.
+    training = await backend.submit_train_step(datums_D, config.lr)
+    saving = await backend.submit_save_for_sampler(checkpoint_name(task, config, step))
+    return StepOutcome(rewards_P_G, datums_D, await training, await saving)
