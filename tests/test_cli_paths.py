@@ -196,7 +196,8 @@ def test_the_progress_bar_prints_lines_above_itself(tmp_path: Path) -> None:
 
 
 def test_closing_a_retrying_backend_stops_calls_nobody_waits_for(tmp_path: Path) -> None:
-    from mathrl.service.retry import RetryingBackend, RetryPolicy
+    from mathrl.service.recovery import RetryingBackend
+    from mathrl.service.retry import RetryPolicy
     from mathrl_fakes import FakeBackend
 
     async def go() -> None:

@@ -23,7 +23,8 @@ from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import Observer, RunResult, StepMetrics
-from mathrl.service.retry import RetriesExhausted, RetryingBackend, RetryPolicy
+from mathrl.service.recovery import RetryingBackend
+from mathrl.service.retry import RetriesExhausted, RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend
 from virtual_clock import run_virtual

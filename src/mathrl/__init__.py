@@ -26,7 +26,8 @@ from mathrl.config import Config, ConfigError, TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
-from mathrl.service.retry import RetriesExhausted, RetryingBackend, RetryPolicy
+from mathrl.service.recovery import RetryingBackend
+from mathrl.service.retry import RetriesExhausted, RetryPolicy
 from mathrl.step import StepOutcome, grpo_step
 from mathrl.tasks.addition import (
     AdditionProblem,

@@ -150,7 +150,7 @@ class Backend(Protocol):
       `TransientBackendError`. A failed training-side call may or may not
       have taken effect (a service can apply a request and lose the answer),
       so a client that retries one must restore a saved state first:
-      `mathrl.service.retry.RetryingBackend` does. Anything else raises
+      `mathrl.service.recovery.RetryingBackend` does. Anything else raises
       `BackendError` or `ValueError`, and misuse refused at submission
       leaves the training side untouched.
     """

@@ -30,7 +30,8 @@ from mathrl.cli.settings import FakeOptions, worded
 from mathrl.config import Config
 from mathrl.loop import run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, RunResult, StepMetrics
-from mathrl.service.retry import RetryingBackend, RetryPolicy
+from mathrl.service.recovery import RetryingBackend
+from mathrl.service.retry import RetryPolicy
 
 
 class Stdout:

@@ -4,6 +4,6 @@
   module that imports mint.
 - `probe`, `deadline`, `hf_tokenizer`: a quick look at the endpoint before the
   SDK takes over, set-up under a deadline, and the tokenizer and stop list.
-- `retry`: `RetryingBackend`, deadlines and retries around any backend,
-  without ever applying a training step twice.
+- `retry`: deadlines and retries for any call; `recovery`: `RetryingBackend`,
+  which retries around any backend without ever applying a training step twice.
 """

@@ -1,10 +1,8 @@
-"""`check_adapter`: the Adapter contract, checked from the outside, in one call.
+"""`Checker`: runs the contract's checks on one task and keeps every violation.
 
-Plain functions with no test-framework import, so pytest, unittest or a
-script can call them (as trio's `check_*` suites are called). On success
-`check_adapter` returns a one-line summary; on failure it raises
-`AssertionError` listing every violation, one sentence each, naming the
-method and the input. `python -m mathrl check-adapter module:Class` runs it.
+For: `mathrl.testing.check_adapter`, which decides the order and the sizes.
+Each check is one sentence naming the method and the input when it fails; a
+failure with a key is reported once, however often it recurs.
 """
 
 from __future__ import annotations
@@ -17,37 +15,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from mathrl.adapter import Adapter, AdapterError, Task, as_task
+from mathrl.adapter import Task
+from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.text import describe, shown
 
-ADVERSARIAL: tuple[tuple[str, str], ...] = (
-    ("the empty string", ""),
-    ("whitespace", " \t\n \r\n"),
-    ("10,000 characters", "ab7 " * 2_500),
-    ("a 5,000-digit number", "9" * 5_000),
-    ("full-width digits", "\uff11\uff12\uff13"),
-    ("a U+2212 minus", "\u22125"),
-    ("control characters", "\x00\x01\x07\x1b[31m\x7f\x9b"),
-    ("a lone surrogate", "\ud800"),
-    ("right-to-left marks", "\u202e42\u202c"),
-    ("numbers Python parses loosely", "1_000 NaN inf -0 1e309 0x1F"),
-)
-"""Completions every reward must survive: (what it is, the text)."""
-WRONG = ("", "zzz", "?")
-"""Completions that should not earn the maximum on any sensible task."""
 
-
-def random_texts(count: int, seed: int = 0) -> list[str]:
-    """Seeded random strings from ASCII, the BMP and all of Unicode."""
-    rng = random.Random(f"mathrl.testing/{seed}")
-    texts = []
-    for _ in range(count):
-        top = rng.choice([0x7F, 0xFFFF, 0x10FFFF])
-        texts.append("".join(chr(rng.randint(0, top)) for _ in range(rng.randint(1, 40))))
-    return texts
-
-
-class _Checker:
+class Checker:
     """Runs checks on one task and keeps every violation, one sentence each."""
 
     def __init__(self, task: Task[Any]) -> None:
@@ -311,44 +284,3 @@ class _Checker:
 
 def _count(value: Any) -> str:
     return f"{len(value)}" if isinstance(value, list) else shown(value)
-
-
-def check_adapter(
-    adapter: Adapter[Any] | Task[Any],
-    *,
-    seeds: Sequence[int] = (0, 1),
-    steps: Sequence[int] = (1, 2, 3),
-    size: int = 8,
-    heldout_size: int = 32,
-    guard_steps: int = 10,
-    learns: bool = False,
-) -> str:
-    """Check `adapter` against the contract; return a summary line or raise AssertionError.
-
-    Args:
-        seeds, steps, size: the (seed, step) pairs and batch size of the
-            `build_dataset` checks.
-        heldout_size: how many held-out problems to draw.
-        guard_steps: held-out problems must avoid training steps 1..guard_steps
-            (drawn at `size` problems a step).
-        learns: also train 20 steps on the fake backend and require accuracy
-            (steps 16-20 against steps 1-5) to rise by at least 10 points.
-    """
-    try:
-        task = as_task(adapter)
-    except AdapterError as exc:
-        raise AssertionError(f"1 violation of the Adapter contract:\n- {exc}") from None
-    checker = _Checker(task)
-    train = checker.dataset(seeds, steps, size)
-    held = checker.heldout(seeds[0], heldout_size, guard_steps, size) if train else []
-    checker.rewards([*train[:2], *held[:1]], [*train, *held])
-    if learns and not checker.violations:
-        checker.learning()
-    if checker.violations:
-        n = len(checker.violations)
-        lines = "\n".join(f"- {v}" for v in checker.violations)
-        raise AssertionError(
-            f"{n} violation{'s' * (n != 1)} of the Adapter contract by task "
-            f"{task.name!r} ({task.identity}):\n{lines}"
-        )
-    return f"task {task.name!r} ({task.identity}) passed {checker.checks} checks"

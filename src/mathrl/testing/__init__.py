@@ -1,0 +1,60 @@
+"""`check_adapter`: the Adapter contract, checked from the outside, in one call.
+
+Plain functions with no test-framework import, so pytest, unittest or a
+script can call them (as trio's `check_*` suites are called). On success
+`check_adapter` returns a one-line summary; on failure it raises
+`AssertionError` listing every violation, one sentence each, naming the
+method and the input. `python -m mathrl check-adapter module:Class` runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mathrl.adapter import Adapter, AdapterError, Task, as_task
+from mathrl.testing.checker import Checker
+from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
+
+__all__ = ["ADVERSARIAL", "WRONG", "check_adapter", "random_texts"]
+
+
+def check_adapter(
+    adapter: Adapter[Any] | Task[Any],
+    *,
+    seeds: Sequence[int] = (0, 1),
+    steps: Sequence[int] = (1, 2, 3),
+    size: int = 8,
+    heldout_size: int = 32,
+    guard_steps: int = 10,
+    learns: bool = False,
+) -> str:
+    """Check `adapter` against the contract; return a summary line or raise AssertionError.
+
+    Args:
+        seeds, steps, size: the (seed, step) pairs and batch size of the
+            `build_dataset` checks.
+        heldout_size: how many held-out problems to draw.
+        guard_steps: held-out problems must avoid training steps 1..guard_steps
+            (drawn at `size` problems a step).
+        learns: also train 20 steps on the fake backend and require accuracy
+            (steps 16-20 against steps 1-5) to rise by at least 10 points.
+    """
+    try:
+        task = as_task(adapter)
+    except AdapterError as exc:
+        raise AssertionError(f"1 violation of the Adapter contract:\n- {exc}") from None
+    checker = Checker(task)
+    train = checker.dataset(seeds, steps, size)
+    held = checker.heldout(seeds[0], heldout_size, guard_steps, size) if train else []
+    checker.rewards([*train[:2], *held[:1]], [*train, *held])
+    if learns and not checker.violations:
+        checker.learning()
+    if checker.violations:
+        n = len(checker.violations)
+        lines = "\n".join(f"- {v}" for v in checker.violations)
+        raise AssertionError(
+            f"{n} violation{'s' * (n != 1)} of the Adapter contract by task "
+            f"{task.name!r} ({task.identity}):\n{lines}"
+        )
+    return f"task {task.name!r} ({task.identity}) passed {checker.checks} checks"
