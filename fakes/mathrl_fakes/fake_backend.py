@@ -7,16 +7,11 @@ writes checkpoints to real files, and it refuses misuse the way the service
 does. It also records every call, and has knobs for simulated latency and
 injected transient failures.
 
-Latency model, when `latency` > 0: every call costs one round trip from
-submission to result; calls in flight overlap freely; training-side calls
-(forward_backward, optim_step, the two saves and load_state) complete in
-submission order; creating a sampler costs one round trip.
-
-Faults: `fault_rate` P makes a seeded share P of all calls raise
-`TransientBackendError`, and `fail_next` fails the next calls of one kind.
-A training-side fault happens either before the call takes effect or after
-(the effect stays, as when a service applies a request and the answer is
-lost), so a client cannot assume a failed call did nothing.
+Latency, ordering and faults are `mathrl_fakes.service.ServiceCalls`'s: the
+training-side calls (forward_backward, optim_step, the two saves and
+load_state) complete in submission order, creating a sampler costs one round
+trip, and an injected training-side fault may strike after the call took
+effect.
 """
 
 from __future__ import annotations
@@ -28,7 +23,6 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,7 +32,6 @@ from mathrl.backend import (
     Completion,
     SampleParams,
     TrainResult,
-    TransientBackendError,
     check_datums,
     check_learning_rate,
     check_train_step,
@@ -53,40 +46,13 @@ from mathrl_fakes.model import (
     parse_weights,
     references_for,
 )
-from mathrl_fakes.policy import VOCAB_SIZE, ByteTokenizer, uniforms
+from mathrl_fakes.policy import VOCAB_SIZE, ByteTokenizer
+from mathrl_fakes.service import ServiceCalls
 
 T = TypeVar("T")
 P = TypeVar("P")
 
 CHECKPOINT_FORMAT = "mathrl-fake-checkpoint/2"
-
-
-@dataclass(slots=True)
-class CallRecord:
-    """One call the fake received, with when it was submitted and finished."""
-
-    kind: str
-    submitted: float
-    finished: float = math.nan
-    size: int = 0
-    """Datums for forward_backward, else 0."""
-    failed: str = ""
-    """"before" or "after" (the effect) for an injected fault, else ""."""
-
-
-@dataclass
-class CallLog:
-    """What the fake has seen: every call, and the most in flight at once."""
-
-    calls: list[CallRecord] = field(default_factory=list)
-    in_flight: int = 0
-    max_in_flight: int = 0
-
-    def kinds(self) -> list[str]:
-        return [c.kind for c in self.calls]
-
-    def count(self, kind: str) -> int:
-        return sum(1 for c in self.calls if c.kind == kind)
 
 
 class FakeSampler:
@@ -122,7 +88,7 @@ class FakeSampler:
         )
 
 
-class FakeBackend:
+class FakeBackend(ServiceCalls):
     """The in-memory backend. See the module docstring for what it models.
 
     Args:
@@ -153,17 +119,10 @@ class FakeBackend:
         unknown_prompts: UnknownPrompts = "error",
         more: Callable[[int], Mapping[str, Reference] | None] | None = None,
     ) -> None:
-        if not 0.0 <= fault_rate <= 1.0:
-            raise ValueError(f"fault_rate must be in [0, 1] (got {fault_rate})")
+        super().__init__(seed, latency, fault_rate)
         self.task_name = task_name
-        self.seed = seed
-        self.latency = latency
-        self.fault_rate = fault_rate
         self.checkpoint_dir = checkpoint_dir or Path(tempfile.gettempdir()) / "mathrl-fake"
-        self.log = CallLog()
         self.model = FakeModel(references, unknown_prompts, more)
-        self._failures: Counter[tuple[str, bool]] = Counter()
-        self._training_tail: asyncio.Future[None] | None = None
         self._saved: dict[str, tuple[str, tuple[float, ...]]] = {}
         self._states: dict[str, dict[str, Any]] = {}
 
@@ -198,13 +157,6 @@ class FakeBackend:
     def theta(self) -> list[float]:
         """The current weights (the model's parameters)."""
         return self.model.theta
-
-    def fail_next(self, kind: str, times: int = 1, *, after_apply: bool = False) -> None:
-        """Make the next `times` calls of `kind` raise TransientBackendError.
-
-        With `after_apply`, a training-side call takes effect first.
-        """
-        self._failures[kind, after_apply] += times
 
     # -- the Backend protocol ----------------------------------------------
 
@@ -328,76 +280,6 @@ class FakeBackend:
         except (TypeError, ValueError) as exc:
             raise BackendError(f"{path!r} holds no usable weights ({exc})") from None
         return FakeSampler(self, str(payload.get("name")), theta)
-
-    # -- latency, ordering, faults, records -----------------------------------
-
-    def training_call(
-        self, kind: str, work: Callable[[], T], size: int = 0, drawn: str | None = None
-    ) -> asyncio.Future[T]:
-        """Schedule a training-side call: done after one round trip and after its predecessor."""
-        previous = self._training_tail
-        call = self.call(kind, work, size, after=previous, training=True, drawn=drawn)
-        result = asyncio.ensure_future(call)
-        tail: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        result.add_done_callback(lambda _: tail.set_result(None))
-        self._training_tail = tail
-        return result
-
-    async def call(
-        self,
-        kind: str,
-        work: Callable[[], T],
-        size: int = 0,
-        after: asyncio.Future[None] | None = None,
-        training: bool = False,
-        drawn: str | None = None,
-    ) -> T:
-        """Run one call: record it, wait a round trip (and for `after`), maybe fail, do `work`.
-
-        `drawn` is a fault already drawn for it ("", "before" or "after"); by
-        default the call draws its own from the fault rate.
-        """
-        loop = asyncio.get_running_loop()
-        record = CallRecord(kind, loop.time(), size=size)
-        number = len(self.log.calls)
-        self.log.calls.append(record)
-        self.log.in_flight += 1
-        self.log.max_in_flight = max(self.log.max_in_flight, self.log.in_flight)
-        try:
-            if self.latency > 0:
-                await asyncio.sleep(self.latency)
-            if after is not None:
-                await after
-            fault = self._injected(kind)
-            if not fault:
-                fault = drawn if drawn is not None else self._draw(number, training)[0]
-            if fault == "before":
-                record.failed = fault
-                raise TransientBackendError(f"{kind}: injected transient failure")
-            result = work()
-            if fault == "after":
-                record.failed = fault
-                raise TransientBackendError(f"{kind}: injected transient failure (after applying)")
-            return result
-        finally:
-            self.log.in_flight -= 1
-            record.finished = loop.time()
-
-    def _injected(self, kind: str) -> str:
-        for after_apply in (False, True):
-            if self._failures[kind, after_apply] > 0:
-                self._failures[kind, after_apply] -= 1
-                return "after" if after_apply else "before"
-        return ""
-
-    def _draw(self, number: int, training: bool) -> tuple[str, float]:
-        """A fault from the rate for call `number` ("", "before", "after"), and a spare uniform."""
-        if self.fault_rate == 0.0:
-            return "", 0.0
-        u_fail, u_when, u_spare = uniforms(f"{self.seed}/fault/{number}", 3)
-        if u_fail >= self.fault_rate:
-            return "", u_spare
-        return ("after" if training and u_when < 0.5 else "before"), u_spare
 
 
 def _check_name(name: str) -> None:
