@@ -58,13 +58,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mathrl_fakes.fake_backend as fake_module
-from mathrl.adapter import Task, as_task
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
 from mathrl.loop import run_grpo_async
 from mathrl.report import EvalMetrics, Observer, StepMetrics
-from mathrl.rollout import request_seed, sample_params, score
+from mathrl.resolved import Task, as_task
+from mathrl.rollout import prompt_tokens, request_seed, sample_params, score
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, FakeModel, RecordingBackend
 from virtual_clock import run_virtual
@@ -159,12 +159,15 @@ async def run_serial_async(
         path = await (await backend.submit_save_for_sampler(name))
         sampler = await backend.create_sampler(path)
         problems_P = adapter.build_dataset(config.seed, step, config.batch)
-        prompts_P_T = [backend.tokenizer.encode(adapter.make_prompt(p)) for p in problems_P]
+        prompts_P = [adapter.make_prompt(p) for p in problems_P]
+        prompts_P_T = [prompt_tokens(backend.tokenizer, task, prompt) for prompt in prompts_P]
         completions_P_G = []
-        for i, prompt_T in enumerate(prompts_P_T):
-            params = sample_params(task, config, request_seed(config.seed, step, i))
+        for i, (prompt, prompt_T) in enumerate(zip(prompts_P, prompts_P_T, strict=True)):
+            params = sample_params(task, config, prompt, request_seed(config.seed, step, i))
             completions_P_G.append(await sampler.sample(prompt_T, config.group, params))
-        batch = score(task, backend.tokenizer.decode, problems_P, prompts_P_T, completions_P_G)
+        batch = await score(
+            backend.tokenizer, task, config, problems_P, prompts_P, prompts_P_T, completions_P_G
+        )
         if batch.datums_D:
             recorder.trained.append(batch.datums_D)
             recorder.train_submitted_at.append(asyncio.get_running_loop().time())

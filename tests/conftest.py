@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from mathrl.tasks.addition import MathAdapter, all_problems
-from mathrl_fakes import FakeBackend, Reference, references_for
+from mathrl_fakes import FakeBackend, PromptKey, Reference, references_for
 
 # Nothing of hypothesis's in the checkout (no example database, no caches):
 # tests write only to temporary folders, and remove them.
@@ -42,7 +42,7 @@ def private_temp_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
 
 @cache
-def math_references() -> Mapping[str, Reference]:
+def math_references() -> Mapping[PromptKey, Reference]:
     """Prompt -> reference for every addition problem, held-out ones included (built once)."""
     return references_for(MathAdapter(), list(all_problems()))
 

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import httpx
 import tinker
@@ -37,7 +37,15 @@ from tinker import types
 
 from mathrl.backend import BackendError, SampleParams
 from mathrl.grpo import Datum
-from mathrl_fakes import ByteTokenizer, CallLog, CallRecord, FakeBackend, FakeSampler, Reference
+from mathrl_fakes import (
+    ByteTokenizer,
+    CallLog,
+    CallRecord,
+    FakeBackend,
+    FakeSampler,
+    PromptKey,
+    Reference,
+)
 from mathrl_fakes.policy import EOS, VOCAB_SIZE
 
 T = TypeVar("T")
@@ -77,6 +85,19 @@ class FakeHFTokenizer:
 
     def __len__(self) -> int:
         return VOCAB_SIZE
+
+    chat_template = "the fake backend's: role, newline, content, EOS per turn"
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [EOS]
+
+    def apply_chat_template(self, conversation: list[dict[str, str]], **kwargs: Any) -> Any:
+        """As the fake's `ByteTokenizer.render_chat`, with transformers' keyword arguments."""
+        opening = kwargs.pop("add_generation_prompt", False)
+        kwargs.pop("tokenize", None)
+        tokens = self._bytes.render_chat(conversation, kwargs)
+        return tokens if opening else tokens[: -len(self._bytes.encode("assistant\n"))]
 
 
 class FakeAPIFuture(tinker.APIFuture[T]):
@@ -119,7 +140,7 @@ class FakeMintServer:
 
     def __init__(
         self,
-        references: Mapping[str, Reference],
+        references: Mapping[PromptKey, Reference],
         *,
         seed: int = 0,
         checkpoint_dir: Path | None = None,

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from mathrl.adapter import Adapter, as_task
+from mathrl.adapter import Adapter, Response
 from mathrl.backend import Backend
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages
+from mathrl.resolved import as_task
 from mathrl.rollout import request_seed, sample_params
 
 
@@ -30,10 +31,15 @@ async def reference_run(
         sampler = await backend.create_sampler(path)
         datums: list[Datum] = []
         for i, problem in enumerate(adapter.build_dataset(config.seed, step, config.batch)):
-            prompt = tok.encode(adapter.make_prompt(problem))
-            params = sample_params(task, config, request_seed(config.seed, step, i))
+            text = adapter.make_prompt(problem)
+            assert isinstance(text, str), "the reference loop runs text prompts"
+            prompt = tok.encode(text)
+            params = sample_params(task, config, text, request_seed(config.seed, step, i))
             completions = await sampler.sample(prompt, config.group, params)
-            rewards = [adapter.compute_reward(tok.decode(c.tokens), problem) for c in completions]
+            rewards = [
+                float(adapter.compute_reward(Response(tok.decode(c.tokens)), problem))  # type: ignore[arg-type]
+                for c in completions
+            ]
             if all(r == rewards[0] for r in rewards):
                 continue  # a constant group: every advantage is 0
             for c, advantage in zip(completions, group_advantages(rewards), strict=True):

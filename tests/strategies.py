@@ -129,3 +129,21 @@ stop_strings = st.lists(st.text(min_size=1, max_size=3), max_size=4).map(tuple)
 
 fault_rates = st.sampled_from([0.1, 0.2, 0.3])
 """A share of fake calls that fail transiently."""
+
+endings = st.sampled_from(["stop", "end_of_turn", "end_of_sequence", "length"])
+"""How sampling may end a completion."""
+
+part_names = st.text(st.characters(codec="ascii", categories=["Ll"]), min_size=1, max_size=8)
+"""The name of a reward part."""
+
+reward_parts = st.dictionaries(part_names, rewards, min_size=1, max_size=4)
+"""A reward given as named finite parts."""
+
+messages = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=30)}
+    ),
+    min_size=1,
+    max_size=4,
+)
+"""A conversation: one to four turns of any text."""

@@ -98,6 +98,12 @@ def test_the_math_adapter_passes_check_adapter() -> None:
     assert check_adapter(MathAdapter(), learns=True).startswith("task 'addition'")
 
 
+def test_look_alike_digits_are_not_an_answer() -> None:
+    # 9 + 11 = 20; U+FF12 U+FF10 is 20 in full-width digits, which int() would accept.
+    assert reward(" \uff12\uff10\n", 20) == 0.0
+    assert reward(" 20\n", 20) == 1.0
+
+
 @given(st_.problems)
 def test_prompt_is_the_seed_prompt(problem: AdditionProblem) -> None:
     prompt = MathAdapter().make_prompt(problem)
@@ -106,8 +112,8 @@ def test_prompt_is_the_seed_prompt(problem: AdditionProblem) -> None:
 
 @given(st_.any_text)
 def test_parse_answer_reads_the_first_integer_of_any_text(text: str) -> None:
-    # Never raises, and gives the value of the first "-?digits" run (any script's digits).
-    first = re.search(r"-?\d+", text)
+    # Never raises, and gives the value of the first "-?digits" run, in ASCII digits only.
+    first = re.search(r"-?[0-9]+", text)
     assert parse_answer(text) == (int(first.group()) if first else None)
 
 

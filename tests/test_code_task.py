@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mathrl.adapter import as_task
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
+from mathrl.resolved import as_task
 from mathrl.tasks.code.task import (
     ALL,
     FENCE,

@@ -60,6 +60,7 @@ def test_the_fakes_and_the_conformance_kit_are_public_too() -> None:
 
     assert sorted(mathrl_fakes.__all__) == [
         "ByteTokenizer", "CallLog", "CallRecord", "FakeBackend", "FakeModel", "FakeSampler",
+        "PromptKey",
         "RecordingBackend", "RecordingSampler", "Reference", "SampleCall", "references_for",
         "run_problems",
     ]  # fmt: skip

@@ -24,7 +24,14 @@ from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import run_grpo
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
-from mathrl_fakes import ByteTokenizer, FakeBackend, Reference, references_for, run_problems
+from mathrl_fakes import (
+    ByteTokenizer,
+    FakeBackend,
+    PromptKey,
+    Reference,
+    references_for,
+    run_problems,
+)
 from mathrl_fakes.policy import (
     DECISION_DEPTH,
     EOS,
@@ -246,7 +253,7 @@ def test_a_small_problem_pool_never_leaves_the_fake_behind(tmp_path: Path) -> No
 
 
 def test_unknown_prompts_get_the_uniform_policy_only_when_asked(tmp_path: Path) -> None:
-    refs = {"known": Reference(" yes", "\n")}
+    refs: dict[PromptKey, Reference] = {"known": Reference(" yes", "\n")}
     strict = FakeBackend(refs, checkpoint_dir=tmp_path / "a")
     lenient = FakeBackend(refs, checkpoint_dir=tmp_path / "b", unknown_prompts="uniform")
 

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import strategies as st_
-from mathrl.adapter import as_task
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
 from mathrl.loop import run_grpo
+from mathrl.resolved import as_task
 from mathrl.rollout import request_seed, sample_params
 from mathrl.step import StepOutcome, grpo_step
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
@@ -182,13 +182,14 @@ def test_request_seeds_differ_between_the_problems_of_a_step() -> None:
 @given(st_.configs)
 def test_sample_params_follow_the_config_and_the_task(config: TrainConfig) -> None:
     task = as_task(MathAdapter())
-    params = sample_params(task, config, seed=5)
+    params = sample_params(task, config, "Q: What is 1 + 2?\nA:", seed=5)
     expected_tokens = config.max_tokens if config.max_tokens is not None else task.max_tokens
     assert (params.max_tokens, params.temperature, params.seed) == (
         expected_tokens, config.temperature, 5
     )  # fmt: skip
     assert params.stop == ("\n",) == task.stop
-    assert sample_params(task, config, greedy=True).temperature == 0.0
+    assert not params.end_of_turn
+    assert sample_params(task, config, "Q:", greedy=True).temperature == 0.0
 
 
 def training_part(config: TrainConfig) -> TrainConfig:

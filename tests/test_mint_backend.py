@@ -27,7 +27,6 @@ from backend_contract import check_backend
 from cli_process import user_env
 from conftest import math_references
 from fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
-from mathrl.adapter import as_task
 from mathrl.backend import (
     BackendError,
     BackendUnreachable,
@@ -39,6 +38,7 @@ from mathrl.checkpoints import checkpoint_name
 from mathrl.config import DEFAULT_BASE_URL, Config, TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import run_grpo_async
+from mathrl.resolved import as_task
 from mathrl.service.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl.service.mint_backend import (
     MintBackend,

@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from mathrl.adapter import as_task
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import RunResult
+from mathrl.resolved import as_task
 from mathrl.rollout import request_seed
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import CallRecord, FakeBackend, RecordingBackend

@@ -15,8 +15,8 @@ import mathrl.service.mint_backend
 from cli_process import run_main
 from fake_mint import FakeMintServer
 from mathrl import TrainConfig, run_grpo
-from mathrl.adapter import as_task
 from mathrl.checkpoints import checkpoint_name
+from mathrl.resolved import as_task
 from mathrl_fakes import FakeBackend, references_for
 
 README = (Path(__file__).parents[1] / "README.md").read_text()

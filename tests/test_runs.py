@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from cli_process import run_main, user_env
-from mathrl.adapter import as_task
 from mathrl.cli.commands import main
 from mathrl.cli.run_folder import read_jsonl, read_run
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import EvalMetrics, Observer
+from mathrl.resolved import as_task
 from mathrl.rollout import GUARDED_PROBLEMS, evaluation_set
 from mathrl.tasks.addition import MathAdapter, pools
 from mathrl_fakes import FakeBackend, RecordingBackend

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 from collections.abc import Sequence
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mathrl.adapter import Response, Reward
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.testing import check_adapter, random_texts
 
@@ -80,6 +82,111 @@ class RaisingReference(MathAdapter):
         return super().reference_completion(problem)
 
 
+class IntDigits(MathAdapter):
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        try:
+            return 1.0 if int(completion.split()[0]) == problem.answer else 0.0
+        except (ValueError, IndexError):
+            return 0.0
+
+
+class MeanRewardAccuracy(MathAdapter):
+    """Partial credit (a well-formed wrong integer earns 0.25), and the mean reward as accuracy."""
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        right = super().compute_reward(completion, problem)
+        return right or (
+            0.25 if completion.strip().isascii() and completion.strip().isdigit() else 0
+        )
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+class NeedsItsSentinel(MathAdapter):
+    """Full credit only when the answer ends at its stop: a cut-off answer earns the format part."""
+
+    name = "NeedsItsSentinel"
+
+    def compute_reward(  # type: ignore[override]  # a Response, as the contract gives it
+        self, completion: Response, problem: AdditionProblem
+    ) -> Reward:
+        right = completion.ended == "stop" and super().compute_reward(completion, problem) == 1.0
+        return {"correct": 1.0 if right else 0.0, "format": 0.5 if completion.strip() else 0.0}
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r >= 1.5 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+class LongerWins(MathAdapter):
+    """A pairwise judge: the longer answer that starts with the right sum wins (ties half)."""
+
+    name = "LongerWins"
+
+    def _score(self, completion: str, problem: AdditionProblem) -> float:
+        return super().compute_reward(completion, problem) + min(len(completion), 50) / 1000
+
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        scores = [self._score(r, problem) for r in responses]
+        if len(scores) == 1:
+            return [1.0 if scores[0] >= 1 else 0.0]
+        return [
+            sum(1.0 if s > t else 0.5 if s == t else 0.0 for j, t in enumerate(scores) if j != i)
+            / (len(scores) - 1)
+            for i, s in enumerate(scores)
+        ]
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r == 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+class AsyncLongerWins(LongerWins):
+    name = "AsyncLongerWins"
+
+    async def compute_group_rewards(  # type: ignore[override]
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        await asyncio.sleep(0)
+        return super().compute_group_rewards(responses, problem)
+
+
+class PositionalJudge(LongerWins):
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        rewards = super().compute_group_rewards(responses, problem)
+        return [r + (0.001 * i if i else 0.0) for i, r in enumerate(rewards)]
+
+
+class MoodyJudge(LongerWins):
+    calls = 0
+
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        MoodyJudge.calls += 1
+        rewards = super().compute_group_rewards(responses, problem)
+        return [r * (0.5 if MoodyJudge.calls % 2 and len(rewards) > 2 else 1.0) for r in rewards]
+
+
+class ShortJudge(LongerWins):
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        return super().compute_group_rewards(responses, problem)[:1]
+
+
+class FussyReward(MathAdapter):
+    """Raises on anything but plain ASCII: every random text sets it off."""
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        if not completion.isascii():
+            raise ValueError(f"not ASCII: {completion[:10]!r}")
+        return super().compute_reward(completion, problem)
+
+
 class OneAnswer:
     """Every problem has the same reference: no other reference can serve as a wrong answer."""
 
@@ -103,22 +210,33 @@ class OneAnswer:
 @pytest.mark.parametrize(
     ("adapter", "expected"),
     [
-        (EmptyPrompt(), r"^make_prompt must return a non-empty str \(got \['', ''\] for "),
+        (EmptyPrompt(), r"^make_prompt must return a non-empty str or a non-empty list of "
+                        r"\{'role', 'content'\} messages \(got \['', ''\] for "),
         (WrongSize(), r"^build_dataset\(seed=0, step=1, size=8\) must return a list of exactly "
                       r"8 problems \(got 9\)$"),
         (SameEveryStep(), r"^build_dataset gave the same problems for \(seed=0, step=1\) and "),
         (BrokenHeldout(), r"^heldout_dataset\(seed=0, size=32\) raised RuntimeError: no held-out"),
         (HeldoutIsTraining(), r"^heldout_dataset\(seed=0, size=32\) shares \d+ of 32 prompts with "
                               r"training steps 1-10 \(size 8\)"),
-        (NotAString(), r"^reference_completion\(.*\) must return a str \(got \d+\)$"),
+        (NotAString(), r"^reference_completion\(.*\) must return a str \(got \d+\)"),
         (StopInReference(), r"contains the stop sequence '\\n', so sampling would stop before"),
-        (StopCostsReward(), r"^compute_reward\(reference \+ '\\n', .*\) = 0\.5 but the reference "
-                            r"alone earns 1\.0"),
-        (BeatsTheReference(), r"^compute_reward\(10,000 characters, .*\) = 2\.0 beats the "
-                              r"reference's 1\.0"),
-        (ReturnsBool(), r"^compute_reward\(the reference completion, .*\) returned True: a reward "
-                        r"must be a finite float$"),
-        (RaisingReference(), r"^reference_completion\(.*\) raised ValueError: odd$"),
+        (StopCostsReward(), r"^compute_reward gave every wrong completion tried \(.*\) the "
+                            r"reference's reward 0\.5 on .*: it cannot tell right from wrong"),
+        (BeatsTheReference(), r"^compute_reward\(10,000 characters, .*\) beats the reference "
+                              r"completion: the reference must earn the most"),
+        (ReturnsBool(), r"^compute_reward\(the reference, .*\) returned \[True, .*\]: a reward "
+                        r"must be a finite number or a mapping of names to finite numbers"),
+        (RaisingReference(), r"^reference_completion\(.*\) raised ValueError: odd \(\d times\)$"),
+        (TooLongForItsBudget(), r"^reference_completion\(.*\) ended as the task asks takes \d "
+                                r"tokens on ByteTokenizer, more than max_tokens=2"),
+        (IntDigits(), r"^compute_reward gives the reference written with full-width digits "
+                      r"\(' [\uff10-\uff19]+.*\) the reference's reward on .*: int\(\) and "),
+        (MeanRewardAccuracy(), r"^evaluate does not count correct completions: .* each completion "
+                               r"is correct \(1\) or not \(0\)"),
+        (PositionalJudge(), r"^compute_group_rewards is not permutation-equivariant"),
+        (MoodyJudge(), r"^compute_group_rewards gave one group .* then .*: rewards must be "
+                       r"deterministic"),
+        (ShortJudge(), r"^compute_group_rewards\(.*\) must return \d+ rewards, one each"),
     ],
 )  # fmt: skip
 def test_each_check_names_what_it_found(adapter: Any, expected: str) -> None:
@@ -126,13 +244,31 @@ def test_each_check_names_what_it_found(adapter: Any, expected: str) -> None:
     assert any(re.search(expected, line) for line in found), found
 
 
-def test_the_learning_check_needs_the_reference_to_fit_the_budget() -> None:
-    (line,) = violations(TooLongForItsBudget(), learns=True)
-    assert re.fullmatch(
-        r"reference_completion\(.*\) with its stop and end-of-sequence takes \d tokens on the "
-        r"fake backend's byte tokenizer, more than max_tokens=2",
-        line,
-    )
+def test_a_reward_that_fails_on_many_texts_is_one_violation_with_a_count() -> None:
+    found = violations(FussyReward())
+    raised = [line for line in found if "raised ValueError" in line]
+    assert len(raised) == 1, found
+    assert re.search(r"\(\d+ times\)$", raised[0]), raised
+
+
+def test_rewards_may_require_the_closing_sentinel_and_come_in_parts() -> None:
+    # Ended at its stop: full marks; cut off at the token limit: only the format part.
+    task = NeedsItsSentinel()
+    problem = task.build_dataset(0, 1, 1)[0]
+    answer = task.reference_completion(problem)
+    assert task.compute_reward(Response(answer + "\n", "stop", "\n"), problem) == {
+        "correct": 1.0, "format": 0.5
+    }  # fmt: skip
+    assert task.compute_reward(Response(answer, "length"), problem) == {
+        "correct": 0.0,
+        "format": 0.5,
+    }
+    assert check_adapter(task).startswith("task 'NeedsItsSentinel'")
+
+
+def test_a_pairwise_judge_passes_sync_or_async() -> None:
+    assert check_adapter(LongerWins()).startswith("task 'LongerWins'")
+    assert check_adapter(AsyncLongerWins()).startswith("task 'AsyncLongerWins'")
 
 
 def test_a_task_with_one_answer_is_still_checked_against_wrong_text() -> None:

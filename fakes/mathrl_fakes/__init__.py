@@ -7,7 +7,7 @@ underneath, with no I/O.
 """
 
 from mathrl_fakes.fake_backend import FakeBackend, FakeSampler
-from mathrl_fakes.model import FakeModel, Reference, references_for, run_problems
+from mathrl_fakes.model import FakeModel, PromptKey, Reference, references_for, run_problems
 from mathrl_fakes.policy import ByteTokenizer
 from mathrl_fakes.recording import RecordingBackend, RecordingSampler, SampleCall
 from mathrl_fakes.service import CallLog, CallRecord
@@ -19,6 +19,7 @@ __all__ = [
     "FakeBackend",
     "FakeModel",
     "FakeSampler",
+    "PromptKey",
     "RecordingBackend",
     "RecordingSampler",
     "Reference",

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mathrl.adapter import Adapter, Task, as_task
+from mathrl.adapter import Adapter
 from mathrl.backend import (
     BackendError,
     Completion,
@@ -38,8 +38,10 @@ from mathrl.backend import (
 )
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
+from mathrl.resolved import Task, as_task
 from mathrl_fakes.model import (
     FakeModel,
+    PromptKey,
     Reference,
     StepReferences,
     UnknownPrompts,
@@ -109,7 +111,7 @@ class FakeBackend(ServiceCalls):
 
     def __init__(
         self,
-        references: Mapping[str, Reference],
+        references: Mapping[PromptKey, Reference],
         *,
         task_name: str | None = None,
         seed: int = 0,
@@ -117,7 +119,7 @@ class FakeBackend(ServiceCalls):
         fault_rate: float = 0.0,
         checkpoint_dir: Path | None = None,
         unknown_prompts: UnknownPrompts = "error",
-        more: Callable[[int], Mapping[str, Reference] | None] | None = None,
+        more: Callable[[int], Mapping[PromptKey, Reference] | None] | None = None,
     ) -> None:
         super().__init__(seed, latency, fault_rate)
         self.task_name = task_name

@@ -15,10 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from mathrl.adapter import Adapter, Task, as_task
+from mathrl.adapter import Adapter
 from mathrl.backend import BackendError, Completion, SampleParams
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
+from mathrl.resolved import Task, as_task
+from mathrl.rollout import prompt_tokens
 from mathrl_fakes.policy import (
     POSITIONS,
     WIDTH,
@@ -34,6 +36,7 @@ from mathrl_fakes.policy import (
 )
 
 P = TypeVar("P")
+TOKENIZER = ByteTokenizer()
 LOOKAHEAD = 2
 """How many steps beyond the one its sample requests have reached a run's fake may look."""
 ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.95, 1e-12
@@ -49,14 +52,29 @@ class Reference:
     stop: str = ""
 
 
-def references_for(task: Adapter[P] | Task[P], problems: Sequence[P]) -> dict[str, Reference]:
-    """Prompt text -> Reference, through the task's own methods (never by parsing a prompt)."""
+PromptKey = str | tuple[int, ...]
+"""A prompt as the fake knows it: its text, or its tokens (a conversation, rendered)."""
+
+
+def references_for(task: Adapter[P] | Task[P], problems: Sequence[P]) -> dict[PromptKey, Reference]:
+    """Prompt -> Reference, through the task's own methods (never by parsing a prompt).
+
+    A text prompt is keyed by its text; a conversation by its tokens in the
+    fake's chat template. The reference ends as the task asks: with its first
+    stop sequence, or else end-of-sequence (which is also the fake's
+    end-of-turn).
+    """
     resolved = as_task(task)
-    stop = resolved.stop[0] if resolved.stop else ""
     adapter = resolved.adapter
-    return {
-        adapter.make_prompt(p): Reference(adapter.reference_completion(p), stop) for p in problems
-    }
+    references: dict[PromptKey, Reference] = {}
+    for p in problems:
+        prompt = adapter.make_prompt(p)
+        stops = resolved.stop_for(prompt)
+        key: PromptKey = (
+            prompt if isinstance(prompt, str) else tuple(prompt_tokens(TOKENIZER, resolved, prompt))
+        )
+        references[key] = Reference(adapter.reference_completion(p), stops[0] if stops else "")
+    return references
 
 
 def run_problems(task: Adapter[P] | Task[P], config: TrainConfig) -> list[P]:
@@ -85,7 +103,7 @@ class StepReferences:
         self._first_step = first_step
         self.next_step = first_step
 
-    def __call__(self, requests: int) -> dict[str, Reference] | None:
+    def __call__(self, requests: int) -> dict[PromptKey, Reference] | None:
         """The next step's references, or None past the run's reach (see the class)."""
         reach = self._first_step + requests // self._config.batch + LOOKAHEAD
         if self.next_step > min(self._config.steps, reach):
@@ -120,9 +138,9 @@ class FakeModel:
 
     def __init__(
         self,
-        references: Mapping[str, Reference],
+        references: Mapping[PromptKey, Reference],
         unknown_prompts: UnknownPrompts = "error",
-        more: Callable[[int], Mapping[str, Reference] | None] | None = None,
+        more: Callable[[int], Mapping[PromptKey, Reference] | None] | None = None,
     ) -> None:
         self.tokenizer = ByteTokenizer()
         self.requests = 0
@@ -137,11 +155,11 @@ class FakeModel:
 
     # -- looking up what a prompt should get --------------------------------------
 
-    def learn(self, references: Mapping[str, Reference]) -> None:
+    def learn(self, references: Mapping[PromptKey, Reference]) -> None:
         """Add prompts' targets: the reference, its stop, then EOS."""
         targets: dict[tuple[int, ...], Target] = {}
         for prompt, ref in references.items():
-            prompt_T = tuple(self.tokenizer.encode(prompt))
+            prompt_T = tuple(self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
             answer_T = self.tokenizer.encode(ref.answer)
             full_T = [*answer_T, *self.tokenizer.encode(ref.stop), self.tokenizer.eos_token_id]
             targets[prompt_T] = make_target(prompt_T, full_T, len(answer_T))

@@ -44,6 +44,7 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 EOS = 256
 VOCAB_SIZE = 257
@@ -61,10 +62,20 @@ class ByteTokenizer:
 
     `decode(encode(s)) == s` for every string, lone surrogates included.
     EOS decodes to "". Bytes that are not valid UTF-8 decode to U+FFFD.
+
+    Its chat template: each message is `role`, a newline, `content`, then the
+    EOS token, which ends every turn (it is the end-of-turn token too);
+    `render_chat` then opens the assistant's turn with `assistant` and a
+    newline. No text can forge a turn boundary: text encodes to bytes only.
+    It takes no template options, and refuses unknown ones.
     """
 
     @property
     def eos_token_id(self) -> int:
+        return EOS
+
+    @property
+    def end_of_turn_id(self) -> int:
         return EOS
 
     @property
@@ -73,6 +84,19 @@ class ByteTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8", "surrogatepass"))
+
+    def render_chat(
+        self, messages: Sequence[Mapping[str, str]], options: Mapping[str, Any]
+    ) -> list[int]:
+        if options:
+            raise ValueError(
+                f"the fake's chat template takes no options (got {', '.join(map(str, options))})"
+            )
+        tokens: list[int] = []
+        for message in messages:
+            tokens += self.encode(f"{message['role']}\n{message['content']}")
+            tokens.append(EOS)
+        return tokens + self.encode("assistant\n")
 
     def decode(self, tokens: Sequence[int]) -> str:
         for t in tokens:

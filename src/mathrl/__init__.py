@@ -8,7 +8,7 @@ README.md.
 
 from importlib.metadata import version
 
-from mathrl.adapter import Adapter, AdapterError, Task, as_task
+from mathrl.adapter import Adapter, AdapterError
 from mathrl.backend import (
     Backend,
     BackendError,
@@ -26,6 +26,7 @@ from mathrl.config import Config, ConfigError, TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
+from mathrl.resolved import Task, as_task
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetriesExhausted, RetryPolicy
 from mathrl.step import StepOutcome, grpo_step

@@ -2,72 +2,112 @@
 
 An adapter turns a seed and a step into problems, a problem into a prompt,
 and a completion into a reward. The loop never looks inside a problem. Five
-methods are required (`Adapter`); four more members are optional, and
-`as_task` fills in a documented default for each one an adapter leaves out.
-This module holds only the contract; `mathrl.tasks` holds the built-in tasks
-and `mathrl.testing.check_adapter` checks any task from the outside.
+methods are required (`Adapter`); the optional members below each have a
+documented default, which `mathrl.resolved.as_task` fills in. An adapter
+written to the first contract (five methods, text prompts, one reward per
+completion) works unchanged. `mathrl.tasks` holds the built-in tasks and
+`mathrl.testing.check_adapter` checks any task from the outside.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
-
-from mathrl.text import shown
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Literal, Protocol, TypeAlias, TypeVar
 
 ProblemT = TypeVar("ProblemT")
-P = TypeVar("P")
 
 DEFAULT_STOP: tuple[str, ...] = ("\n",)
-"""Stop sequences of a task that declares none: its answer is one line."""
+"""Stop sequences of a text task that declares none: its answer is one line."""
 DEFAULT_MAX_TOKENS = 32
 """Token budget of a completion for a task that declares none."""
 HELDOUT_STEP = 0
 """The step whose problems are a task's default held-out set (training uses 1, 2, ...)."""
 EVAL_STEP = -1
 """The `step` in evaluation requests' sampling seeds: no training step has it."""
-TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-"""What a task name may be: it goes into file names and checkpoint names."""
-REQUIRED = (
-    "build_dataset",
-    "make_prompt",
-    "compute_reward",
-    "reference_completion",
-    "evaluate",
-)
+
+Message: TypeAlias = Mapping[str, str]
+"""One turn of a conversation: `{"role": "system" | "user" | "assistant", "content": text}`."""
+Prompt: TypeAlias = str | Sequence[Message]
+"""Text the model continues, or a conversation the model's chat template renders."""
+Ending = Literal["stop", "end_of_turn", "end_of_sequence", "length"]
+"""How sampling ended a completion: at one of the task's stop sequences, at the chat
+template's end-of-turn token, at the end-of-sequence token, or at the token limit."""
+Reward: TypeAlias = float | Mapping[str, float]
+"""A reward: a number, or named parts (`{"correct": 1.0, "format": 0.25}`) whose sum the
+loop trains on; each part's mean is recorded."""
 
 
 class AdapterError(TypeError):
     """An object is not a usable adapter. The message names the member and what it got."""
 
 
+class Response(str):
+    """A decoded completion, as a reward sees it: its text, and how sampling ended it.
+
+    It is a `str`, so a reward written for plain text works unchanged. The
+    text keeps the stop sequence that ended it (and nothing after it), and
+    never holds an end-of-turn or end-of-sequence marker. `ended` says how it
+    ended; `stop` is the stop sequence, when one did.
+    """
+
+    ended: Ending
+    stop: str | None
+
+    def __new__(
+        cls, text: str, ended: Ending = "end_of_sequence", stop: str | None = None
+    ) -> Response:
+        self = super().__new__(cls, text)
+        self.ended, self.stop = ended, stop
+        return self
+
+    @property
+    def text(self) -> str:
+        """The plain text, without the stop sequence that ended it."""
+        return str(self)[: len(self) - len(self.stop)] if self.stop else str(self)
+
+
 class Adapter(Protocol[ProblemT]):
-    """A verifiable task, as the GRPO loop sees it (the seed's `RLAdapter`, typed).
+    """A task, as the GRPO loop sees it (the seed's `RLAdapter`, typed).
 
     Required: the five methods below. Every one is pure: the same arguments
     give the same result, in any process, whatever else has run before.
 
-    Optional members, each with the default `as_task` uses when it is absent:
+    Optional members, each with the default the loop uses when it is absent:
 
     - `name: str`: a stable id for the task, 1 to 64 characters from
       `A-Z a-z 0-9 _ . -`, starting with a letter or digit. It starts every
-      checkpoint name and is written into every run record, so two tasks never
-      share a file. Change it when the task changes. Default: the class name
-      (characters outside that set become `-`).
+      checkpoint name and is written into every run record. Default: the class
+      name (characters outside that set become `-`).
+    - `version: str`: part of the checkpoint names' fingerprint. Default: a
+      hash of the source of the module that defines the adapter (and of its
+      bases'), so editing the task gives its runs new checkpoint names instead
+      of overwriting the old ones.
     - `stop: tuple[str, ...]`: sampling stops after any of these strings, and
-      always after the end-of-sequence token. `()` stops only at
-      end-of-sequence (use it for multi-line answers). Default `("\\n",)`: the
-      answer is one line.
+      always after the end-of-sequence (and, for a conversation, end-of-turn)
+      token. Default: `("\\n",)` for text prompts (the answer is one line), `()`
+      for conversations (the answer is the assistant's turn).
     - `max_tokens: int`: the default budget of tokens per completion (the
-      `--max-tokens` setting overrides it). Default 32.
+      command line's `--max-tokens` overrides it). Default 32.
+    - `chat_template_options: Mapping[str, object]`: keyword arguments for the
+      model's chat template, e.g. `{"enable_thinking": False}` for Qwen3.
+      Default: none.
     - `heldout_dataset(seed, size) -> list[problem]`: `size` problems for
       evaluation that training never draws, for any step. Default:
-      `build_dataset(seed, 0, size)`. Step 0 is never a training step, but in
-      a small problem space its problems can repeat training ones; the loop
-      then leaves those out of evaluation and says so, so declare
-      `heldout_dataset` to keep held-out problems truly apart.
+      `build_dataset(seed, 0, size)`; in a small problem space those can repeat
+      training problems, which the loop then leaves out of evaluation (and
+      says so), so declare `heldout_dataset` to keep them truly apart.
+    - `compute_group_rewards(responses, problem) -> Sequence[Reward]`, plain or
+      `async` (a judge may call a model or a service): score a whole group at
+      once, e.g. each completion's win rate against the others. It replaces
+      `compute_reward` in training and evaluation (where a group has one
+      member). Shuffling the group must shuffle its rewards alike.
+    - `mask_truncated: bool`: train on nothing a completion wrote before it hit
+      the token limit (as TRL's `mask_truncated_completions`); its reward still
+      counts towards its group's mean. Default False (the command line's
+      `--mask-truncated` turns it on for any task).
+    - `wrong_completions(problem) -> Sequence[str]`: plausible wrong answers,
+      which the fake backend writes instead of the reference now and then, so
+      partial credit and format rewards show offline. Default: none.
 
     Step numbering: training step k (1, 2, ..., steps) calls
     `build_dataset(seed, k, batch)`; nothing calls it with a step below 1,
@@ -85,114 +125,53 @@ class Adapter(Protocol[ProblemT]):
         """
         ...
 
-    def make_prompt(self, problem: ProblemT) -> str:
-        """Return the text the model continues: any Unicode, not empty."""
+    def make_prompt(self, problem: ProblemT) -> Prompt:
+        """Return the text the model continues (any Unicode, not empty), or a conversation.
+
+        A conversation is a list of `{"role", "content"}` messages. The
+        backend's tokenizer renders it with the model's chat template and opens
+        the assistant's turn (`add_generation_prompt=True`); sampling stops at
+        the template's end-of-turn token, which the reward never sees.
+        """
         ...
 
-    def compute_reward(self, completion: str, problem: ProblemT) -> float:
-        """Score a decoded completion: a finite float, higher is better.
+    def compute_reward(self, completion: Response, problem: ProblemT) -> Reward:
+        """Score one completion: a finite float (or named finite parts), higher is better.
 
-        `completion` is untrusted model output: any string at all, with the
-        stop sequence that ended it still attached (and nothing after it). The
-        reward must never raise, whatever the text, and must be a finite
-        number. Partial credit is fine (the GRPO advantage is the reward
-        minus its group's mean); the reference completion must earn the most.
-        Never run the completion in this process: see `mathrl.tasks.code.sandbox`.
+        `completion` is untrusted model output: any string at all. It is a
+        `Response`: a `str` that also says how sampling ended it, so a task can
+        require its closing sentinel (`completion.ended == "stop"`) or refuse
+        answers cut off at the token limit (`"length"`). The reward must never
+        raise, whatever the text. Partial credit is fine (the GRPO advantage is
+        the reward minus its group's mean); the reference completion, ended the
+        way the task asks, must earn the most. Never run the completion in this
+        process: see `mathrl.tasks.code.sandbox`.
         """
         ...
 
     def reference_completion(self, problem: ProblemT) -> str:
-        """Return a completion that earns the maximum reward, without a stop sequence.
+        """Return the text the model should write before it stops: one that earns the most.
 
-        It is the text the model should write before it stops: the reward of
-        `reference` and of `reference + s` for each stop sequence `s` must both
-        be the maximum, and `reference` must not contain a stop sequence. The
-        loop never uses it. `mathrl.testing` checks the reward against it, and
-        the fake backend's toy policy learns to write `reference + stop[0]`
-        then end-of-sequence (as tinker-cookbook's `get_reference_answer`).
+        Without a stop sequence: the reference ended the way the task asks
+        (at its first stop sequence, or at end-of-turn for a conversation, or
+        at end-of-sequence for a text task without stops) must earn the
+        maximum reward, and the reference must not contain a stop sequence.
+        The loop never uses it. `mathrl.testing` checks the reward against it,
+        and the fake backend's policy learns to write it, end and all (as
+        tinker-cookbook's `get_reference_answer`).
         """
         ...
 
     def evaluate(self, rewards: Sequence[float]) -> float:
-        """Summarise rewards as an accuracy in [0, 1] (0 for no rewards).
+        """The share of completions that are correct, from their rewards: in [0, 1], 0 for none.
 
-        The reference's reward must count as fully correct: `evaluate` of a
-        list of reference rewards is 1.0.
+        Correct is a property of each reward alone (the reference's reward is
+        correct), so `evaluate([r])` is 0 or 1 and `evaluate(rewards)` is the
+        mean of those: for a task with partial credit, count the completions
+        that earn full credit, never the mean reward.
         """
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Task(Generic[P]):
-    """An adapter with every optional member resolved: its own, or the default."""
-
-    adapter: Adapter[P]
-    name: str
-    stop: tuple[str, ...]
-    max_tokens: int
-    identity: str
-    """`module:QualifiedClass` of the adapter, for run records and fingerprints."""
-
-    @property
-    def declares_heldout(self) -> bool:
-        """True when the adapter has its own `heldout_dataset`."""
-        return hasattr(self.adapter, "heldout_dataset")
-
-    def heldout(self, seed: int, size: int) -> list[P]:
-        """The task's held-out problems (see `Adapter`'s optional members)."""
-        own: Callable[[int, int], list[P]] | None = getattr(self.adapter, "heldout_dataset", None)
-        if own is not None:
-            return own(seed, size)
-        return self.adapter.build_dataset(seed, HELDOUT_STEP, size)
-
-    def training_prompts(self, seed: int, steps: int, batch: int) -> set[str]:
-        """The prompts of training steps 1 to `steps` at `batch` problems a step.
-
-        Held-out problems must avoid these: the loop leaves out those that do
-        not, and `mathrl.testing` reports them.
-        """
-        make_prompt = self.adapter.make_prompt
-        return {
-            make_prompt(p)
-            for step in range(1, steps + 1)
-            for p in self.adapter.build_dataset(seed, step, batch)
-        }
-
-
-def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
-    """Resolve an adapter's optional members; raise AdapterError for malformed ones."""
-    if isinstance(adapter, Task):
-        return adapter
-    cls = type(adapter)
-    label = cls.__name__
-    missing = [m for m in REQUIRED if not callable(getattr(adapter, m, None))]
-    if missing:
-        raise AdapterError(
-            f"{label} is not an adapter: it has no {', '.join(missing)} "
-            f"(an adapter needs {', '.join(REQUIRED)})"
-        )
-    name = getattr(adapter, "name", None)
-    if name is None:
-        name = re.sub(r"[^A-Za-z0-9_.-]", "-", cls.__name__).lstrip("_.-")[:64] or "task"
-    elif not (isinstance(name, str) and TASK_NAME.fullmatch(name)):
-        raise AdapterError(
-            f"{label}.name must be 1 to 64 characters from A-Z a-z 0-9 _ . -, "
-            f"starting with a letter or digit (got {shown(name)})"
-        )
-    stop = getattr(adapter, "stop", DEFAULT_STOP)
-    if not (isinstance(stop, tuple | list) and all(isinstance(s, str) and s for s in stop)):
-        raise AdapterError(
-            f"{label}.stop must be a tuple of non-empty strings, e.g. ('\\n',) "
-            f"or () (got {shown(stop)})"
-        )
-    max_tokens = getattr(adapter, "max_tokens", DEFAULT_MAX_TOKENS)
-    if not (isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1):
-        raise AdapterError(f"{label}.max_tokens must be an integer >= 1 (got {shown(max_tokens)})")
-    heldout = getattr(adapter, "heldout_dataset", None)
-    if heldout is not None and not callable(heldout):
-        raise AdapterError(
-            f"{label}.heldout_dataset must be a method (seed, size) -> problems "
-            f"(got {shown(heldout)})"
-        )
-    identity = f"{cls.__module__}:{cls.__qualname__}"
-    return Task(adapter, name, tuple(stop), max_tokens, identity)
+GroupRewards: TypeAlias = Sequence[Reward] | Awaitable[Sequence[Reward]]
+"""What `compute_group_rewards` returns: the group's rewards, in its order (or their awaitable)."""

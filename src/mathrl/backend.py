@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
+from mathrl.adapter import Message
 from mathrl.grpo import Datum
 
 
@@ -54,8 +55,21 @@ class Tokenizer(Protocol):
         """How many token ids the model can emit (for the `Model:` line)."""
         ...
 
+    @property
+    def end_of_turn_id(self) -> int:
+        """The token that ends a turn in the chat template; sampling a conversation stops there."""
+        ...
+
     def encode(self, text: str) -> list[int]:
         """Return the token ids of `text`."""
+        ...
+
+    def render_chat(self, messages: Sequence[Message], options: Mapping[str, Any]) -> list[int]:
+        """The token ids of a conversation in the model's chat template, the assistant's turn open.
+
+        As transformers' `apply_chat_template(messages, tokenize=True,
+        add_generation_prompt=True, **options)`.
+        """
         ...
 
     def decode(self, tokens: Sequence[int]) -> str:
@@ -78,6 +92,8 @@ class SampleParams:
     temperature: float
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    end_of_turn: bool = False
+    """Also stop after the chat template's end-of-turn token (a conversation's prompt)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from mathrl.adapter import Task
 from mathrl.config import TrainConfig
+from mathrl.resolved import Task
 
 P = TypeVar("P")
 Kind = Literal["sampler", "state"]

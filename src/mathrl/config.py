@@ -102,6 +102,8 @@ class TrainConfig:
     eval_problems: int = 100
     save_every: int = 5
     """Save the full training state (weights and optimizer) every this many steps."""
+    mask_truncated: bool = False
+    """Train on no completion that ran into the token limit (its reward still counts)."""
 
     def __post_init__(self) -> None:
         _check_fields(self, "TrainConfig")

@@ -34,11 +34,12 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from mathrl.adapter import Adapter, Task, as_task
+from mathrl.adapter import Adapter
 from mathrl.backend import Backend, Sampler, TrainResult
 from mathrl.checkpoints import Kind, Resume, checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
+from mathrl.resolved import Task, as_task
 from mathrl.rollout import Rollout, evaluate, evaluation_set, rollout, step_metrics
 
 P = TypeVar("P")

@@ -36,6 +36,10 @@ class StepMetrics:
     training_seconds: float = 0.0
     sampler_path: str = ""
     """The checkpoint this step's samples were drawn from."""
+    reward_parts: Mapping[str, float] = field(default_factory=dict)
+    """Each named reward part's mean over the step's completions (none: rewards are numbers)."""
+    truncated: int = 0
+    """Completions that ran into the token limit."""
 
     @property
     def groups_kept(self) -> int:
@@ -59,6 +63,7 @@ class EvalMetrics:
     mean_reward: float
     sampler_path: str
     seconds: float = 0.0
+    reward_parts: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

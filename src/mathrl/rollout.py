@@ -7,24 +7,27 @@ Shape suffixes name the axes of nested data:
     _D  a datum (one per non-empty completion in a non-constant group)
 so `rewards_P_G[p][g]` is the reward of sample g of problem p.
 
-`rewards_of` and `datums_of` are pure; `sample_groups`, `rollout` and
-`evaluate` keep every request of a step in flight at once on one sampler.
-`mathrl.loop.grpo_step` shows how they make one step.
+`responses_of`, `trained` and `datums_of` are pure; `sample_groups`,
+`rollout` and `evaluate` keep every request of a step in flight at once on
+one sampler. `mathrl.step.grpo_step` shows how they make one step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mathrl.adapter import EVAL_STEP, Task
+from mathrl.adapter import EVAL_STEP, Prompt, Response
 from mathrl.backend import Completion, SampleParams, Sampler, Tokenizer, TrainResult
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
 from mathrl.report import EvalMetrics, StepMetrics
+from mathrl.resolved import Task, prompt_key
+from mathrl.rewards import response_of, rewards_of
 
 P = TypeVar("P")
 GUARDED_PROBLEMS = 100_000
@@ -35,8 +38,12 @@ GUARDED_PROBLEMS = 100_000
 class Rollout:
     """One step's samples, scored and turned into datums."""
 
+    prompts_P: list[Prompt]
     completions_P_G: list[list[Completion]]
+    responses_P_G: list[list[Response]]
     rewards_P_G: list[list[float]]
+    parts_P_G: list[list[dict[str, float]]]
+    advantages_P_G: list[list[float]]
     datums_D: list[Datum]
     accuracy: float
     constant_groups: int
@@ -45,12 +52,18 @@ class Rollout:
 
 
 def sample_params(
-    task: Task[P], config: TrainConfig, seed: int | None = None, *, greedy: bool = False
+    task: Task[P],
+    config: TrainConfig,
+    prompt: Prompt,
+    seed: int | None = None,
+    *,
+    greedy: bool = False,
 ) -> SampleParams:
-    """The sampling parameters a run asks for: the task's stop, the budget, the temperature."""
+    """The sampling parameters a run asks for: the stops, the budget, the temperature."""
     max_tokens = config.max_tokens if config.max_tokens is not None else task.max_tokens
     temperature = 0.0 if greedy else config.temperature
-    return SampleParams(max_tokens, temperature, task.stop, seed)
+    chat = not isinstance(prompt, str)
+    return SampleParams(max_tokens, temperature, task.stop_for(prompt), seed, chat)
 
 
 def request_seed(run_seed: int, step: int, problem: int) -> int:
@@ -59,28 +72,37 @@ def request_seed(run_seed: int, step: int, problem: int) -> int:
     return int.from_bytes(digest, "little") & 0x7FFF_FFFF
 
 
-def rewards_of(
-    task: Task[P],
-    decode: Callable[[Sequence[int]], str],
-    problems_P: Sequence[P],
-    completions_P_G: Sequence[Sequence[Completion]],
-) -> list[list[float]]:
-    """Each completion's reward; identical texts for one problem are scored once.
+def prompt_tokens(tokenizer: Tokenizer, task: Task[P], prompt: Prompt) -> list[int]:
+    """A prompt's tokens: its text encoded, or its conversation in the chat template."""
+    if isinstance(prompt, str):
+        return tokenizer.encode(prompt)
+    return tokenizer.render_chat(prompt, task.chat_template_options)
 
-    Rewards are pure (the Adapter contract), so the cache changes nothing but
-    the cost, which matters for rewards that run code.
-    """
-    rewards_P_G = []
-    for problem, completions_G in zip(problems_P, completions_P_G, strict=True):
-        seen: dict[str, float] = {}
-        rewards_G = []
-        for c in completions_G:
-            text = decode(c.tokens)
-            if text not in seen:
-                seen[text] = float(task.adapter.compute_reward(text, problem))
-            rewards_G.append(seen[text])
-        rewards_P_G.append(rewards_G)
-    return rewards_P_G
+
+def responses_of(
+    tokenizer: Tokenizer,
+    task: Task[P],
+    prompts_P: Sequence[Prompt],
+    completions_P_G: Sequence[Sequence[Completion]],
+) -> list[list[Response]]:
+    """Each completion as its reward sees it: its text, and how sampling ended it."""
+    return [
+        [
+            response_of(tokenizer, c.tokens, task.stop_for(prompt), not isinstance(prompt, str))
+            for c in completions_G
+        ]
+        for prompt, completions_G in zip(prompts_P, completions_P_G, strict=True)
+    ]
+
+
+def trained(
+    task: Task[P], config: TrainConfig, responses_P_G: Sequence[Sequence[Response]]
+) -> list[list[bool]]:
+    """Which completions are trained on: all, or (masking) those not cut off at the limit."""
+    mask = task.mask_truncated or config.mask_truncated
+    return [
+        [not (mask and r.ended == "length") for r in responses_G] for responses_G in responses_P_G
+    ]
 
 
 def datums_of(
@@ -88,38 +110,25 @@ def datums_of(
     completions_P_G: Sequence[Sequence[Completion]],
     rewards_P_G: Sequence[Sequence[float]],
     advantages_P_G: Sequence[Sequence[float]],
+    trained_P_G: Sequence[Sequence[bool]] | None = None,
 ) -> list[Datum]:
-    """A datum per non-empty completion, except in groups whose rewards are all equal.
+    """A datum per non-empty completion trained on, except in groups whose rewards are all equal.
 
     A constant group's advantages are all zero: it would train nothing.
     """
     datums_D: list[Datum] = []
-    for prompt_T, completions_G, rewards_G, advantages_G in zip(
-        prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G, strict=True
+    for p, (prompt_T, completions_G, rewards_G, advantages_G) in enumerate(
+        zip(prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G, strict=True)
     ):
         if is_constant_group(rewards_G):
             continue
-        for completion, advantage in zip(completions_G, advantages_G, strict=True):
+        for g, (completion, advantage) in enumerate(zip(completions_G, advantages_G, strict=True)):
+            if trained_P_G is not None and not trained_P_G[p][g]:
+                continue
             datum = build_datum(prompt_T, completion.tokens, completion.logprobs, advantage)
             if datum is not None:
                 datums_D.append(datum)
     return datums_D
-
-
-def score(
-    task: Task[P],
-    decode: Callable[[Sequence[int]], str],
-    problems_P: Sequence[P],
-    prompts_P_T: Sequence[Sequence[int]],
-    completions_P_G: list[list[Completion]],
-) -> Rollout:
-    """Rewards, advantages and datums for one step's samples (pure)."""
-    rewards_P_G = rewards_of(task, decode, problems_P, completions_P_G)
-    advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
-    datums_D = datums_of(prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G)
-    constant_groups = sum(map(is_constant_group, rewards_P_G))
-    accuracy = task.adapter.evaluate([r for rewards_G in rewards_P_G for r in rewards_G])
-    return Rollout(completions_P_G, rewards_P_G, datums_D, accuracy, constant_groups)
 
 
 async def sample_all(
@@ -149,6 +158,7 @@ async def sample_groups(
     task: Task[P],
     config: TrainConfig,
     step: int,
+    prompts_P: Sequence[Prompt],
     prompts_P_T: Sequence[Sequence[int]],
     on_done: Callable[[int], None] | None = None,
 ) -> list[list[Completion]]:
@@ -158,8 +168,8 @@ async def sample_groups(
     resumed request draws the same samples.
     """
     params_P = [
-        sample_params(task, config, request_seed(config.seed, step, p))
-        for p in range(len(prompts_P_T))
+        sample_params(task, config, prompt, request_seed(config.seed, step, p))
+        for p, prompt in enumerate(prompts_P)
     ]
     return await sample_all(sampler, prompts_P_T, config.group, params_P, on_done)
 
@@ -174,25 +184,63 @@ async def rollout(
 ) -> Rollout:
     """Everything of step `step` before training: `grpo_step` up to its datums."""
     problems_P = task.adapter.build_dataset(config.seed, step, config.batch)
-    prompts_P_T = [tokenizer.encode(task.adapter.make_prompt(p)) for p in problems_P]
-    completions_P_G = await sample_groups(sampler, task, config, step, prompts_P_T, on_done)
-    return score(task, tokenizer.decode, problems_P, prompts_P_T, completions_P_G)
+    prompts_P = [task.adapter.make_prompt(p) for p in problems_P]
+    prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
+    completions_P_G = await sample_groups(
+        sampler, task, config, step, prompts_P, prompts_P_T, on_done
+    )
+    return await score(tokenizer, task, config, problems_P, prompts_P, prompts_P_T, completions_P_G)
+
+
+async def score(
+    tokenizer: Tokenizer,
+    task: Task[P],
+    config: TrainConfig,
+    problems_P: Sequence[P],
+    prompts_P: Sequence[Prompt],
+    prompts_P_T: Sequence[Sequence[int]],
+    completions_P_G: Sequence[Sequence[Completion]],
+) -> Rollout:
+    """Rewards, advantages and datums for one step's samples: `grpo_step`'s steps 3 and 4."""
+    responses_P_G = responses_of(tokenizer, task, prompts_P, completions_P_G)
+    scores = await rewards_of(task, problems_P, responses_P_G)
+    rewards_P_G = scores.rewards_P_G
+    advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
+    trained_P_G = trained(task, config, responses_P_G)
+    datums_D = datums_of(prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G, trained_P_G)
+    return Rollout(
+        list(prompts_P),
+        [list(completions_G) for completions_G in completions_P_G],
+        responses_P_G,
+        rewards_P_G,
+        scores.parts_P_G,
+        advantages_P_G,
+        datums_D,
+        accuracy=task.adapter.evaluate([r for rewards_G in rewards_P_G for r in rewards_G]),
+        constant_groups=sum(map(is_constant_group, rewards_P_G)),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     """Greedy completions of the held-out problems, and what they earned."""
 
-    texts_P: list[str]
+    responses_P: list[Response]
     rewards_P: list[float]
+    parts_P: list[dict[str, float]]
     accuracy: float
+
+    @property
+    def texts_P(self) -> list[str]:
+        return [str(r) for r in self.responses_P]
 
     def metrics(self, step: int, sampler_path: str, seconds: float) -> EvalMetrics:
         """This evaluation, as the run reports it after step `step`."""
         n = len(self.rewards_P)
         mean = sum(self.rewards_P) / n if n else 0.0
         correct = round(self.accuracy * n)
-        return EvalMetrics(step, self.accuracy, correct, n, mean, sampler_path, seconds)
+        parts = part_means(self.parts_P)
+        return EvalMetrics(step, self.accuracy, correct, n, mean, sampler_path, seconds, parts)
 
 
 async def evaluate(
@@ -205,15 +253,19 @@ async def evaluate(
     greedy: bool = True,
 ) -> Evaluation:
     """One completion per held-out problem (greedy unless told not), all in flight at once."""
-    prompts_P_T = [tokenizer.encode(task.adapter.make_prompt(p)) for p in problems]
+    prompts_P = [task.adapter.make_prompt(p) for p in problems]
+    prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
     params_P = [
-        sample_params(task, config, request_seed(config.seed, EVAL_STEP, i), greedy=greedy)
-        for i in range(len(problems))
+        sample_params(task, config, prompt, request_seed(config.seed, EVAL_STEP, i), greedy=greedy)
+        for i, prompt in enumerate(prompts_P)
     ]
     completions_P_G = await sample_all(sampler, prompts_P_T, 1, params_P)
-    rewards_P = [r for (r,) in rewards_of(task, tokenizer.decode, problems, completions_P_G)]
-    texts_P = [tokenizer.decode(c.tokens) for (c,) in completions_P_G]
-    return Evaluation(texts_P, rewards_P, task.adapter.evaluate(rewards_P))
+    responses_P_G = responses_of(tokenizer, task, prompts_P, completions_P_G)
+    scores = await rewards_of(task, problems, responses_P_G)
+    rewards_P = [r for (r,) in scores.rewards_P_G]
+    parts_P = [p for (p,) in scores.parts_P_G]
+    responses_P = [r for (r,) in responses_P_G]
+    return Evaluation(responses_P, rewards_P, parts_P, task.adapter.evaluate(rewards_P))
 
 
 def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], int]:
@@ -231,8 +283,14 @@ def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], int]:
         return problems, 0
     steps = min(config.steps, max(1, GUARDED_PROBLEMS // config.batch))
     training = task.training_prompts(config.seed, steps, config.batch)
-    kept = [p for p in problems if task.adapter.make_prompt(p) not in training]
+    kept = [p for p in problems if prompt_key(task.adapter.make_prompt(p)) not in training]
     return kept, len(problems) - len(kept)
+
+
+def part_means(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each reward part's mean over the completions (a completion without it counts 0)."""
+    names = sorted({name for p in parts for name in p})
+    return {name: math.fsum(p.get(name, 0.0) for p in parts) / len(parts) for name in names}
 
 
 def step_metrics(
@@ -254,4 +312,8 @@ def step_metrics(
         sampling_seconds=batch.seconds,
         training_seconds=training if result is not None else 0.0,
         sampler_path=batch.sampler_path,
+        reward_parts=part_means([p for parts_G in batch.parts_P_G for p in parts_G]),
+        truncated=sum(
+            r.ended == "length" for responses_G in batch.responses_P_G for r in responses_G
+        ),
     )

@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mathrl.adapter import Task
 from mathrl.backend import Backend, Sampler, TrainResult
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, group_advantages
-from mathrl.rollout import datums_of, rewards_of, sample_groups
+from mathrl.resolved import Task
+from mathrl.rewards import rewards_of
+from mathrl.rollout import datums_of, prompt_tokens, responses_of, sample_groups, trained
 
 P = TypeVar("P")
 
@@ -44,16 +45,22 @@ async def grpo_step(
     Shape suffixes: _P a problem, _G a member of its group, _T a token, _D a datum.
     """
     tokenizer, adapter = backend.tokenizer, task.adapter
-    # 1. This step's problems, and their prompts as tokens.
+    # 1. This step's problems, and their prompts: text, or a conversation the chat
+    #    template renders.
     problems_P = adapter.build_dataset(config.seed, step, config.batch)
-    prompts_P_T = [tokenizer.encode(adapter.make_prompt(p)) for p in problems_P]
+    prompts_P = [adapter.make_prompt(p) for p in problems_P]
+    prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
     # 2. A group of `config.group` completions per problem, every request in flight at once.
-    completions_P_G = await sample_groups(sampler, task, config, step, prompts_P_T)
-    # 3. Each completion's reward, and its advantage: the reward minus its group's mean.
-    rewards_P_G = rewards_of(task, tokenizer.decode, problems_P, completions_P_G)
+    completions_P_G = await sample_groups(sampler, task, config, step, prompts_P, prompts_P_T)
+    # 3. Each completion's reward (seeing how it ended), and its advantage: the reward
+    #    minus its group's mean.
+    responses_P_G = responses_of(tokenizer, task, prompts_P, completions_P_G)
+    rewards_P_G = (await rewards_of(task, problems_P, responses_P_G)).rewards_P_G
     advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
-    # 4. A datum per completion (prompt tokens weigh 0), dropping groups of equal rewards.
-    datums_D = datums_of(prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G)
+    # 4. A datum per completion (prompt tokens weigh 0), dropping groups of equal rewards
+    #    (and, if asked, completions cut off at the token limit).
+    trained_P_G = trained(task, config, responses_P_G)
+    datums_D = datums_of(prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G, trained_P_G)
     if not datums_D:
         return StepOutcome(rewards_P_G, datums_D, None, None)
     # 5. forward_backward + optim_step, then save the new weights for the next step's

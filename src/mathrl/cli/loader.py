@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mathrl.adapter import AdapterError, Task, as_task
+from mathrl.adapter import AdapterError
 from mathrl.config import ConfigError
+from mathrl.resolved import Task, as_task
 from mathrl.text import describe, shown
 
 

@@ -11,12 +11,12 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mathrl.adapter import Task
 from mathrl.backend import BackendError, Sampler, Tokenizer
 from mathrl.checkpoints import task_of_checkpoint
 from mathrl.cli.settings import api_key, base_url
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError
+from mathrl.resolved import Task
 from mathrl.rollout import evaluate
 from mathrl.service.retry import Retrier, RetryingSampler
 from mathrl.text import shown
@@ -92,7 +92,11 @@ def _lines(
     task: Task[Any], problems: Sequence[Any], texts: Sequence[str], rewards: Sequence[float]
 ) -> list[str]:
     """One line a problem: the question (what differs between prompts), answer, verdict."""
-    prompts = [task.adapter.make_prompt(p) for p in problems]
+    # A conversation shows as its last message: what the model answers.
+    prompts = [
+        prompt if isinstance(prompt, str) else str(prompt[-1].get("content", "")) if prompt else ""
+        for prompt in (task.adapter.make_prompt(p) for p in problems)
+    ]
     # The lines every prompt shares (a few-shot header, say) are left out.
     common = os.path.commonprefix(prompts) if len(prompts) > 1 else ""  # noqa: RUF071
     common = common[: common.rfind("\n") + 1]  # whole lines only: keep "Q: What is 1..." whole

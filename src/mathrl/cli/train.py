@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mathrl.adapter import Task
 from mathrl.backend import Backend, BackendError
 from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
@@ -30,6 +29,7 @@ from mathrl.cli.settings import FakeOptions, worded
 from mathrl.config import Config
 from mathrl.loop import run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, RunResult, StepMetrics
+from mathrl.resolved import Task
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
 

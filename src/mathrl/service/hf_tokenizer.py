@@ -12,8 +12,8 @@ trust a server default we cannot see.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from mathrl.backend import BackendError
 
@@ -26,6 +26,9 @@ class HFTokenizerLike(Protocol):
     def encode(self, text: str) -> list[int]: ...
     def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str: ...
     def __len__(self) -> int: ...
+    @property
+    def all_special_ids(self) -> list[int]: ...
+    def apply_chat_template(self, conversation: list[dict[str, str]], **kwargs: Any) -> Any: ...
 
 
 class HFTokenizer:
@@ -41,6 +44,7 @@ class HFTokenizer:
         self._eos = hf.eos_token_id
         self.eos_text = hf.decode([self._eos])
         """The EOS token as text, for stop strings."""
+        self._end_of_turn: int | None = None
 
     @property
     def eos_token_id(self) -> int:
@@ -56,11 +60,68 @@ class HFTokenizer:
     def decode(self, tokens: Sequence[int]) -> str:
         return self._hf.decode(list(tokens), skip_special_tokens=True)
 
+    def decode_special(self, token: int) -> str:
+        """One special token's own text (`<|im_end|>`), for stop strings."""
+        return self._hf.decode([token])
 
-def stop_sequences(stop: Sequence[str], tokenizer: HFTokenizer) -> list[str] | list[int]:
-    """`SamplingParams.stop` for `stop` strings plus EOS (see the module docstring)."""
+    @property
+    def end_of_turn_id(self) -> int:
+        """The token the chat template puts after an assistant's message (EOS without one)."""
+        if self._end_of_turn is None:
+            self._end_of_turn = self._find_end_of_turn()
+        return self._end_of_turn
+
+    def _find_end_of_turn(self) -> int:
+        if not getattr(self._hf, "chat_template", None):
+            return self._eos
+        mark = "mathrl-end-of-turn-probe"
+        rendered = self._chat(
+            [{"role": "user", "content": "?"}, {"role": "assistant", "content": mark}]
+        )
+        text = self._hf.encode(mark)
+        for i in range(len(rendered) - len(text), -1, -1):
+            if rendered[i : i + len(text)] == text:
+                after = rendered[i + len(text) :]
+                special = {
+                    *self._hf.all_special_ids,
+                    *getattr(self._hf, "added_tokens_decoder", {}),
+                }
+                return next((t for t in after if t in special), after[0] if after else self._eos)
+        return self._eos
+
+    def _chat(self, messages: Sequence[Mapping[str, str]], **options: Any) -> list[int]:
+        rendered = self._hf.apply_chat_template(
+            [dict(m) for m in messages], tokenize=True, **options
+        )
+        if isinstance(rendered, Mapping):  # transformers 5 answers with a BatchEncoding
+            rendered = rendered["input_ids"]
+        return [int(t) for t in rendered]
+
+    def render_chat(
+        self, messages: Sequence[Mapping[str, str]], options: Mapping[str, Any]
+    ) -> list[int]:
+        if not getattr(self._hf, "chat_template", None):
+            raise BackendError(
+                "the model's tokenizer has no chat template, so a task's conversation prompts "
+                "cannot be rendered: use a chat model, or text prompts"
+            )
+        return self._chat(messages, add_generation_prompt=True, **options)
+
+
+def stop_sequences(
+    stop: Sequence[str], tokenizer: HFTokenizer, end_of_turn: bool = False
+) -> list[str] | list[int]:
+    """`SamplingParams.stop` for `stop` strings plus EOS, and end-of-turn for a conversation.
+
+    (See the module docstring.) Token ids when there are no stop strings;
+    otherwise the special tokens' text joins the strings.
+    """
+    ids = [tokenizer.eos_token_id]
+    if end_of_turn and tokenizer.end_of_turn_id != tokenizer.eos_token_id:
+        ids.append(tokenizer.end_of_turn_id)
     if not stop:
-        return [tokenizer.eos_token_id]
-    if not tokenizer.eos_text:
+        return ids
+    texts = [tokenizer.decode_special(i) for i in ids]
+    if not all(texts):
         raise BackendError("the EOS token decodes to no text, so it cannot join stop strings")
-    return list(dict.fromkeys([*stop, tokenizer.eos_text]))
+    return list(dict.fromkeys([*stop, *texts]))

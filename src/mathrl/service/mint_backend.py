@@ -125,7 +125,7 @@ class MintSampler:
             max_tokens=params.max_tokens,
             temperature=params.temperature,
             seed=params.seed,
-            stop=stop_sequences(params.stop, self._tokenizer),
+            stop=stop_sequences(params.stop, self._tokenizer, params.end_of_turn),
         )
         with service_errors("calling sample", self._secret):
             response = await self._client.sample_async(

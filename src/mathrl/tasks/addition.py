@@ -26,7 +26,8 @@ OPERAND_MAX = 99
 HELDOUT_EVERY = 10
 """About one problem in HELDOUT_EVERY is held out (chosen by hash, not by value)."""
 
-_FIRST_INTEGER = re.compile(r"-?\d+")
+_FIRST_INTEGER = re.compile(r"-?[0-9]+")
+"""ASCII digits only: `\\d` (and int()) also take look-alikes, full-width digits say."""
 _CHUNK = 4000
 
 
@@ -96,7 +97,9 @@ def heldout_problems(seed: int, size: int) -> list[AdditionProblem]:
 def parse_answer(text: str) -> int | None:
     """Return the first integer in `text` (optional minus, then digits), or None.
 
-    This is the seed's rule. It never raises: any string is a valid input.
+    This is the seed's rule, in ASCII digits: the seed's `\\d` also matched
+    full-width and other scripts' digits, which a model can write to look right.
+    It never raises: any string is a valid input.
     """
     match = _FIRST_INTEGER.search(text)
     if match is None:
@@ -108,7 +111,6 @@ def parse_answer(text: str) -> int | None:
 def _digits_to_int(digits: str) -> int:
     # int() refuses strings of more than 4,300 digits (CVE-2020-10735); convert
     # such runs in chunks so a pathological completion still parses.
-    # `\d` also matches non-ASCII decimal digits, which int() accepts too.
     value = 0
     for start in range(0, len(digits), _CHUNK):
         chunk = digits[start : start + _CHUNK]

@@ -9,12 +9,17 @@ method and the input. `python -m mathrl check-adapter module:Class` runs it.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from mathrl.adapter import Adapter, AdapterError, Task, as_task
+from mathrl.adapter import Adapter, AdapterError
+from mathrl.backend import Tokenizer
+from mathrl.resolved import Task, as_task
 from mathrl.testing.checker import Checker
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
+from mathrl.testing.reward_checks import RewardChecks
 
 __all__ = ["ADVERSARIAL", "WRONG", "check_adapter", "random_texts"]
 
@@ -28,6 +33,7 @@ def check_adapter(
     heldout_size: int = 32,
     guard_steps: int = 10,
     learns: bool = False,
+    tokenizer: Tokenizer | None = None,
 ) -> str:
     """Check `adapter` against the contract; return a summary line or raise AssertionError.
 
@@ -39,7 +45,12 @@ def check_adapter(
             (drawn at `size` problems a step).
         learns: also train 20 steps on the fake backend and require accuracy
             (steps 16-20 against steps 1-5) to rise by at least 10 points.
+        tokenizer: the tokenizer the task's `max_tokens` is checked against
+            (default: the fake backend's, which counts UTF-8 bytes, more than
+            most real tokenizers do).
     """
+    from mathrl_fakes import ByteTokenizer
+
     try:
         task = as_task(adapter)
     except AdapterError as exc:
@@ -47,14 +58,35 @@ def check_adapter(
     checker = Checker(task)
     train = checker.dataset(seeds, steps, size)
     held = checker.heldout(seeds[0], heldout_size, guard_steps, size) if train else []
-    checker.rewards([*train[:2], *held[:1]], [*train, *held])
+    RewardChecks(checker, tokenizer or ByteTokenizer()).run(
+        [*train[:2], *held[:1]], [*train, *held]
+    )
     if learns and not checker.violations:
-        checker.learning()
+        _learning(checker)
     if checker.violations:
         n = len(checker.violations)
-        lines = "\n".join(f"- {v}" for v in checker.violations)
+        lines = "\n".join(f"- {v}" for v in checker.report())
         raise AssertionError(
             f"{n} violation{'s' * (n != 1)} of the Adapter contract by task "
             f"{task.name!r} ({task.identity}):\n{lines}"
         )
     return f"task {task.name!r} ({task.identity}) passed {checker.checks} checks"
+
+
+def _learning(checker: Checker) -> None:
+    """20 steps on the fake backend raise accuracy by at least 10 points."""
+    from mathrl.config import TrainConfig
+    from mathrl.loop import run_grpo
+    from mathrl_fakes import FakeBackend
+
+    config = TrainConfig(steps=20, batch=8, group=4)
+    with tempfile.TemporaryDirectory(prefix="mathrl-check-") as folder:
+        backend = FakeBackend.for_run(checker.task, config, checkpoint_dir=Path(folder))
+        result = run_grpo(backend, checker.task, config)
+    accuracy = [m.accuracy for m in result.steps]
+    start, end = sum(accuracy[:5]) / 5, sum(accuracy[-5:]) / 5
+    checker.expect(
+        end >= start + 0.10,
+        f"a 20-step run on the fake backend did not learn: accuracy went from {start:.1%} "
+        f"(steps 1-5) to {end:.1%} (steps 16-20); it must rise by at least 10 points",
+    )

@@ -7,17 +7,29 @@ failure with a key is reported once, however often it recurs.
 
 from __future__ import annotations
 
-import math
 import random
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-from mathrl.adapter import Task
-from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
+from mathrl.resolved import Task, prompt_key
 from mathrl.text import describe, shown
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def is_prompt(prompt: object) -> bool:
+    """A non-empty str, or a non-empty list of messages with a known role and str content."""
+    if isinstance(prompt, str):
+        return bool(prompt)
+    return (
+        isinstance(prompt, list | tuple)
+        and bool(prompt)
+        and all(
+            isinstance(m, Mapping) and m.get("role") in ROLES and isinstance(m.get("content"), str)
+            for m in prompt
+        )
+    )
 
 
 class Checker:
@@ -30,38 +42,61 @@ class Checker:
         self.checks = 0
         self.seen: list[float] = []
         """Every finite reward seen, for the evaluate checks."""
-        self._keys: set[str] = set()
+        self._repeats: dict[str, int] = {}
+        """How often each keyed violation recurred, by key (its sentence is listed once)."""
+        self._where: dict[str, int] = {}
 
     def expect(self, ok: bool, sentence: str, key: str | None = None) -> bool:
-        """Record one check; a failed one with a `key` seen before is not repeated."""
+        """Record one check; a failed one with a `key` seen before only adds to its count."""
         self.checks += 1
-        if not ok and (key is None or key not in self._keys):
-            self.violations.append(sentence)
-            if key is not None:
-                self._keys.add(key)
-        return ok
+        if ok:
+            return True
+        if key is not None and key in self._where:
+            self._repeats[key] = self._repeats.get(key, 1) + 1
+            return False
+        if key is not None:
+            self._where[key] = len(self.violations)
+        self.violations.append(sentence)
+        return False
+
+    def report(self) -> list[str]:
+        """Every distinct violation once, with how many times it happened when more than once."""
+        lines = list(self.violations)
+        for key, count in self._repeats.items():
+            lines[self._where[key]] += f" ({count} times)"
+        return lines
 
     def call(self, what: str, fn: Callable[[], Any], key: str | None = None) -> tuple[bool, Any]:
-        """(True, fn()) or, if it raised, (False, None) with the violation recorded."""
+        """(True, fn()) or, if it raised, (False, None) with the violation recorded.
+
+        Failures of one method with one type of exception are one violation,
+        however many inputs set them off.
+        """
         try:
             return True, fn()
         except Exception as exc:
-            detail = describe(exc, 80)
-            self.expect(False, f"{what} raised {type(exc).__name__}: {detail}", key or what)
+            method = (key or what).split("(", 1)[0]
+            self.expect(
+                False,
+                f"{what} raised {type(exc).__name__}: {describe(exc, 80)}",
+                f"raised-{method}-{type(exc).__name__}",
+            )
             return False, None
 
     def prompts(self, what: str, problems: Sequence[Any]) -> list[str] | None:
+        """The problems' prompts as comparable strings, each checked: text or a conversation."""
         ok, prompts = self.call(
             f"make_prompt on a problem of {what}",
             lambda: [self.adapter.make_prompt(p) for p in problems],
             key="make_prompt",
         )
         if ok and self.expect(
-            all(isinstance(p, str) and p for p in prompts),
-            f"make_prompt must return a non-empty str (got {shown(prompts[:2])} for {what})",
+            all(is_prompt(p) for p in prompts),
+            "make_prompt must return a non-empty str or a non-empty list of "
+            f"{{'role', 'content'}} messages (got {shown(prompts[:2])} for {what})",
             key="make_prompt-type",
         ):
-            return list(prompts)
+            return [prompt_key(p) for p in prompts]
         return None
 
     # -- problems -----------------------------------------------------------------
@@ -148,138 +183,6 @@ class Checker:
             f"training never draws{advice}",
         )
         return list(problems)
-
-    # -- rewards --------------------------------------------------------------------
-
-    def rewards(self, problems: Sequence[Any], others: Sequence[Any]) -> None:
-        """The reference earns the maximum; wrong text earns less; nothing raises."""
-        for problem in problems:
-            ok, prompt = self.call("make_prompt", partial(self.adapter.make_prompt, problem))
-            where = shown(prompt, 40) if ok else "a problem"
-            ok, ref = self.call(
-                f"reference_completion({where})",
-                partial(self.adapter.reference_completion, problem),
-                key="reference_completion",
-            )
-            if not ok or not self.expect(
-                isinstance(ref, str),
-                f"reference_completion({where}) must return a str (got {shown(ref)})",
-                key="reference-type",
-            ):
-                continue
-            best = self._reward(ref, problem, "the reference completion", where)
-            if best is None:
-                continue
-            for stop in self.task.stop:
-                self.expect(
-                    stop not in ref,
-                    f"reference_completion({where}) = {shown(ref)} contains the stop sequence "
-                    f"{stop!r}, so sampling would stop before it ends",
-                    key=f"stop-in-reference-{stop}",
-                )
-                with_stop = self._reward(ref + stop, problem, f"the reference + {stop!r}", where)
-                self.expect(
-                    with_stop is None or with_stop == best,
-                    f"compute_reward(reference + {stop!r}, {where}) = {with_stop} but the "
-                    f"reference alone earns {best}: the stop that ends a completion must not "
-                    "change its reward",
-                    key=f"stop-reward-{stop}",
-                )
-            wrong = [*WRONG, self._other_reference(problem, ref, others)]
-            scores = [self._reward(w, problem, f"a wrong answer {shown(w)}", where) for w in wrong]
-            self.expect(
-                any(s is not None and s < best for s in scores),
-                f"compute_reward gave every wrong completion tried ({shown(wrong)}) the "
-                f"reference's reward {best} on {where}: it cannot tell right from wrong",
-                key="wrong-not-less",
-            )
-            texts = [*ADVERSARIAL, *((f"random text {t!r:.20}", t) for t in random_texts(12))]
-            for label, text in texts:
-                score = self._reward(text, problem, label, where)
-                self.expect(
-                    score is None or score <= best,
-                    f"compute_reward({label}, {where}) = {score} beats the reference's "
-                    f"{best}: the reference completion must earn the maximum",
-                    key=f"beats-{label}",
-                )
-            self.evaluate(best, self.seen)
-        self.evaluate(None, self.seen)  # whatever happened above, evaluate's range is checked
-
-    def _reward(self, text: str, problem: Any, label: str, where: str) -> float | None:
-        what = f"compute_reward({label}, {where})"
-        ok, value = self.call(what, lambda: self.adapter.compute_reward(text, problem), key=label)
-        if ok and self.expect(
-            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
-            f"{what} returned {shown(value)}: a reward must be a finite float",
-            key=f"finite-{label}",
-        ):
-            self.seen.append(float(value))
-            return float(value)
-        return None
-
-    def _other_reference(self, problem: Any, ref: str, others: Sequence[Any]) -> str:
-        for other in others:
-            try:
-                text = self.adapter.reference_completion(other)
-            except Exception:
-                continue  # reported where it is checked
-            if isinstance(text, str) and text != ref:
-                return text
-        return ref + "0"
-
-    def evaluate(self, best: float | None, seen: Sequence[float]) -> None:
-        """evaluate stays in [0, 1], and counts the reference's reward as fully correct."""
-        for rewards in ([], [0.0], [1.0, 0.0, 0.5], list(seen)):
-            what = f"evaluate({shown(rewards)})"
-            ok, value = self.call(what, partial(self.adapter.evaluate, rewards), key="evaluate")
-            self.expect(
-                not ok
-                or (isinstance(value, int | float) and math.isfinite(value) and 0 <= value <= 1),
-                f"{what} = {shown(value)}: an accuracy must be a number in [0, 1]",
-                key="evaluate-range",
-            )
-        if best is None:
-            return
-        ok, full = self.call("evaluate", partial(self.adapter.evaluate, [best] * 4), key="evaluate")
-        self.expect(
-            not ok or full == 1.0,
-            f"the reference completion earns {best}, which evaluate([{best}] * 4) scores "
-            f"{shown(full)}, not 1.0: reference_completion must return a fully correct "
-            "answer, and evaluate must count the maximum reward as correct",
-            key="evaluate-reference",
-        )
-
-    # -- learning -------------------------------------------------------------------
-
-    def learning(self) -> None:
-        """20 steps on the fake backend raise accuracy by at least 10 points."""
-        from mathrl.config import TrainConfig
-        from mathrl.loop import run_grpo
-        from mathrl_fakes import ByteTokenizer, FakeBackend
-
-        config = TrainConfig(steps=20, batch=8, group=4)
-        max_tokens = self.task.max_tokens
-        stop = self.task.stop[0] if self.task.stop else ""
-        for problem in self.adapter.build_dataset(0, 1, 3):
-            ref = self.adapter.reference_completion(problem)
-            needed = len(ByteTokenizer().encode(ref + stop)) + 1
-            if not self.expect(
-                needed <= max_tokens,
-                f"reference_completion({shown(self.adapter.make_prompt(problem), 40)}) with "
-                f"its stop and end-of-sequence takes {needed} tokens on the fake backend's byte "
-                f"tokenizer, more than max_tokens={max_tokens}",
-            ):
-                return
-        with tempfile.TemporaryDirectory(prefix="mathrl-check-") as folder:
-            backend = FakeBackend.for_run(self.task, config, checkpoint_dir=Path(folder))
-            result = run_grpo(backend, self.task, config)
-        accuracy = [m.accuracy for m in result.steps]
-        start, end = sum(accuracy[:5]) / 5, sum(accuracy[-5:]) / 5
-        self.expect(
-            end >= start + 0.10,
-            f"a 20-step run on the fake backend did not learn: accuracy went from {start:.1%} "
-            f"(steps 1-5) to {end:.1%} (steps 16-20); it must rise by at least 10 points",
-        )
 
 
 def _count(value: Any) -> str:

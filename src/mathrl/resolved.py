@@ -1,0 +1,182 @@
+"""`Task`: an adapter with every optional member resolved, and the calls the loop makes on it.
+
+For: the loop, the fake backend and `check_adapter`, which never ask an
+adapter whether it has a member: `as_task` checks each optional member once
+and fills in its documented default (`mathrl.adapter.Adapter`). Not for: the
+contract itself (`mathrl.adapter`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from mathrl.adapter import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_STOP,
+    HELDOUT_STEP,
+    Adapter,
+    AdapterError,
+    Prompt,
+)
+from mathrl.text import shown
+
+P = TypeVar("P")
+
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""What a task name may be: it goes into file names and checkpoint names."""
+REQUIRED = (
+    "build_dataset",
+    "make_prompt",
+    "compute_reward",
+    "reference_completion",
+    "evaluate",
+)
+OPTIONAL_METHODS = ("heldout_dataset", "compute_group_rewards", "wrong_completions")
+
+
+@dataclass(frozen=True, slots=True)
+class Task(Generic[P]):
+    """An adapter with every optional member resolved: its own, or the default."""
+
+    adapter: Adapter[P]
+    name: str
+    stop: tuple[str, ...] | None
+    """The declared stop sequences; None: the default, which depends on the prompt."""
+    max_tokens: int
+    identity: str
+    """`module:QualifiedClass` of the adapter, for run records and messages."""
+    version: str = ""
+    """The declared version, or a hash of the source of the adapter's module."""
+    chat_template_options: Mapping[str, Any] = field(default_factory=dict)
+    mask_truncated: bool = False
+
+    @property
+    def declares_heldout(self) -> bool:
+        """True when the adapter has its own `heldout_dataset`."""
+        return callable(getattr(self.adapter, "heldout_dataset", None))
+
+    @property
+    def rewards_groups(self) -> bool:
+        """True when the adapter scores whole groups (`compute_group_rewards`)."""
+        return callable(getattr(self.adapter, "compute_group_rewards", None))
+
+    def stop_for(self, prompt: Prompt) -> tuple[str, ...]:
+        """The stop sequences of a completion of `prompt`."""
+        if self.stop is not None:
+            return self.stop
+        return DEFAULT_STOP if isinstance(prompt, str) else ()
+
+    def heldout(self, seed: int, size: int) -> list[P]:
+        """The task's held-out problems (see `Adapter`'s optional members)."""
+        own: Callable[[int, int], list[P]] | None = getattr(self.adapter, "heldout_dataset", None)
+        if own is not None:
+            return own(seed, size)
+        return self.adapter.build_dataset(seed, HELDOUT_STEP, size)
+
+    def wrong_completions(self, problem: P) -> Sequence[str]:
+        """The adapter's plausible wrong answers for `problem` (none by default)."""
+        own: Callable[[P], Sequence[str]] | None = getattr(self.adapter, "wrong_completions", None)
+        return own(problem) if own is not None else ()
+
+    def training_prompts(self, seed: int, steps: int, batch: int) -> set[str]:
+        """The prompts (as `prompt_key`s) of training steps 1 to `steps` at `batch` a step.
+
+        Held-out problems must avoid these: the loop leaves out those that do
+        not, and `mathrl.testing` reports them.
+        """
+        make_prompt = self.adapter.make_prompt
+        return {
+            prompt_key(make_prompt(p))
+            for step in range(1, steps + 1)
+            for p in self.adapter.build_dataset(seed, step, batch)
+        }
+
+
+def prompt_key(prompt: Prompt) -> str:
+    """A prompt as one string, to compare prompts: the text, or the conversation's turns."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\x00".join(f"{m.get('role', '')}\x01{m.get('content', '')}" for m in prompt)
+
+
+def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
+    """Resolve an adapter's optional members; raise AdapterError for malformed ones."""
+    if isinstance(adapter, Task):
+        return adapter
+    cls = type(adapter)
+    label = cls.__name__
+    missing = [m for m in REQUIRED if not callable(getattr(adapter, m, None))]
+    if missing:
+        raise AdapterError(
+            f"{label} is not an adapter: it has no {', '.join(missing)} "
+            f"(an adapter needs {', '.join(REQUIRED)})"
+        )
+    name = getattr(adapter, "name", None)
+    if name is None:
+        name = re.sub(r"[^A-Za-z0-9_.-]", "-", cls.__name__).lstrip("_.-")[:64] or "task"
+    elif not (isinstance(name, str) and TASK_NAME.fullmatch(name)):
+        raise AdapterError(
+            f"{label}.name must be 1 to 64 characters from A-Z a-z 0-9 _ . -, "
+            f"starting with a letter or digit (got {shown(name)})"
+        )
+    stop = getattr(adapter, "stop", None)
+    if stop is not None and not (
+        isinstance(stop, tuple | list) and all(isinstance(s, str) and s for s in stop)
+    ):
+        raise AdapterError(
+            f"{label}.stop must be a tuple of non-empty strings, e.g. ('\\n',) "
+            f"or () (got {shown(stop)})"
+        )
+    max_tokens = getattr(adapter, "max_tokens", DEFAULT_MAX_TOKENS)
+    if not (isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1):
+        raise AdapterError(f"{label}.max_tokens must be an integer >= 1 (got {shown(max_tokens)})")
+    for method in OPTIONAL_METHODS:
+        value = getattr(adapter, method, None)
+        if value is not None and not callable(value):
+            raise AdapterError(f"{label}.{method} must be a method (got {shown(value)})")
+    version = getattr(adapter, "version", None)
+    if version is not None and not (isinstance(version, str) and 0 < len(version) <= 200):
+        raise AdapterError(f"{label}.version must be a non-empty string (got {shown(version)})")
+    options = getattr(adapter, "chat_template_options", {})
+    if not (isinstance(options, Mapping) and all(isinstance(k, str) for k in options)):
+        raise AdapterError(
+            f"{label}.chat_template_options must map option names to values, e.g. "
+            f"{{'enable_thinking': False}} (got {shown(options)})"
+        )
+    mask = getattr(adapter, "mask_truncated", False)
+    if not isinstance(mask, bool):
+        raise AdapterError(f"{label}.mask_truncated must be True or False (got {shown(mask)})")
+    identity = f"{cls.__module__}:{cls.__qualname__}"
+    return Task(
+        adapter,
+        name,
+        tuple(stop) if stop is not None else None,
+        max_tokens,
+        identity,
+        version if version is not None else _source_hash(cls),
+        dict(options),
+        mask,
+    )
+
+
+def _source_hash(cls: type) -> str:
+    """8 hex digits of the source of the modules that define `cls` and its bases.
+
+    The module, not just the class: a task's helpers and constants (its
+    held-out split, say) change what it trains on as much as its methods do.
+    """
+    sources = []
+    for module in dict.fromkeys(k.__module__ for k in cls.__mro__):
+        if module in ("builtins", "typing", "abc"):
+            continue
+        try:
+            sources.append(inspect.getsource(sys.modules[module]))
+        except (KeyError, OSError, TypeError):  # made in a REPL: its name stands in
+            sources.append(module)
+    return hashlib.blake2b("\n".join(sources).encode(), digest_size=4).hexdigest()

@@ -1,0 +1,162 @@
+"""Conversation prompts: the fake's chat template, a real Hugging Face one, and a chat task."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given
+
+import strategies as st_
+from mathrl.adapter import Message, Response
+from mathrl.config import TrainConfig
+from mathrl.loop import run_grpo
+from mathrl.resolved import as_task
+from mathrl.rollout import prompt_tokens, sample_params
+from mathrl.service.hf_tokenizer import HFTokenizer, stop_sequences
+from mathrl.testing import check_adapter
+from mathrl_fakes import ByteTokenizer, FakeBackend
+
+TOK = ByteTokenizer()
+EOS = TOK.eos_token_id
+
+
+class ChatSum:
+    """Add two numbers, asked in a conversation; the answer is the assistant's whole turn."""
+
+    name = "chat-sum"
+    max_tokens = 8
+
+    def build_dataset(self, seed: int, step: int, size: int) -> list[tuple[int, int]]:
+        rng = random.Random(f"chat-sum/{seed}/{step}")
+        return [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(size)]
+
+    def make_prompt(self, problem: tuple[int, int]) -> list[Message]:
+        a, b = problem
+        return [
+            {"role": "system", "content": "Answer with the number only."},
+            {"role": "user", "content": f"What is {a} + {b}?"},
+        ]
+
+    def compute_reward(self, completion: Response, problem: tuple[int, int]) -> float:
+        # Full marks only for the number alone, at the end of the turn.
+        right = completion.strip() == str(sum(problem))
+        return 1.0 if right and completion.ended == "end_of_turn" else 0.0
+
+    def reference_completion(self, problem: tuple[int, int]) -> str:
+        return str(sum(problem))
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r == 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+def test_the_fakes_chat_template_worked_example() -> None:
+    # Each turn: role, newline, content, EOS; then the assistant's turn opens.
+    messages = [{"role": "user", "content": "hi"}]
+    assert TOK.render_chat(messages, {}) == [*b"user\nhi", EOS, *b"assistant\n"]
+    assert TOK.end_of_turn_id == EOS
+    with pytest.raises(ValueError, match="takes no options \\(got enable_thinking\\)"):
+        TOK.render_chat(messages, {"enable_thinking": False})
+
+
+@given(st_.messages)
+def test_no_text_forges_a_turn_boundary(messages: list[dict[str, str]]) -> None:
+    tokens = TOK.render_chat(messages, {})
+    # One EOS a message, each right after that message's content: never inside text.
+    assert tokens.count(EOS) == len(messages)
+    assert tokens[-len(b"assistant\n") :] == list(b"assistant\n")
+
+
+def test_a_chat_task_stops_at_the_end_of_its_turn_and_learns_on_the_fake() -> None:
+    task = as_task(ChatSum())
+    prompt = task.adapter.make_prompt((2, 3))
+    assert not isinstance(prompt, str)
+    assert task.stop_for(prompt) == ()
+    params = sample_params(task, TrainConfig(), prompt, seed=1)
+    assert (params.stop, params.end_of_turn) == ((), True)
+    assert prompt_tokens(TOK, task, prompt) == TOK.render_chat(prompt, {})
+    assert check_adapter(ChatSum(), learns=True).startswith("task 'chat-sum'")
+
+
+def test_a_chat_task_trains_through_the_loop(tmp_path: Any) -> None:
+    config = TrainConfig(steps=20, batch=8, group=4)
+    backend = FakeBackend.for_run(ChatSum(), config, checkpoint_dir=tmp_path)
+    accuracy = [m.accuracy for m in run_grpo(backend, ChatSum(), config).steps]
+    assert sum(accuracy[-5:]) / 5 >= sum(accuracy[:5]) / 5 + 0.2
+
+
+# -- a real Hugging Face tokenizer, built offline ---------------------------------------
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}"
+)
+"""Qwen's ChatML, with Qwen3's switch for thinking."""
+
+
+@pytest.fixture(scope="module")
+def chatml() -> Any:
+    """A byte-level BPE tokenizer with ChatML special tokens and template: no hub, no files."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    bpe = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+        chat_template=CHATML,
+    )
+
+
+def test_a_real_chat_template_renders_the_prompt_and_ends_turns(chatml: Any) -> None:
+    tokenizer = HFTokenizer(chatml)
+    messages = [{"role": "user", "content": "héllo"}]
+    tokens = tokenizer.render_chat(messages, {})
+    assert chatml.decode(tokens) == "<|im_start|>user\nhéllo<|im_end|>\n<|im_start|>assistant\n"
+    thinking_off = tokenizer.render_chat(messages, {"enable_thinking": False})
+    assert chatml.decode(thinking_off).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    im_end = chatml.convert_tokens_to_ids("<|im_end|>")
+    assert tokenizer.end_of_turn_id == im_end != tokenizer.eos_token_id
+    # Sampling a conversation stops at end-of-turn as well as at EOS, named as ids or text.
+    assert stop_sequences((), tokenizer, end_of_turn=True) == [tokenizer.eos_token_id, im_end]
+    assert stop_sequences(("END",), tokenizer, end_of_turn=True) == [
+        "END", "<|endoftext|>", "<|im_end|>"
+    ]  # fmt: skip
+    assert stop_sequences((), tokenizer) == [tokenizer.eos_token_id]
+
+
+def test_the_reward_sees_the_assistants_text_without_the_end_of_turn(chatml: Any) -> None:
+    from mathrl.rewards import response_of
+
+    tokenizer = HFTokenizer(chatml)
+    answer = [*chatml.encode("5"), tokenizer.end_of_turn_id]
+    response = response_of(tokenizer, answer, (), chat=True)
+    assert (str(response), response.ended) == ("5", "end_of_turn")
+
+
+def test_a_tokenizer_without_a_chat_template_refuses_conversations(chatml: Any) -> None:
+    from mathrl.backend import BackendError
+
+    plain = chatml.__class__(tokenizer_object=chatml.backend_tokenizer, eos_token="<|endoftext|>")
+    tokenizer = HFTokenizer(plain)
+    assert tokenizer.end_of_turn_id == tokenizer.eos_token_id
+    with pytest.raises(BackendError, match="has no chat template"):
+        tokenizer.render_chat([{"role": "user", "content": "hi"}], {})
+
+
+def test_a_chat_task_runs_over_the_fake_mint_sdk() -> None:
+    # The fake SDK's tokenizer renders the fake's chat template, so MintBackend runs chat tasks.
+    from fake_mint import FakeHFTokenizer
+
+    hf = HFTokenizer(FakeHFTokenizer())
+    messages = [{"role": "user", "content": "hi"}]
+    assert hf.render_chat(messages, {}) == TOK.render_chat(messages, {})
+    assert hf.end_of_turn_id == EOS

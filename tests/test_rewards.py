@@ -1,0 +1,210 @@
+"""From sampled tokens to rewards: how a completion ended, reward parts, group rewards, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import strategies as st_
+from mathrl.adapter import Response, Reward
+from mathrl.resolved import as_task
+from mathrl.rewards import TaskError, response_of, reward_total, rewards_of
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl_fakes import ByteTokenizer
+
+TOK = ByteTokenizer()
+EOS = TOK.eos_token_id
+
+
+# -- how a completion ended -----------------------------------------------------------
+
+
+def test_how_a_completion_ended_worked_examples() -> None:
+    # " 42\n" then nothing: the stop "\n" ended it, and stays in the text.
+    assert response_of(TOK, TOK.encode(" 42\n"), ("\n",), chat=False) == " 42\n"
+    stopped = response_of(TOK, TOK.encode(" 42\n"), ("\n",), chat=False)
+    assert (stopped.ended, stopped.stop, stopped.text) == ("stop", "\n", " 42")
+    # EOS after " 42": it ended the sequence, and is not part of the text.
+    ended = response_of(TOK, [*TOK.encode(" 42"), EOS], ("\n",), chat=False)
+    assert (str(ended), ended.ended, ended.stop) == (" 42", "end_of_sequence", None)
+    # The same token ends a conversation's turn (the fake's EOS is its end-of-turn too).
+    turn = response_of(TOK, [*TOK.encode("42"), EOS], (), chat=True)
+    assert (str(turn), turn.ended) == ("42", "end_of_turn")
+    # No stop, no EOS: the token limit cut it off.
+    cut = response_of(TOK, TOK.encode(" 4"), ("\n",), chat=False)
+    assert (str(cut), cut.ended, cut.text) == (" 4", "length", " 4")
+
+
+@given(st_.unicode_text, st_.stop_strings, st.booleans())
+def test_a_completion_ends_at_a_stop_at_eos_or_at_the_limit(
+    text: str, stops: tuple[str, ...], chat: bool
+) -> None:
+    with_eos = response_of(TOK, [*TOK.encode(text), EOS], stops, chat)
+    assert with_eos.ended == ("end_of_turn" if chat else "end_of_sequence")
+    assert str(with_eos) == TOK.decode(TOK.encode(text))
+    response = response_of(TOK, TOK.encode(text), stops, chat)
+    if response.ended == "stop":
+        assert response.stop in stops
+        assert str(response).endswith(response.stop)
+        assert response.text + response.stop == str(response)
+    else:
+        assert response.ended == "length"
+        assert not any(str(response).endswith(s) for s in stops)
+
+
+@given(st_.unicode_text, st_.endings)
+def test_a_response_is_its_text(text: str, ended: Any) -> None:
+    response = Response(text, ended)
+    assert response == text
+    assert isinstance(response, str)
+    assert response.text == text
+    assert repr(response) == repr(text)
+    assert response.ended == ended
+
+
+# -- reward parts ---------------------------------------------------------------------
+
+
+def test_reward_parts_worked_examples() -> None:
+    assert reward_total(0.5) == (0.5, {})
+    assert reward_total(1) == (1.0, {})
+    # correct 1.0 + format 0.25 = 1.25
+    assert reward_total({"correct": 1.0, "format": 0.25}) == (
+        1.25,
+        {"correct": 1.0, "format": 0.25},
+    )
+    for not_a_reward in (True, "1", None, {"x": "1"}, {1: 1.0}, {"ok": False}, [1.0]):
+        assert reward_total(not_a_reward) is None
+
+
+@given(st_.reward_parts)
+def test_the_total_of_named_parts_is_their_sum(parts: dict[str, float]) -> None:
+    total = reward_total(parts)
+    assert total is not None
+    assert total == (math.fsum(parts.values()), parts)
+
+
+# -- calling the task's reward ----------------------------------------------------------
+
+
+class Counting(MathAdapter):
+    """Counts its calls; the same response to one problem must be scored once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        self.calls += 1
+        return super().compute_reward(completion, problem)
+
+
+def test_identical_responses_are_scored_once_and_parts_are_summed() -> None:
+    adapter = Counting()
+    problem = AdditionProblem(40, 2)
+    same = [Response(" 42\n", "stop", "\n")] * 3
+    scores = asyncio.run(
+        rewards_of(as_task(adapter), [problem], [[*same, Response(" 4", "length")]])
+    )
+    assert scores.rewards_P_G == [[1.0, 1.0, 1.0, 0.0]]
+    assert scores.parts_P_G == [[{}, {}, {}, {}]]
+    assert adapter.calls == 2
+
+
+class Parts(MathAdapter):
+    def compute_reward(  # type: ignore[override]  # parts, where the addition task has a number
+        self, completion: str, problem: AdditionProblem
+    ) -> Reward:
+        return {"correct": super().compute_reward(completion, problem), "format": 0.25}
+
+
+def test_a_reward_in_parts_trains_on_their_sum() -> None:
+    problem = AdditionProblem(40, 2)
+    responses = [Response(" 42\n", "stop", "\n"), Response(" 7\n", "stop", "\n")]
+    scores = asyncio.run(rewards_of(as_task(Parts()), [problem], [responses]))
+    # 1.0 + 0.25 and 0.0 + 0.25
+    assert scores.rewards_P_G == [[1.25, 0.25]]
+    assert scores.parts_P_G == [
+        [{"correct": 1.0, "format": 0.25}, {"correct": 0.0, "format": 0.25}]
+    ]
+
+
+class Ranking(MathAdapter):
+    """A group reward: each response's rank by length, 0 for the shortest."""
+
+    seen: ClassVar[list[int]] = []
+
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        Ranking.seen.append(len(responses))
+        order = sorted(range(len(responses)), key=lambda i: (len(responses[i]), i))
+        return [float(order.index(i)) for i in range(len(responses))]
+
+
+class AsyncRanking(Ranking):
+    async def compute_group_rewards(  # type: ignore[override]
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        await asyncio.sleep(0)
+        return super().compute_group_rewards(responses, problem)
+
+
+@pytest.mark.parametrize("adapter", [Ranking(), AsyncRanking()])
+def test_a_group_reward_scores_each_group_at_once(adapter: MathAdapter) -> None:
+    problems = [AdditionProblem(1, 1), AdditionProblem(2, 2)]
+    groups = [[Response("ccc"), Response("a"), Response("bb")], [Response("x")]]
+    Ranking.seen.clear()
+    scores = asyncio.run(rewards_of(as_task(adapter), problems, groups))
+    assert scores.rewards_P_G == [[2.0, 0.0, 1.0], [0.0]]
+    assert Ranking.seen == [3, 1]
+
+
+class Raising(MathAdapter):
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        return float(int(completion))
+
+
+class GroupRaising(Ranking):
+    async def compute_group_rewards(  # type: ignore[override]
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        raise RuntimeError("the judge is down")
+
+
+class TooFew(Ranking):
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        return [1.0]
+
+
+class Infinite(MathAdapter):
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        return math.inf
+
+
+@pytest.mark.parametrize(
+    ("adapter", "message"),
+    [
+        (Raising(), r"^task 'addition' failed: compute_reward raised ValueError: invalid literal "
+                    r"for int\(\) with base 10: ' forty-two' \(on ' forty-two'\)$"),
+        (GroupRaising(), r"^task 'addition' failed: compute_group_rewards raised RuntimeError: "
+                         r"the judge is down \(on \[' forty-two', ' 42\\n'\]\)$"),
+        (TooFew(), r"^task 'addition' failed: compute_group_rewards raised ValueError: it must "
+                   r"return 2 rewards, one each \(got \[1\.0\]\)"),
+        (Infinite(), r"^task 'addition' failed: compute_reward raised ValueError: a reward must be "
+                     r"finite: a number or named numbers \(got inf\)"),
+    ],
+)  # fmt: skip
+def test_a_task_that_fails_raises_one_line_naming_it(adapter: MathAdapter, message: str) -> None:
+    responses = [Response(" forty-two", "length"), Response(" 42\n", "stop", "\n")]
+    with pytest.raises(TaskError, match=message) as excinfo:
+        asyncio.run(rewards_of(as_task(adapter), [AdditionProblem(40, 2)], [responses]))
+    assert "\n" not in str(excinfo.value)
+    assert excinfo.value.task_identity.endswith(f":{type(adapter).__qualname__}")
