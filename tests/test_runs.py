@@ -21,10 +21,10 @@ from cli_process import run_main, user_env
 from mathrl.cli.commands import main
 from mathrl.cli.run_folder import read_jsonl, read_run
 from mathrl.config import TrainConfig
+from mathrl.evaluation import GUARDED_PROBLEMS, evaluation_set
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import EvalMetrics, Observer
 from mathrl.resolved import as_task
-from mathrl.rollout import GUARDED_PROBLEMS, evaluation_set
 from mathrl.tasks.addition import MathAdapter, pools
 from mathrl_fakes import FakeBackend, RecordingBackend
 from virtual_clock import run_virtual
@@ -225,8 +225,18 @@ def test_the_held_out_guard_draws_a_bounded_number_of_training_problems() -> Non
             return super().build_dataset(seed, step, size)
 
     config = TrainConfig(steps=1_000_000, batch=32_768, group=2, eval_every=1, eval_problems=5)
-    kept, left_out = evaluation_set(as_task(Counting()), config)
-    assert len(kept) + left_out == 5
+    kept, warnings = evaluation_set(as_task(Counting()), config)
+    left_out = 5 - len(kept)
+    assert (
+        warnings[:1]
+        == [
+            f"{left_out} of 5 held-out problems of task 'Counting' are also training problems of "
+            "this run and were left out of evaluation; declare heldout_dataset on the task to avoid "
+            "this"
+        ]
+        if left_out
+        else warnings == []
+    )
     assert Counting.drawn <= GUARDED_PROBLEMS + 32_768 + 5
 
 

@@ -20,6 +20,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -83,7 +84,8 @@ class FakeSampler:
             request_key = f"unseeded-{self._unseeded[prompt]}"
         else:
             request_key = f"seed-{params.seed}"
-        key = f"{self._backend.seed}/{self.name}/{request_key}/{','.join(map(str, prompt))}"
+        weights = sampling_name(self.name)
+        key = f"{self._backend.seed}/{weights}/{request_key}/{','.join(map(str, prompt))}"
         model = self._backend.model
         return await self._backend.call(
             "sample", lambda: model.sample(self.theta, prompt, key, num_samples, params)
@@ -282,6 +284,25 @@ class FakeBackend(ServiceCalls):
         except (TypeError, ValueError) as exc:
             raise BackendError(f"{path!r} holds no usable weights ({exc})") from None
         return FakeSampler(self, str(payload.get("name")), theta)
+
+
+CODE_SEGMENT = re.compile(r"-[0-9a-f]{8}(?=-(step|state)[0-9]+$)")
+
+
+def sampling_name(name: str) -> str:
+    """The checkpoint's name as the fake's randomness sees it: less the task's code version.
+
+    mathrl's names end `-<fingerprint>-<code>-step<N>`. The code version is
+    there so an edited task never overwrites its old checkpoints; what the
+    fake samples from given weights should not change with it, so the same
+    settings keep drawing the same samples across edits of a task's code.
+    """
+    if CHECKPOINT_TWO_HEX.search(name):
+        return CODE_SEGMENT.sub("", name, count=1)
+    return name
+
+
+CHECKPOINT_TWO_HEX = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{8}-(step|state)[0-9]+$")
 
 
 def _check_name(name: str) -> None:

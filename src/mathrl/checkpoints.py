@@ -5,9 +5,10 @@ names (`Saved: ...`), fingerprints run folders, and refuses to sample a
 checkpoint with another task. Not for: where checkpoints are stored (the
 backend decides) or what they hold.
 
-A name reads `<task>-seed<seed>-<fingerprint>-step<N>` (sampler weights) or
-`...-state<N>` (weights and optimizer state), N zero-padded to 7 digits so the
-names sort by step. The same task and training settings give the same names,
+A name reads `<task>-seed<seed>-<fingerprint>-<code>-step<N>` (sampler
+weights) or `...-state<N>` (weights and optimizer state): the fingerprint of
+the training settings, the task's code version, and N zero-padded to 7 digits
+so the names sort by step. The same task and training settings give the same names,
 so a rerun or a resumed run prints the same `Saved:` line; runs that would
 train differently never share a name.
 """
@@ -26,28 +27,42 @@ P = TypeVar("P")
 Kind = Literal["sampler", "state"]
 
 CHECKPOINT_NAME = re.compile(
-    r"(?P<task>[A-Za-z0-9][A-Za-z0-9_.-]*)-seed[0-9]+-[0-9a-f]{8}-(step|state)[0-9]+"
+    r"(?P<task>[A-Za-z0-9][A-Za-z0-9_.-]*)-seed[0-9]+-[0-9a-f]{8}(-[0-9a-f]{8})?-(step|state)[0-9]+"
 )
+"""A checkpoint name; names from before the code version (one hex segment) match too."""
 
 
 def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
     """8 hex digits that change with the task and every setting the loop trains with.
 
     The base model and LoRA rank are the backend's, not the loop's: MinT scopes
-    each checkpoint path by its training run, and the fake has one model.
+    each checkpoint path by its training run, and the fake has one model. The
+    task's code is `code_version`, apart.
     """
     max_tokens = config.max_tokens if config.max_tokens is not None else task.max_tokens
-    settings = (
+    settings: tuple[object, ...] = (
         task.name, task.identity, task.stop, max_tokens,
         config.batch, config.group, config.lr, config.temperature, config.seed,
         config.max_steps_off_policy,
     )  # fmt: skip
+    options = sorted(task.chat_template_options.items())
+    if options or task.mask_truncated or config.mask_truncated:  # settings added later
+        settings += (options, task.mask_truncated or config.mask_truncated)
     return hashlib.blake2b(repr(settings).encode(), digest_size=4).hexdigest()
 
 
+def code_version(task: Task[P]) -> str:
+    """8 hex digits of the task's `version` (by default a hash of its module's source).
+
+    Part of every checkpoint name: editing a task gives its runs new names
+    rather than overwriting the old ones.
+    """
+    return hashlib.blake2b(task.version.encode(), digest_size=4).hexdigest()
+
+
 def run_name(task: Task[P], config: TrainConfig) -> str:
-    """The prefix of a run's checkpoint names: task, seed and fingerprint."""
-    return f"{task.name}-seed{config.seed}-{run_fingerprint(task, config)}"
+    """The prefix of a run's checkpoint names: task, seed, settings and code."""
+    return f"{task.name}-seed{config.seed}-{run_fingerprint(task, config)}-{code_version(task)}"
 
 
 def checkpoint_name(task: Task[P], config: TrainConfig, step: int, kind: Kind = "sampler") -> str:

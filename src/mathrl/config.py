@@ -65,6 +65,7 @@ RULES: dict[str, Rule] = {
     "eval_every": int_in(0, 1_000_000),
     "eval_problems": int_in(1, 10_000),
     "save_every": int_in(1, 1_000_000),
+    "mask_truncated": Rule("true or false", lambda v: isinstance(v, bool)),
     "adapter": Rule(
         "module:Class, e.g. mymod:MyTask", lambda s: 0 < len(s) <= 500 and s.count(":") == 1
     ),

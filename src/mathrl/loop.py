@@ -1,8 +1,9 @@
 """The GRPO loop: `run_grpo` runs `mathrl.step.grpo_step` for real, scheduled.
 
 Read `mathrl.step.grpo_step` first: it is the algorithm, one plain on-policy
-step. Nothing here changes what a step computes. Around the same step this
-module adds, each in one place of `_Run`:
+step. Nothing here changes what a step computes, and nothing here prints (the
+loop reports to an `Observer`). Around the same step it adds, each in one
+place of `_Run`:
 
 - pipelining (`_submit_update`): the training calls and the saves are
   submitted back to back and awaited together, one round trip;
@@ -19,12 +20,8 @@ module adds, each in one place of `_Run`:
   the step in progress if its training was submitted, before it otherwise;
   `resume` continues from a saved state. No step is ever applied twice, and
   a resumed run draws the same problems and request seeds as an
-  uninterrupted one.
-
-The loop does no printing and no file I/O; it reports to an `Observer`.
-`tests/reference_loop.py` holds the same algorithm as the seed writes it,
-every call awaited in turn; the tests require `grpo_step` and `run_grpo` to
-train on exactly its datums.
+  uninterrupted one. A task that fails (`TaskError`) ends the run the same
+  way, with a state saved at the last step trained.
 """
 
 from __future__ import annotations
@@ -38,9 +35,11 @@ from mathrl.adapter import Adapter
 from mathrl.backend import Backend, Sampler, TrainResult
 from mathrl.checkpoints import Kind, Resume, checkpoint_name
 from mathrl.config import TrainConfig
+from mathrl.evaluation import evaluate, evaluation_set
 from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
 from mathrl.resolved import Task, as_task
-from mathrl.rollout import Rollout, evaluate, evaluation_set, rollout, step_metrics
+from mathrl.rewards import TaskError
+from mathrl.rollout import Rollout, rollout, step_metrics
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -97,13 +96,9 @@ class _Run(Generic[P]):
         self.off_policy = config.max_steps_off_policy > 0
         self.heldout: list[P] = []
         if config.eval_every:
-            self.heldout, left_out = evaluation_set(task, config)
-            if left_out:
-                observer.on_warning(
-                    f"{left_out} of {config.eval_problems} held-out problems of task "
-                    f"{task.name!r} are also training problems of this run and were left out "
-                    "of evaluation; declare heldout_dataset on the task to avoid this"
-                )
+            self.heldout, warnings = evaluation_set(task, config)
+            for warning in warnings:
+                observer.on_warning(warning)
         self.path = ""  # the latest sampler checkpoint
         self.state_path = ""
         self.state_step = -1
@@ -118,6 +113,7 @@ class _Run(Generic[P]):
         done = start
         metrics: list[StepMetrics] = []
         ended = self.clock()
+        in_flight: tuple[int, Rollout, _Update] | None = None
         try:
             for step in range(start + 1, config.steps + 1):
                 batch = await self._wait_or_stop(pending)
@@ -125,6 +121,7 @@ class _Run(Generic[P]):
                     break
                 last = step == config.steps
                 update = await self._submit_update(step, batch, last)
+                in_flight = step, batch, update
                 if self.off_policy and not last:
                     # Sample the next step now, from the weights before this update.
                     pending = self._start_rollout(step + 1)
@@ -132,7 +129,7 @@ class _Run(Generic[P]):
                 # only now, so that it never holds up this step's training.
                 await self._report_eval()
                 metrics.append(await self._finish_update(step, batch, update, ended))
-                ended, done = self.clock(), step
+                ended, done, in_flight = self.clock(), step, None
                 if update.sampler is not None and (not last or self._eval_due(step)):
                     self.sampler = await self.backend.create_sampler(self.path)
                     self.sampler_path = self.path
@@ -143,6 +140,15 @@ class _Run(Generic[P]):
                 if self.stop is not None and self.stop.is_set():
                     break
             await self._report_eval()  # the last step's, or one a stop came after
+        except TaskError:
+            # The task failed (its reward raised, say); the service did not. Keep what
+            # was trained: the update already submitted, then a state to resume from.
+            if in_flight is not None:
+                metrics.append(await self._finish_update(*in_flight, ended))
+                done = in_flight[0]
+            if self.state_step != done:
+                self._saved(done, "state", await (await self._save(done, "state")))
+            raise
         finally:
             # A failure mid-run must not leave requests running.
             pending.cancel()

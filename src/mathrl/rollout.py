@@ -1,4 +1,4 @@
-"""Sampling and scoring: the pieces of a step before training, and held-out evaluation.
+"""Sampling and scoring: the pieces of a step before training.
 
 Shape suffixes name the axes of nested data:
     _P  a problem in the step's batch
@@ -21,17 +21,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mathrl.adapter import EVAL_STEP, Prompt, Response
+from mathrl.adapter import Prompt, Response
 from mathrl.backend import Completion, SampleParams, Sampler, Tokenizer, TrainResult
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
-from mathrl.report import EvalMetrics, StepMetrics
-from mathrl.resolved import Task, prompt_key
+from mathrl.report import StepMetrics
+from mathrl.resolved import Task
 from mathrl.rewards import response_of, rewards_of
 
 P = TypeVar("P")
-GUARDED_PROBLEMS = 100_000
-"""How many training problems a default held-out set is compared with, at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,72 +217,6 @@ async def score(
         accuracy=task.adapter.evaluate([r for rewards_G in rewards_P_G for r in rewards_G]),
         constant_groups=sum(map(is_constant_group, rewards_P_G)),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    """Greedy completions of the held-out problems, and what they earned."""
-
-    responses_P: list[Response]
-    rewards_P: list[float]
-    parts_P: list[dict[str, float]]
-    accuracy: float
-
-    @property
-    def texts_P(self) -> list[str]:
-        return [str(r) for r in self.responses_P]
-
-    def metrics(self, step: int, sampler_path: str, seconds: float) -> EvalMetrics:
-        """This evaluation, as the run reports it after step `step`."""
-        n = len(self.rewards_P)
-        mean = sum(self.rewards_P) / n if n else 0.0
-        correct = round(self.accuracy * n)
-        parts = part_means(self.parts_P)
-        return EvalMetrics(step, self.accuracy, correct, n, mean, sampler_path, seconds, parts)
-
-
-async def evaluate(
-    tokenizer: Tokenizer,
-    sampler: Sampler,
-    task: Task[P],
-    config: TrainConfig,
-    problems: Sequence[P],
-    *,
-    greedy: bool = True,
-) -> Evaluation:
-    """One completion per held-out problem (greedy unless told not), all in flight at once."""
-    prompts_P = [task.adapter.make_prompt(p) for p in problems]
-    prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
-    params_P = [
-        sample_params(task, config, prompt, request_seed(config.seed, EVAL_STEP, i), greedy=greedy)
-        for i, prompt in enumerate(prompts_P)
-    ]
-    completions_P_G = await sample_all(sampler, prompts_P_T, 1, params_P)
-    responses_P_G = responses_of(tokenizer, task, prompts_P, completions_P_G)
-    scores = await rewards_of(task, problems, responses_P_G)
-    rewards_P = [r for (r,) in scores.rewards_P_G]
-    parts_P = [p for (p,) in scores.parts_P_G]
-    responses_P = [r for (r,) in responses_P_G]
-    return Evaluation(responses_P, rewards_P, parts_P, task.adapter.evaluate(rewards_P))
-
-
-def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], int]:
-    """The run's held-out problems, and how many of the task's held-out problems it left out.
-
-    A task that declares `heldout_dataset` keeps it apart from training
-    itself (`mathrl.testing` checks that). For one that does not, problems
-    whose prompt this run trains on are left out here, so evaluation stays
-    honest; the count says how many. Only the first GUARDED_PROBLEMS
-    training problems are drawn to compare: a run longer than that is
-    checked over its first steps only.
-    """
-    problems = task.heldout(config.seed, config.eval_problems)
-    if task.declares_heldout:
-        return problems, 0
-    steps = min(config.steps, max(1, GUARDED_PROBLEMS // config.batch))
-    training = task.training_prompts(config.seed, steps, config.batch)
-    kept = [p for p in problems if prompt_key(task.adapter.make_prompt(p)) not in training]
-    return kept, len(problems) - len(kept)
 
 
 def part_means(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:

@@ -53,6 +53,7 @@ from mathrl.cli.settings import (
 )
 from mathrl.cli.train import Plan, train
 from mathrl.config import ConfigError
+from mathrl.rewards import TaskError
 from mathrl.text import one_line, shown
 
 
@@ -220,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except BackendError as exc:
         _say(f"error: {one_line(worded(exc), 500)}")
+        return EXIT_FAILURE
+    except TaskError as exc:  # outside a run: `sample`, say
+        _say(f"error: {one_line(str(exc), 500)}")
+        _say(f"check the task with: python -m mathrl check-adapter {exc.task_identity}")
         return EXIT_FAILURE
     except RunFolderError as exc:
         _say(f"error: {one_line(str(exc), 500)}")

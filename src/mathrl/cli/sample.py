@@ -16,8 +16,8 @@ from mathrl.checkpoints import task_of_checkpoint
 from mathrl.cli.settings import api_key, base_url
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError
+from mathrl.evaluation import evaluate
 from mathrl.resolved import Task
-from mathrl.rollout import evaluate
 from mathrl.service.retry import Retrier, RetryingSampler
 from mathrl.text import shown
 

@@ -97,6 +97,17 @@ def _text(text: str) -> str:
     return text.strip()
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def parse_bool(text: str) -> bool:
+    """true/false, yes/no, on/off or 1/0, in any case."""
+    word = text.strip().lower()
+    if word not in (*_TRUE, *_FALSE):
+        raise ValueError(text)
+    return word in _TRUE
+
+
 # fmt: off
 SETTINGS: tuple[Setting, ...] = (
     Setting("steps", "--steps", "MINT_RL_STEPS", "GRPO steps", _int),
@@ -116,6 +127,9 @@ SETTINGS: tuple[Setting, ...] = (
             "held-out problems per evaluation", _int),
     Setting("save_every", "--save-every", "MINT_RL_SAVE_EVERY",
             "save the full training state every K steps (and at the end)", _int),
+    Setting("mask_truncated", "--mask-truncated", "MINT_RL_MASK_TRUNCATED",
+            "train on no completion cut off at the token limit (its reward still counts)",
+            parse_bool),
     Setting("adapter", "--adapter", "MINT_RL_ADAPTER", "the task, as module:Class", _text),
     Setting("base_model", "--base-model", "MINT_BASE_MODEL", "base model to train a LoRA on",
             _text),

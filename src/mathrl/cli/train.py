@@ -30,6 +30,7 @@ from mathrl.config import Config
 from mathrl.loop import run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, RunResult, StepMetrics
 from mathrl.resolved import Task
+from mathrl.rewards import TaskError
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
 
@@ -195,7 +196,7 @@ async def train(
                 result = await run_grpo_async(
                     backend, task, config.train, observer, resume=plan.resume, stop=stop
                 )
-            except BackendError as exc:
+            except (BackendError, TaskError) as exc:
                 return _failed(exc, latest, folder.path, out, speak)
             finally:
                 await backend.close()
@@ -206,9 +207,17 @@ async def train(
 
 
 def _failed(
-    exc: BackendError, latest: Latest, folder: Path, out: Stdout, say: Callable[[str], None]
+    exc: BackendError | TaskError,
+    latest: Latest,
+    folder: Path,
+    out: Stdout,
+    say: Callable[[str], None],
 ) -> int:
-    say(f"error: {worded(exc)}")
+    if isinstance(exc, TaskError):
+        say(f"error: {exc}")
+        say(f"check the task with: python -m mathrl check-adapter {exc.task_identity}")
+    else:
+        say(f"error: {worded(exc)}")
     if latest.sampler:
         out.line(f"Saved: {latest.sampler}")
     if latest.state_step >= 0:
