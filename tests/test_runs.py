@@ -227,16 +227,12 @@ def test_the_held_out_guard_draws_a_bounded_number_of_training_problems() -> Non
     config = TrainConfig(steps=1_000_000, batch=32_768, group=2, eval_every=1, eval_problems=5)
     kept, warnings = evaluation_set(as_task(Counting()), config)
     left_out = 5 - len(kept)
-    assert (
-        warnings[:1]
-        == [
-            f"{left_out} of 5 held-out problems of task 'Counting' are also training problems of "
-            "this run and were left out of evaluation; declare heldout_dataset on the task to avoid "
-            "this"
-        ]
-        if left_out
-        else warnings == []
+    expected = (
+        f"{left_out} of 5 held-out problems of task 'Counting' are also training problems of "
+        "this run and were left out of evaluation; declare heldout_dataset on the task to "
+        "avoid this"
     )
+    assert warnings[:1] == ([expected] if left_out else [])
     assert Counting.drawn <= GUARDED_PROBLEMS + 32_768 + 5
 
 
