@@ -78,9 +78,26 @@ def test_a_run_with_evaluation_leaves_a_folder_that_matches_its_output(tmp_path:
     assert set(first) == {
         "step", "accuracy", "mean_reward", "datums", "groups", "groups_kept", "groups_dropped",
         "sampled_tokens", "mean_completion_tokens", "loss", "backend_metrics", "seconds",
-        "sampling_seconds", "training_seconds", "sampler_path",
+        "sampling_seconds", "training_seconds", "sampler_path", "reward_parts", "truncated",
     }  # fmt: skip
     assert first["groups_kept"] + first["groups_dropped"] == first["groups"] == 10
+    assert first["reward_parts"] == {}  # the addition task's reward is a number
+
+    # What the model wrote: the first 2 groups of each step, each completion scored.
+    samples = read_jsonl(folder / "samples.jsonl")
+    assert [(r["step"], r["problem"]) for r in samples] == [
+        (step, p) for step in range(1, 21) for p in (0, 1)
+    ]
+    group = samples[0]
+    assert group["prompt"].startswith("Q: What is 4 + 5?\nA: 9\n\nQ: What is ")
+    assert len(group["completions"]) == 4
+    for c in group["completions"]:
+        assert set(c) == {"text", "ended", "stop", "reward", "parts", "advantage", "trained"}
+        assert c["reward"] in (0.0, 1.0)
+        assert c["ended"] in ("stop", "end_of_sequence", "length")
+    rewards = [c["reward"] for c in group["completions"]]
+    mean = sum(rewards) / 4
+    assert [c["advantage"] for c in group["completions"]] == [r - mean for r in rewards]
     assert first["sampler_path"].endswith("step0000000.json")
     assert first["backend_metrics"] == {"loss:sum": first["loss"]}
     assert first["mean_completion_tokens"] == first["sampled_tokens"] / 40
@@ -333,3 +350,22 @@ def test_plot_refuses_what_it_cannot_draw(
     assert capsys.readouterr().err == (
         "mathrl: error: plot needs matplotlib (got none installed): pip install 'mathrl[plot]'\n"
     )
+
+
+def test_a_run_from_python_reports_its_evaluations_and_can_keep_a_run_folder(
+    tmp_path: Path,
+) -> None:
+    from mathrl.cli.plot import plot_runs
+    from mathrl.cli.run_folder import RunFolder
+
+    config = TrainConfig(steps=4, eval_every=2, eval_problems=20)
+    folder = RunFolder.for_python(tmp_path / "py-run", MathAdapter(), config)
+    backend = FakeBackend.for_run(MathAdapter(), config, checkpoint_dir=tmp_path / "ckpt")
+    result = run_grpo(backend, MathAdapter(), config, folder)
+    assert [e.step for e in result.evaluations] == [0, 2, 4]
+    assert all(e.problems == 20 for e in result.evaluations)
+    record = read_run(tmp_path / "py-run")
+    assert record.config["settings"]["backend"] == "python"
+    assert [r["step"] for r in record.steps] == [1, 2, 3, 4]
+    assert [r["step"] for r in record.evals] == [0, 2, 4]
+    assert plot_runs([record], tmp_path / "py.png").stat().st_size > 10_000

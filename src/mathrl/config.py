@@ -80,6 +80,7 @@ RULES: dict[str, Rule] = {
     "retries": int_in(0, 100),
     "retry_delay": number_in(0, 3600),
     "log_dir": Rule("a folder path", lambda s: 0 < len(s) <= 4096 and "\0" not in s),
+    "log_samples": int_in(0, 10_000),
 }
 """The rule of every checked field of `TrainConfig` and `Config`."""
 
@@ -126,6 +127,8 @@ class Config:
     retries: int = 3
     retry_delay: float = 1.0
     log_dir: str | None = None
+    log_samples: int = 2
+    """Groups of each step recorded in the run folder's samples.jsonl (0: none)."""
 
     def __post_init__(self) -> None:
         _check_fields(self, "Config")

@@ -39,7 +39,7 @@ from mathrl.evaluation import evaluate, evaluation_set
 from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
-from mathrl.rollout import Rollout, rollout, step_metrics
+from mathrl.rollout import Rollout, logged_groups, rollout, step_metrics
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -105,6 +105,7 @@ class _Run(Generic[P]):
         self.sampler: Sampler | None = None  # for self.path's weights, once created
         self.sampler_path = ""
         self.evaluating: asyncio.Task[EvalMetrics] | None = None
+        self.evaluations: list[EvalMetrics] = []
 
     async def train(self, resume: Resume | None) -> RunResult:
         config = self.config
@@ -156,7 +157,8 @@ class _Run(Generic[P]):
                 self.evaluating.cancel()
         if self.state_step != done:  # stopped between state saves: keep what was trained
             self._saved(done, "state", await (await self._save(done, "state")))
-        return RunResult(metrics, self.path, self.state_path, done, done < config.steps)
+        stopped, evaluations = done < config.steps, self.evaluations
+        return RunResult(metrics, self.path, self.state_path, done, stopped, evaluations)
 
     # -- starting: fresh, or from a saved state -----------------------------------------
 
@@ -173,11 +175,8 @@ class _Run(Generic[P]):
         else:
             start, lagged = resume.step, resume.lagged_sampler_path
             await (await self.backend.submit_load_state(resume.state_path))
-            self.path, self.state_path, self.state_step = (
-                resume.sampler_path,
-                resume.state_path,
-                resume.step,
-            )
+            self.path = resume.sampler_path
+            self.state_path, self.state_step = resume.state_path, resume.step
         self.sampler, self.sampler_path = await self.backend.create_sampler(self.path), self.path
         if self.off_policy and lagged and lagged != self.path:
             # Off-policy, the first resumed step samples from the weights before the state.
@@ -239,6 +238,7 @@ class _Run(Generic[P]):
         metrics = step_metrics(self.config, step, batch, result, trained - update.submitted)
         metrics = replace(metrics, seconds=self.clock() - ended)
         self.obs.on_step(metrics)
+        self.obs.on_samples(logged_groups(step, batch))
         if saved is not None:
             self._saved(step, "sampler", saved)
         if state is not None:
@@ -284,10 +284,9 @@ class _Run(Generic[P]):
 
     async def _report_eval(self) -> None:
         if self.evaluating is not None:
-            self.obs.on_eval(await self.evaluating)
+            self.evaluations.append(await self.evaluating)
+            self.obs.on_eval(self.evaluations[-1])
             self.evaluating = None
-
-    # -- stopping ----------------------------------------------------------------------------
 
     async def _wait_or_stop(self, pending: asyncio.Task[T]) -> T | None:
         """The pending result, or None if a stop was requested first."""

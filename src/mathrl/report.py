@@ -8,7 +8,7 @@ subclass `Observer` and keep what it needs. Every method is a no-op here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -89,6 +89,34 @@ class RunResult:
     last_step: int
     """The last step completed (less than `config.steps` if the run was stopped)."""
     stopped: bool = False
+    evaluations: list[EvalMetrics] = field(default_factory=list)
+    """Each held-out evaluation, in order (none without `eval_every`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One completion as the run saw it: its text, how it ended, what it earned."""
+
+    text: str
+    ended: str
+    """"stop", "end_of_turn", "end_of_sequence" or "length" (see `mathrl.adapter.Ending`)."""
+    stop: str | None
+    reward: float
+    parts: Mapping[str, float]
+    advantage: float
+    trained: bool
+    """False when its group was constant, or it was masked (cut off at the token limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SampleGroup:
+    """One problem's group of completions in one step."""
+
+    step: int
+    problem: int
+    """Its place in the step's batch."""
+    prompt: str | Sequence[Mapping[str, str]]
+    samples: tuple[Sample, ...]
 
 
 class Observer:
@@ -111,6 +139,9 @@ class Observer:
 
     def on_warning(self, message: str) -> None:
         """Something the user should know that does not stop the run."""
+
+    def on_samples(self, groups: Sequence[SampleGroup]) -> None:
+        """A step's groups, every completion in them, after its `on_step`."""
 
 
 class Observers(Observer):
@@ -142,3 +173,7 @@ class Observers(Observer):
     def on_warning(self, message: str) -> None:
         for o in self.observers:
             o.on_warning(message)
+
+    def on_samples(self, groups: Sequence[SampleGroup]) -> None:
+        for o in self.observers:
+            o.on_samples(groups)

@@ -25,7 +25,7 @@ from mathrl.adapter import Prompt, Response
 from mathrl.backend import Completion, SampleParams, Sampler, Tokenizer, TrainResult
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
-from mathrl.report import StepMetrics
+from mathrl.report import Sample, SampleGroup, StepMetrics
 from mathrl.resolved import Task
 from mathrl.rewards import response_of, rewards_of
 
@@ -42,6 +42,7 @@ class Rollout:
     rewards_P_G: list[list[float]]
     parts_P_G: list[list[dict[str, float]]]
     advantages_P_G: list[list[float]]
+    trained_P_G: list[list[bool]]
     datums_D: list[Datum]
     accuracy: float
     constant_groups: int
@@ -213,10 +214,31 @@ async def score(
         rewards_P_G,
         scores.parts_P_G,
         advantages_P_G,
+        trained_P_G,
         datums_D,
         accuracy=task.adapter.evaluate([r for rewards_G in rewards_P_G for r in rewards_G]),
         constant_groups=sum(map(is_constant_group, rewards_P_G)),
     )
+
+
+def logged_groups(step: int, batch: Rollout) -> list[SampleGroup]:
+    """The step's groups as the run reports them: each completion, its reward and advantage."""
+    groups = []
+    for p, prompt in enumerate(batch.prompts_P):
+        constant = is_constant_group(batch.rewards_P_G[p])
+        samples = tuple(
+            Sample(str(r), r.ended, r.stop, reward, parts, advantage, not constant and kept)
+            for r, reward, parts, advantage, kept in zip(
+                batch.responses_P_G[p],
+                batch.rewards_P_G[p],
+                batch.parts_P_G[p],
+                batch.advantages_P_G[p],
+                batch.trained_P_G[p],
+                strict=True,
+            )
+        )
+        groups.append(SampleGroup(step, p, prompt, samples))
+    return groups
 
 
 def part_means(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:

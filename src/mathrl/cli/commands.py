@@ -125,6 +125,11 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
             base_model=recorded["base_model"],
             lora_rank=recorded["lora_rank"],
             log_dir=str(folder),
+            log_samples=(
+                reliability.log_samples
+                if args.log_samples is not None
+                else recorded.get("log_samples", reliability.log_samples)
+            ),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"--resume: {folder / 'config.json'} lacks a setting ({exc})") from None
@@ -138,7 +143,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         _say(f"{folder} already finished all {config.train.steps} steps; nothing to resume")
         print(f"Saved: {point.sampler_path}", flush=True)
         return None
-    run_folder = RunFolder(folder)
+    run_folder = RunFolder(folder, config.log_samples)
     run_folder.truncate_after(point.step)
     return Plan(config, task, point, run_folder, fake_options(_flags(args), config.backend))
 

@@ -17,7 +17,7 @@ from mathrl.config import DEFAULT_BASE_URL, ConfigError
 BACKENDS = ("mint", "fake")
 RELIABILITY = ("connect_timeout", "setup_timeout", "call_timeout", "retries", "retry_delay")
 """How long to wait and how often to retry: what any run against a service may change."""
-RESUMABLE = (*RELIABILITY, "fake_fault_rate", "fake_latency")
+RESUMABLE = (*RELIABILITY, "log_samples", "fake_fault_rate", "fake_latency")
 """Settings a resumed run may change: none of them changes what is trained."""
 SAMPLE_FIELDS = ("adapter", "seed", "max_tokens", "base_model", *RELIABILITY)
 """The settings `sample` reads (and `--temperature`); the others cannot make it fail."""

@@ -32,10 +32,10 @@ def label_of(record: RunRecord, several: bool) -> str:
 
 
 def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
-    """Draw training accuracy (held-out greedy accuracy as points) and datums per step."""
+    """Draw accuracy (held-out greedy accuracy as points), mean reward and its parts, datums."""
     several = len(records) > 1
-    figure, (accuracy_ax, datums_ax) = plt.subplots(
-        2, 1, figsize=(7.5, 6), sharex=True, height_ratios=(2, 1), layout="constrained"
+    figure, (accuracy_ax, reward_ax, datums_ax) = plt.subplots(
+        3, 1, figsize=(7.5, 8), sharex=True, height_ratios=(2, 1.3, 1), layout="constrained"
     )
     for i, record in enumerate(records):
         colour = f"C{i}"
@@ -53,6 +53,22 @@ def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
                 markerfacecolor="white" if several else colour,
                 label=f"{record.path.name}: held-out, greedy" if several else "held-out, greedy",
             )
+        prefix = f"{record.path.name}: " if several else ""
+        reward_ax.plot(
+            steps,
+            [r.get("mean_reward", 0.0) for r in record.steps],
+            color=colour,
+            label=f"{prefix}mean reward",
+        )
+        parts = sorted({name for r in record.steps for name in r.get("reward_parts", {})})
+        for style, name in zip(("--", ":", "-.") * len(parts), parts, strict=False):
+            reward_ax.plot(
+                steps,
+                [r.get("reward_parts", {}).get(name, 0.0) for r in record.steps],
+                style,
+                color=colour,
+                label=f"{prefix}{name}",
+            )
         datums_ax.plot(
             steps, [r["datums"] for r in record.steps], color=colour, drawstyle="steps-mid"
         )
@@ -60,6 +76,9 @@ def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
     accuracy_ax.set_ylim(-2, 102)
     accuracy_ax.grid(alpha=0.3)
     accuracy_ax.legend(loc="lower right", fontsize="small")
+    reward_ax.set_ylabel("reward (mean)")
+    reward_ax.grid(alpha=0.3)
+    reward_ax.legend(loc="lower right", fontsize="small")
     datums_ax.set_ylabel("datums trained on")
     datums_ax.set_xlabel("step")
     datums_ax.xaxis.set_major_locator(MaxNLocator(integer=True))

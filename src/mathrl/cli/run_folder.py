@@ -13,24 +13,36 @@ A run folder holds:
   as it ends.
 - `checkpoints.jsonl`: one record per completed save: step, kind
   ("sampler" or "state") and path.
+- `samples.jsonl`: what the model wrote: for the first `log_samples` groups
+  of each step (2 by default), the prompt, and each completion's text, how it
+  ended, its reward and reward parts, its advantage and whether it was
+  trained on. Texts are cut at SAMPLE_TEXT characters, and the file stops
+  growing at SAMPLES_BYTES.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from mathrl.checkpoints import Resume
+from mathrl.adapter import Adapter
+from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.config import Config, ConfigError, TrainConfig
-from mathrl.report import Checkpoint, EvalMetrics, Observer, StepMetrics
+from mathrl.report import Checkpoint, EvalMetrics, Observer, SampleGroup, StepMetrics
+from mathrl.resolved import Task, as_task
 
 CONFIG, METRICS, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints.jsonl"
+SAMPLES = "samples.jsonl"
+SAMPLE_TEXT = 2_000
+"""Characters of a prompt or completion kept in samples.jsonl."""
+SAMPLES_BYTES = 20_000_000
+"""samples.jsonl stops growing past this size."""
 
 
 class RunFolderError(Exception):
@@ -55,7 +67,45 @@ def step_record(m: StepMetrics) -> dict[str, Any]:
         "sampling_seconds": m.sampling_seconds,
         "training_seconds": m.training_seconds,
         "sampler_path": m.sampler_path,
+        "reward_parts": dict(m.reward_parts),
+        "truncated": m.truncated,
     }
+
+
+def sample_record(group: SampleGroup) -> dict[str, Any]:
+    """The samples.jsonl record of one group (texts cut at SAMPLE_TEXT characters)."""
+    prompt = group.prompt
+    return {
+        "step": group.step,
+        "problem": group.problem,
+        "prompt": _cut(prompt)
+        if isinstance(prompt, str)
+        else [{**m, "content": _cut(m.get("content", ""))} for m in prompt],
+        "completions": [
+            {
+                "text": _cut(s.text),
+                "ended": s.ended,
+                "stop": s.stop,
+                "reward": s.reward,
+                "parts": dict(s.parts),
+                "advantage": s.advantage,
+                "trained": s.trained,
+            }
+            for s in group.samples
+        ],
+    }
+
+
+def _cut(text: str) -> str:
+    return (
+        text if len(text) <= SAMPLE_TEXT else f"{text[:SAMPLE_TEXT]}... ({len(text):,} characters)"
+    )
+
+
+def _version() -> str:
+    from mathrl import __version__
+
+    return __version__
 
 
 def eval_record(m: EvalMetrics) -> dict[str, Any]:
@@ -66,8 +116,23 @@ def eval_record(m: EvalMetrics) -> dict[str, Any]:
 class RunFolder(Observer):
     """An open run folder: records each step, evaluation and save as it happens."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, log_samples: int = 2) -> None:
         self.path = path
+        self.log_samples = log_samples
+        """How many groups of each step go into samples.jsonl."""
+
+    @classmethod
+    def for_python(
+        cls, path: str | Path, task: Adapter[Any] | Task[Any], config: TrainConfig
+    ) -> RunFolder:
+        """A run folder for a run made from Python: pass it to `run_grpo` as its observer.
+
+        `path` must not hold a run already. `plot` draws it like any other.
+        """
+        resolved = as_task(task)
+        settings = Config(train=config, adapter=resolved.identity, log_dir=str(path))
+        fingerprint = run_fingerprint(resolved, config)
+        return cls.create(settings, resolved.name, fingerprint, _version(), {"backend": "python"})
 
     @classmethod
     def create(
@@ -99,7 +164,7 @@ class RunFolder(Observer):
                 f"the run folder {path} cannot be created ({exc.strerror or exc}); "
                 "choose another with --log-dir or MINT_RL_LOG_DIR"
             ) from None
-        folder = cls(path)
+        folder = cls(path, config.log_samples)
         settings = {
             **asdict(config.train),
             **{k: v for k, v in asdict(config).items() if k != "train"},
@@ -145,9 +210,18 @@ class RunFolder(Observer):
     def on_checkpoint(self, checkpoint: Checkpoint) -> None:
         self.append(CHECKPOINTS, asdict(checkpoint))
 
+    def on_samples(self, groups: Sequence[SampleGroup]) -> None:
+        target = self.path / SAMPLES
+        if not groups or self.log_samples == 0:
+            return
+        if target.exists() and target.stat().st_size > SAMPLES_BYTES:
+            return
+        for group in groups[: self.log_samples]:
+            self.append(SAMPLES, sample_record(group))
+
     def truncate_after(self, step: int) -> None:
         """Drop records past `step`, which a resumed run is about to redo."""
-        for name in (METRICS, CHECKPOINTS):
+        for name in (METRICS, CHECKPOINTS, SAMPLES):
             kept = [r for r in read_jsonl(self.path / name) if r["step"] <= step]
             with self._writing(name + ".tmp", "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in kept)
