@@ -108,6 +108,9 @@ BROKEN = {
 }
 
 
+MUST_BE = "--adapter must be addition, code, preference or module:Class, e.g. mymod:MyTask"
+
+
 def write_task(folder: Path, module: str, source: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{module}.py").write_text(source)
@@ -243,8 +246,8 @@ def test_check_adapter_passes_the_built_in_tasks_from_the_command_line(tmp_path:
         ("mathrl.tasks.addition:Nothing",
          "--adapter: module 'mathrl.tasks.addition' has no attribute 'Nothing'"),
         ("mathrl.tasks.addition:FEWSHOT", "--adapter: str is not an adapter"),
-        ("noclass", "--adapter must be module:Class, e.g. mymod:MyTask (got 'noclass')"),
-        ("a:b:c", "--adapter must be module:Class, e.g. mymod:MyTask (got 'a:b:c')"),
+        ("noclass", f"{MUST_BE} (got 'noclass')"),
+        ("a:b:c", f"{MUST_BE} (got 'a:b:c')"),
         ("exploding:Task",
          "--adapter: importing 'exploding' failed (ZeroDivisionError: division by zero)"),
         ("missing.py:Task", "--adapter: no such file 'missing.py'"),

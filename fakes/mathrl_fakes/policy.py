@@ -67,7 +67,8 @@ class ByteTokenizer:
     EOS token, which ends every turn (it is the end-of-turn token too);
     `render_chat` then opens the assistant's turn with `assistant` and a
     newline. No text can forge a turn boundary: text encodes to bytes only.
-    It takes no template options, and refuses unknown ones.
+    Template options (Qwen3's `enable_thinking`, say) are accepted and change
+    nothing, as a Hugging Face template ignores variables it does not use.
     """
 
     @property
@@ -88,10 +89,6 @@ class ByteTokenizer:
     def render_chat(
         self, messages: Sequence[Mapping[str, str]], options: Mapping[str, Any]
     ) -> list[int]:
-        if options:
-            raise ValueError(
-                f"the fake's chat template takes no options (got {', '.join(map(str, options))})"
-            )
         tokens: list[int] = []
         for message in messages:
             tokens += self.encode(f"{message['role']}\n{message['content']}")

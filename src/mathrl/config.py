@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from mathrl.tasks import BUILT_IN
+
 DEFAULT_BASE_URL = "https://mint.macaron.xin"
 """mint 0.2.0's endpoint when MINT_BASE_URL is unset (mint's `_MINT_DEFAULT_BASE_URL`)."""
 DEFAULT_ADAPTER = "mathrl.tasks.addition:MathAdapter"
@@ -67,7 +69,8 @@ RULES: dict[str, Rule] = {
     "save_every": int_in(1, 1_000_000),
     "mask_truncated": Rule("true or false", lambda v: isinstance(v, bool)),
     "adapter": Rule(
-        "module:Class, e.g. mymod:MyTask", lambda s: 0 < len(s) <= 500 and s.count(":") == 1
+        f"{', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask",
+        lambda s: s in BUILT_IN or (0 < len(s) <= 500 and s.count(":") == 1),
     ),
     "base_model": Rule(
         "a model name (printable, at most 200 characters)",

@@ -40,6 +40,7 @@ from mathrl.cli.parsers import (
     check_parser,
     plot_parser,
     sample_parser,
+    tasks_parser,
     train_parser,
 )
 from mathrl.cli.run_folder import RunFolder, RunFolderError, read_run
@@ -54,6 +55,7 @@ from mathrl.cli.settings import (
 from mathrl.cli.train import Plan, train
 from mathrl.config import ConfigError
 from mathrl.rewards import TaskError
+from mathrl.tasks import BUILT_IN
 from mathrl.text import one_line, shown
 
 
@@ -165,6 +167,14 @@ def _check_command(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
+def _tasks_command(argv: Sequence[str]) -> int:
+    tasks_parser().parse_args(argv)
+    width = max(map(len, BUILT_IN))
+    for name, (spec, what) in BUILT_IN.items():
+        print(f"{name:<{width}}  {what} ({spec})")
+    return EXIT_OK
+
+
 def _plot_command(argv: Sequence[str]) -> int:
     args = plot_parser().parse_args(argv)
     try:
@@ -210,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "check-adapter":
             return _check_command(rest)
+        if command == "tasks":
+            return _tasks_command(rest)
         if command == "plot":
             return _plot_command(rest)
         env = environment()
@@ -217,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _sample_command(rest, env)
         if command:
             raise ConfigError(
-                f"the command must be sample, check-adapter or plot, or none to train "
+                f"the command must be sample, check-adapter, plot or tasks, or none to train "
                 f"(got {shown(command)})"
             )
         return _train_command(rest, env)

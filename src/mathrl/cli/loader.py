@@ -17,19 +17,25 @@ from typing import Any
 from mathrl.adapter import AdapterError
 from mathrl.config import ConfigError
 from mathrl.resolved import Task, as_task
+from mathrl.tasks import BUILT_IN
 from mathrl.text import describe, shown
 
 
 def load_task(spec: str, source: str = "--adapter") -> Task[Any]:
     """Import `module:Name` and resolve it as a task; ConfigError (one line) if it cannot be.
 
-    `module` is a module name importable from the working folder or
-    PYTHONPATH, or a path to a `.py` file. `Name` is a class (instantiated
-    with no arguments), or an adapter instance, or a function returning one.
+    `spec` is a built-in task's short name (`mathrl.tasks.BUILT_IN`), or
+    `module:Name`: `module` a module name importable from the working folder
+    or PYTHONPATH, or a path to a `.py` file; `Name` a class (instantiated
+    with no arguments), an adapter instance, or a function returning one.
     """
+    spec = BUILT_IN[spec][0] if spec in BUILT_IN else spec
     module_name, sep, attr = spec.partition(":")
     if not (sep and module_name and attr and ":" not in attr):
-        raise ConfigError(f"{source} must be module:Class, e.g. mymod:MyTask (got {shown(spec)})")
+        raise ConfigError(
+            f"{source} must be {', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask "
+            f"(got {shown(spec)})"
+        )
     module = _import(module_name, source)
     target: Any = module
     for part in attr.split("."):

@@ -71,7 +71,7 @@ def train_parser() -> Parser:
     parser = Parser(
         prog="python -m mathrl",
         description="Train a LoRA adapter with GRPO on a task (two-digit addition by default) "
-        "through MinT. Other commands: `sample`, `check-adapter`, `plot` "
+        "through MinT. Other commands: `sample`, `check-adapter`, `plot`, `tasks` "
         "(`python -m mathrl COMMAND --help`).",
         epilog="environment variables (a flag wins over its variable; `.env` is read too):\n"
         + variables,
@@ -126,11 +126,20 @@ def check_parser() -> Parser:
         prog="python -m mathrl check-adapter",
         description="Check a task against the Adapter contract (mathrl.testing.check_adapter).",
     )
-    parser.add_argument("adapter", metavar="module:Class", help="the task to check")
+    parser.add_argument(
+        "adapter", metavar="TASK", help="the task to check: a built-in one's name, or module:Class"
+    )
     parser.add_argument(
         "--learns", action="store_true", help="also train 20 steps on the fake backend"
     )
     return parser
+
+
+def tasks_parser() -> Parser:
+    return Parser(
+        prog="python -m mathrl tasks",
+        description="List the built-in tasks: each one's name for --adapter, and what it is.",
+    )
 
 
 def plot_parser() -> Parser:

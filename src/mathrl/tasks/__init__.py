@@ -1,6 +1,22 @@
 """The built-in tasks, one module each, every one an `Adapter` (see `mathrl.adapter`).
 
-- `addition.MathAdapter`: two-digit addition, exact-match reward (the default).
-- `code.CodeAdapter`: write a small Python function; the reward is the share
-  of hidden tests it passes, run in `mathrl.tasks.code.sandbox`.
+`BUILT_IN` names them for `--adapter NAME`; `python -m mathrl tasks` lists them.
 """
+
+from __future__ import annotations
+
+BUILT_IN: dict[str, tuple[str, str]] = {
+    "addition": (
+        "mathrl.tasks.addition:MathAdapter",
+        "two-digit addition; reward 1 for the right integer (the default)",
+    ),
+    "code": (
+        "mathrl.tasks.code:CodeAdapter",
+        "write a small Python function; reward: the share of hidden tests it passes, sandboxed",
+    ),
+    "preference": (
+        "mathrl.tasks.preference:PreferenceChat",
+        "answer a question in a chat; reward: win rate against the group and a baseline",
+    ),
+}
+"""Short name -> (module:Class, one line on what it is)."""
