@@ -1,4 +1,4 @@
-"""Developer sessions: `nox` runs tests, slow, lint and typecheck; bench and smoke on request.
+"""Developer sessions: `nox` runs tests, slow, lint and typecheck; bench, smoke and mutants on request.
 
 Sessions use the Python that runs nox (3.11 or newer), so `nox` works on a
 machine with any one of them.
@@ -71,3 +71,11 @@ def smoke(session: nox.Session) -> None:
     """The real-API smoke tests: needs MINT_API_KEY, costs a little real compute."""
     session.install("-e", ".", *TEST_TOOLS)
     session.run("pytest", "-m", "smoke", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def mutants(session: nox.Session) -> None:
+    """Mutation testing of the core ([tool.mutmut] in pyproject.toml) by its fast tests."""
+    session.install("-e", ".[plot]", "mutmut>=3.8,<4", *TEST_TOOLS)
+    session.run("mutmut", "run", *(session.posargs or ["--max-children", "2"]))
+    session.run("mutmut", "results", "--all", "true")
