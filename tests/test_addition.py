@@ -94,6 +94,16 @@ def test_held_out_problems_are_held_out_and_distinct_until_the_pool_runs_out(
     assert MathAdapter().heldout_dataset(seed, size) == problems
 
 
+def test_the_held_out_order_is_fixed_by_the_seed_alone() -> None:
+    # Evaluation curves of runs with one seed compare only if they ask the same
+    # problems: the order is pinned across versions, and other seeds shuffle apart.
+    assert heldout_problems(0, 4) == [
+        AdditionProblem(27, 31), AdditionProblem(34, 87),
+        AdditionProblem(7, 19), AdditionProblem(60, 60),
+    ]  # fmt: skip
+    assert heldout_problems(1, 2) == [AdditionProblem(32, 96), AdditionProblem(74, 20)]
+
+
 def test_the_math_adapter_passes_check_adapter() -> None:
     assert check_adapter(MathAdapter(), learns=True).startswith("task 'addition'")
 

@@ -113,11 +113,12 @@ def test_datum_worked_example() -> None:
 
 
 def test_datum_refuses_missing_or_misaligned_logprobs() -> None:
-    with pytest.raises(ValueError, match="no logprobs"):
+    # The messages are whole sentences: they reach the user as they are.
+    with pytest.raises(ValueError, match=r"^the sampler returned no logprobs for a completion "):
         build_datum([1], [2, 3], None, 1.0)
     with pytest.raises(ValueError, match="2 tokens but 1 sampler logprobs"):
         build_datum([1], [2, 3], [-0.5], 1.0)
-    with pytest.raises(ValueError, match="non-empty prompt"):
+    with pytest.raises(ValueError, match=r"^a datum needs a non-empty prompt \(got 0 prompt "):
         build_datum([], [2], [-0.5], 1.0)
     assert build_datum([1], [], None, 1.0) is None  # empty completion: no datum
 

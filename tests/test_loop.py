@@ -17,13 +17,15 @@ import strategies as st_
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
-from mathrl.loop import run_grpo
+from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
 from mathrl.rollout import request_seed, sample_params
 from mathrl.step import StepOutcome, grpo_step
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
+from observing import Everything
 from reference_loop import reference_run
+from virtual_clock import run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 
@@ -110,6 +112,9 @@ def test_grpo_step_is_the_reference_step(fake_backend_factory: FakeFactory, seed
                 backend, await backend.create_sampler(path), task, config, step
             )
             datums_by_step.append(outcome.datums_D)
+            # Exact-match rewards, one list per problem, one reward per sample.
+            assert [len(r) for r in outcome.rewards_P_G] == [config.group] * config.batch
+            assert {r for rewards_G in outcome.rewards_P_G for r in rewards_G} <= {0.0, 1.0}
             assert (
                 (outcome.result is None) == (outcome.sampler_path is None) == (not outcome.datums_D)
             )
@@ -267,3 +272,23 @@ def test_checkpoint_names_carry_the_task_and_sort_by_step() -> None:
     assert task_of_checkpoint(f"tinker://run/sampler_weights/{other}") == "subtraction"
     assert task_of_checkpoint(f"/tmp/x/{names[1]}.json") == "addition"
     assert task_of_checkpoint("/tmp/mine.json") is None
+
+
+@pytest.mark.parametrize("off_policy", [0, 1])
+def test_a_run_reports_each_steps_phases_and_sampling_progress(
+    fake_backend_factory: FakeFactory, off_policy: int
+) -> None:
+    config = TrainConfig(
+        steps=3, batch=2, group=3, eval_every=2, eval_problems=4, max_steps_off_policy=off_policy
+    )
+    observer = Everything()
+    backend = fake_backend_factory(latency=1.0)
+    run_virtual(run_grpo_async(backend, MathAdapter(), config, observer))
+    # Step 0's evaluation reports no phase (there is no step 0 to show).
+    assert [[p for s, p in observer.phases if s == step] for step in (1, 2, 3)] == [
+        ["sampling", "training"],
+        ["sampling", "training", "evaluating"],
+        ["sampling", "training", "evaluating"],
+    ]
+    # 2 problems x 3 samples: each request's 3 completions counted as they return.
+    assert observer.sampled == [(s, n, 6) for s in (1, 2, 3) for n in (3, 6)]

@@ -229,7 +229,33 @@ def test_held_out_problems_that_training_draws_are_left_out_and_said(tmp_path: P
     # Step 0's problems are 0..5; steps 1 and 2 train on 5..8 and 10, 11, 0, 1.
     assert observer.evals[0].problems == 3  # 2, 3 and 4
     (warning,) = warnings
-    assert warning.startswith("3 of 6 held-out problems of task 'OverlappingHeldout' are also")
+    assert warning == (
+        "3 of 6 held-out problems of task 'OverlappingHeldout' are also training problems of "
+        "this run and were left out of evaluation; declare heldout_dataset on the task to "
+        "avoid this"
+    )
+
+
+def test_the_held_out_set_keeps_only_problems_training_never_draws() -> None:
+    config = TrainConfig(steps=2, batch=4, eval_every=2, eval_problems=6)
+    # Held out: 0..5; training: 5..8, then 10, 11, 0, 1. Left out: 0, 1 and 5.
+    kept, warnings = evaluation_set(as_task(OverlappingHeldout()), config)
+    assert kept == [2, 3, 4]
+    assert warnings[0].startswith("3 of 6 held-out problems of task 'OverlappingHeldout'")
+    # A task with its own held-out set keeps it whole.
+    math = as_task(MathAdapter())
+    assert evaluation_set(math, config) == (math.heldout(config.seed, 6), [])
+
+
+def test_the_held_out_guard_checks_at_least_the_first_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With room for 4 problems at 4 a step, only step 1 (5..8) is compared: 5 is left out.
+    monkeypatch.setattr("mathrl.evaluation.GUARDED_PROBLEMS", 4)
+    config = TrainConfig(steps=2, batch=4, eval_every=2, eval_problems=6)
+    kept, warnings = evaluation_set(as_task(OverlappingHeldout()), config)
+    assert kept == [0, 1, 2, 3, 4]
+    assert warnings[0].startswith("1 of 6 held-out problems")
 
 
 def test_the_held_out_guard_draws_a_bounded_number_of_training_problems() -> None:

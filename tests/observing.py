@@ -1,0 +1,40 @@
+"""An Observer that keeps everything the loop reports, in order."""
+
+from __future__ import annotations
+
+from mathrl.report import Checkpoint, EvalMetrics, Observer, StepMetrics
+
+
+class Everything(Observer):
+    """Keeps every report; `events` holds them all in the order they came."""
+
+    def __init__(self) -> None:
+        self.steps: list[StepMetrics] = []
+        self.evals: list[EvalMetrics] = []
+        self.checkpoints: list[Checkpoint] = []
+        self.phases: list[tuple[int, str]] = []
+        self.sampled: list[tuple[int, int, int]] = []
+        self.warnings: list[str] = []
+        self.events: list[object] = []
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        self.steps.append(metrics)
+        self.events.append(metrics)
+
+    def on_eval(self, metrics: EvalMetrics) -> None:
+        self.evals.append(metrics)
+        self.events.append(metrics)
+
+    def on_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.checkpoints.append(checkpoint)
+        self.events.append(checkpoint)
+
+    def on_phase(self, step: int, phase: str) -> None:
+        self.phases.append((step, phase))
+        self.events.append((step, phase))
+
+    def on_sampled(self, step: int, done: int, total: int) -> None:
+        self.sampled.append((step, done, total))
+
+    def on_warning(self, message: str) -> None:
+        self.warnings.append(message)
