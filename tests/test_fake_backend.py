@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from mathrl_fakes import (
     ByteTokenizer,
     FakeBackend,
     PromptKey,
+    RecordingBackend,
     Reference,
     references_for,
     run_problems,
@@ -42,6 +44,7 @@ from mathrl_fakes.policy import (
     easy_bias,
     logprob,
     make_target,
+    position_at,
     token_logprobs,
     uniforms,
 )
@@ -521,3 +524,50 @@ def test_runs_sharing_checkpoint_names_do_not_share_weights(tmp_path: Path) -> N
 def test_references_come_from_the_task_with_its_first_stop() -> None:
     problem = AdditionProblem(12, 30)
     assert references_for(MathAdapter(), [problem]) == {PROMPT: Reference(" 42", "\n")}
+
+
+class PartialCredit(MathAdapter):
+    """1.0 for the sum, 0.25 for any other whole number on its own line; names a near miss."""
+
+    name = "partial"
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        if super().compute_reward(completion, problem) == 1.0:
+            return 1.0
+        return 0.25 if re.fullmatch(r" -?[0-9]+\n", completion) else 0.0
+
+    def wrong_completions(self, problem: AdditionProblem) -> list[str]:
+        return [f" {problem.answer + 10}"]  # a tens-digit slip: 42 -> 52
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r == 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+def test_the_fake_writes_the_wrong_answers_a_task_names(tmp_path: Path) -> None:
+    config = TrainConfig(steps=1, batch=100, group=4)
+    backend = RecordingBackend(
+        FakeBackend.for_run(PartialCredit(), config, checkpoint_dir=tmp_path)
+    )
+    result = run_grpo(backend, PartialCredit(), config)
+    rewards = [
+        PartialCredit().compute_reward(backend.tokenizer.decode(c.tokens), problem)
+        for call, problem in zip(
+            backend.samples, PartialCredit().build_dataset(0, 1, 100), strict=True
+        )
+        for c in call.completions_G
+    ]
+    # Untrained, about one sample in ten takes the named slip and earns partial credit.
+    assert rewards.count(0.25) >= 20
+    assert result.steps[0].accuracy < 1.0
+
+
+def test_a_named_wrong_answer_parts_from_the_target_at_the_distractor() -> None:
+    # Target " 42\n" + EOS; the slip " 52\n" + EOS parts from it at index 1 ("4" vs "5").
+    target = make_target(list(b"Q"), [*b" 42\n", 256], 3, [[*b" 52\n", 256], [*b" 42\n", 256]])
+    assert target.distractors[1] == ord("5")
+    assert target.alternatives == ((*b" 52\n", 256),)  # the second never parts: left out
+    on_slip = position_at(target, list(b" 5"))
+    assert (on_slip.target, on_slip.learnable) == (ord("2"), False)
+    # Its logit is the fixed WRONG_BIAS whatever the weights: training never moves it.
+    assert logprob([0.5] * 8, on_slip, ord("2")) == logprob([0.0] * 8, on_slip, ord("2"))
+    assert position_at(target, list(b" 6")) == position_at(None, [])

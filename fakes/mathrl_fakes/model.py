@@ -50,6 +50,8 @@ class Reference:
 
     answer: str
     stop: str = ""
+    wrong: tuple[str, ...] = ()
+    """Wrong answers the task names, written now and then instead (each with `stop`)."""
 
 
 PromptKey = str | tuple[int, ...]
@@ -73,7 +75,9 @@ def references_for(task: Adapter[P] | Task[P], problems: Sequence[P]) -> dict[Pr
         key: PromptKey = (
             prompt if isinstance(prompt, str) else tuple(prompt_tokens(TOKENIZER, resolved, prompt))
         )
-        references[key] = Reference(adapter.reference_completion(p), stops[0] if stops else "")
+        wrong = tuple(str(w) for w in resolved.wrong_completions(p))
+        stop = stops[0] if stops else ""
+        references[key] = Reference(adapter.reference_completion(p), stop, wrong)
     return references
 
 
@@ -161,8 +165,9 @@ class FakeModel:
         for prompt, ref in references.items():
             prompt_T = tuple(self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
             answer_T = self.tokenizer.encode(ref.answer)
-            full_T = [*answer_T, *self.tokenizer.encode(ref.stop), self.tokenizer.eos_token_id]
-            targets[prompt_T] = make_target(prompt_T, full_T, len(answer_T))
+            end_T = [*self.tokenizer.encode(ref.stop), self.tokenizer.eos_token_id]
+            wrong_T = [[*self.tokenizer.encode(w), *end_T] for w in ref.wrong]
+            targets[prompt_T] = make_target(prompt_T, [*answer_T, *end_T], len(answer_T), wrong_T)
         self.table.add(targets)
 
     def target_of(self, context: Sequence[int], *, exact: bool) -> tuple[int, Target | None]:
@@ -265,7 +270,7 @@ class FakeModel:
                     continue  # contributes exactly 0 to the loss and its gradient
                 ratio = math.exp(logprob(self.theta, at, token) - sampled_lp)
                 loss -= ratio * adv
-                if at.target is not None:
+                if at.target is not None and at.learnable:
                     p = math.exp(logprob(self.theta, at, at.target))
                     dlogp_dlogit = (1.0 if token == at.target else 0.0) - p
                     grad[at.position] -= ratio * adv * dlogp_dlogit * WIDTH

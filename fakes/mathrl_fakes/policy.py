@@ -53,6 +53,8 @@ POSITIONS = 8
 FULL_TARGET_PROB = 0.5
 DECISION_DEPTH = 4.0
 NOISE_MASS = 0.05
+WRONG_BIAS = 6.0
+"""The logit of a named wrong answer's next token, once the policy is on it: it finishes it."""
 NOISE = math.log((VOCAB_SIZE - 2) / NOISE_MASS)
 """The other tokens' logit is -NOISE, so VOCAB_SIZE - 2 of them weigh NOISE_MASS."""
 
@@ -137,10 +139,23 @@ class Target:
     """The target's logit at each position before any training."""
     distractors: tuple[int, ...]
     """The plausible wrong token at each position."""
+    alternatives: tuple[tuple[int, ...], ...] = ()
+    """Wrong answers the task names (each then its stop, then EOS): where one parts from the
+    target, its token is the distractor, and once on it the policy follows it to its end."""
 
 
-def make_target(prompt: Sequence[int], tokens: Sequence[int], answer_length: int) -> Target:
-    """The target for `prompt`: its biases, its decision position and its distractors."""
+def make_target(
+    prompt: Sequence[int],
+    tokens: Sequence[int],
+    answer_length: int,
+    alternatives: Sequence[Sequence[int]] = (),
+) -> Target:
+    """The target for `prompt`: its biases, its decision position and its distractors.
+
+    Each of `alternatives` (a wrong answer's tokens) takes the distractor's
+    place where it first parts from the target, unless an earlier one took
+    that place; one that never parts from it is left out.
+    """
     tokens = tuple(tokens)
     biases = [easy_bias(len(tokens))] * len(tokens)
     digest = hashlib.blake2b(bytes(prompt_bytes(prompt)), digest_size=64, person=b"policy").digest()
@@ -149,8 +164,18 @@ def make_target(prompt: Sequence[int], tokens: Sequence[int], answer_length: int
         biases[int(u_where * answer_length)] -= DECISION_DEPTH * u_depth
     # A shift of 1..255 bytes: never the target itself.
     shifts = [1 + int(u * 255) for u in uniforms(digest.hex(), len(tokens))]
-    distractors = tuple((t + k) % 256 for t, k in zip(tokens, shifts, strict=True))
-    return Target(tokens, tuple(biases), distractors)
+    distractors = [(t + k) % 256 for t, k in zip(tokens, shifts, strict=True)]
+    kept: list[tuple[int, ...]] = []
+    claimed: set[int] = set()
+    for alternative in map(tuple, alternatives):
+        pairs = zip(alternative, tokens, strict=False)  # the shorter one may end first
+        apart = next((i for i, (a, t) in enumerate(pairs) if a != t), None)
+        if apart is None or apart in claimed:
+            continue
+        claimed.add(apart)
+        distractors[apart] = alternative[apart]
+        kept.append(alternative)
+    return Target(tokens, tuple(biases), tuple(distractors), tuple(kept))
 
 
 def prompt_bytes(tokens: Sequence[int]) -> list[int]:
@@ -198,6 +223,8 @@ class Position:
     bias: float = 0.0
     """The logit's untrained part."""
     distractor: int = 0
+    learnable: bool = True
+    """False on a wrong answer the task named: its logit is `bias` alone, never trained."""
 
 
 UNIFORM = Position(None)
@@ -206,16 +233,22 @@ UNIFORM = Position(None)
 def position_at(target: Target | None, completion: Sequence[int]) -> Position:
     """The distribution after `completion`, given the prompt's target (if any)."""
     j = len(completion)
-    if target is None or j >= len(target.tokens) or tuple(completion) != target.tokens[:j]:
+    if target is None:
         return UNIFORM
-    return Position(
-        target.tokens[j], min(j, POSITIONS - 1), target.biases[j], target.distractors[j]
-    )
+    if j < len(target.tokens) and tuple(completion) == target.tokens[:j]:
+        return Position(
+            target.tokens[j], min(j, POSITIONS - 1), target.biases[j], target.distractors[j]
+        )
+    for alternative in target.alternatives:
+        if j < len(alternative) and tuple(completion) == alternative[:j]:
+            token = alternative[j]
+            return Position(token, 0, WRONG_BIAS, (token + 1) % 256, learnable=False)
+    return UNIFORM
 
 
 def logit_of(theta: Sequence[float], at: Position) -> float:
     """The target's logit at `at` (temperature 1)."""
-    return at.bias + WIDTH * theta[at.position]
+    return at.bias + WIDTH * theta[at.position] if at.learnable else at.bias
 
 
 def logprob(theta: Sequence[float], at: Position, token: int) -> float:
