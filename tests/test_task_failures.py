@@ -114,3 +114,28 @@ def test_mask_truncated_is_a_switch_on_the_command_line(tmp_path: Path) -> None:
     bad = run_main(tmp_path, "--backend", "fake", "--mask-truncated", "maybe")
     assert bad.returncode == 2
     assert bad.stderr == ("mathrl: error: --mask-truncated must be true or false (got 'maybe')\n")
+
+
+GLOBAL_RANDOM = """
+import random
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
+
+class Unseeded(MathAdapter):
+    name = "unseeded"
+
+    def build_dataset(self, seed, step, size):
+        return [AdditionProblem(random.randint(0, 99), random.randint(0, 99)) for _ in range(size)]
+"""
+
+
+def test_a_dataset_that_is_not_deterministic_is_named_as_the_cause(tmp_path: Path) -> None:
+    (tmp_path / "unseeded.py").write_text(GLOBAL_RANDOM)
+    done = run_main(tmp_path, "--backend", "fake", "--adapter", "unseeded:Unseeded")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert (
+        "mathrl: error: task 'unseeded' failed: build_dataset raised ValueError: two calls gave "
+        "different problems: it is not deterministic (draw from a random.Random seeded by "
+        "(seed, step), never from the global random module) (on 'seed=0, step=1')"
+    ) in done.stderr.splitlines()
+    assert "no reference for the prompt" not in done.stderr

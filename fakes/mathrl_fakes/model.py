@@ -19,7 +19,8 @@ from mathrl.adapter import Adapter
 from mathrl.backend import BackendError, Completion, SampleParams
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
-from mathrl.resolved import Task, as_task
+from mathrl.resolved import Task, as_task, prompt_key
+from mathrl.rewards import TaskError
 from mathrl.rollout import prompt_tokens
 from mathrl_fakes.policy import (
     POSITIONS,
@@ -112,9 +113,18 @@ class StepReferences:
         reach = self._first_step + requests // self._config.batch + LOOKAHEAD
         if self.next_step > min(self._config.steps, reach):
             return None
-        problems = self._task.adapter.build_dataset(
-            self._config.seed, self.next_step, self._config.batch
-        )
+        seed, step, size = self._config.seed, self.next_step, self._config.batch
+        problems = self._task.adapter.build_dataset(seed, step, size)
+        again = self._task.adapter.build_dataset(seed, step, size)
+        if [prompt_key(self._task.adapter.make_prompt(p)) for p in problems] != [
+            prompt_key(self._task.adapter.make_prompt(p)) for p in again
+        ]:
+            # The run draws them once more, and would miss every reference drawn here.
+            problem = ValueError(
+                "two calls gave different problems: it is not deterministic (draw from a "
+                "random.Random seeded by (seed, step), never from the global random module)"
+            )
+            raise TaskError(self._task, "build_dataset", problem, f"seed={seed}, step={step}")
         self.next_step += 1
         return references_for(self._task, problems)
 

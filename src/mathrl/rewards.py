@@ -30,7 +30,7 @@ class TaskError(Exception):
     def __init__(self, task: Task[Any], method: str, exc: BaseException, given: object) -> None:
         super().__init__(
             f"task {task.name!r} failed: {method} raised {type(exc).__name__}: "
-            f"{describe(exc, 120)} (on {shown(_plain(given), 60)})"
+            f"{describe(exc, 200)} (on {shown(_plain(given), 60)})"
         )
         self.task_identity = task.identity
         self.method = method
