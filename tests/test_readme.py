@@ -103,3 +103,26 @@ def test_the_readme_asyncio_snippet_trains_over_mint(
     exec(compile(snippet, "README.md", "exec"), {"__name__": "__main__"})
     saved = capsys.readouterr().out.strip()
     assert saved.startswith("tinker://fake-run/sampler_weights/subtraction-seed0-")
+
+
+@pytest.mark.parametrize(
+    ("marker", "module", "name"),
+    [
+        ("give an answer that ran out of tokens less:", "multiples", "Multiples"),
+        ("and the reward never sees it:", "chat_sum", "ChatSum"),
+        ("and counts exact answers as correct:", "backwards", "Backwards"),
+    ],
+)
+def test_the_readme_worked_examples_pass_their_check_and_learn(
+    tmp_path: Path, marker: str, module: str, name: str
+) -> None:
+    source = block_after(marker, "python")
+    assert f"class {name}:" in source
+    (tmp_path / f"{module}.py").write_text(source)
+    try:
+        check = run_main(tmp_path, "check-adapter", f"{module}:{name}", "--learns")
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert check.stdout.startswith("check-adapter: task ")
+    finally:
+        sys.modules.pop(module, None)
+    assert len(source.splitlines()) <= 45  # a worked example fits on a screen
