@@ -395,3 +395,36 @@ def test_a_run_from_python_reports_its_evaluations_and_can_keep_a_run_folder(
     assert [r["step"] for r in record.steps] == [1, 2, 3, 4]
     assert [r["step"] for r in record.evals] == [0, 2, 4]
     assert plot_runs([record], tmp_path / "py.png").stat().st_size > 10_000
+
+
+def test_resume_says_where_it_starts_and_keeps_the_fakes_knobs(tmp_path: Path) -> None:
+    first = run_main(
+        tmp_path, "--backend", "fake", "--steps", "2", "--fake-latency", "0.01", "--log-dir", "R"
+    )
+    assert first.returncode == 0, first.stderr
+    config = json.loads((tmp_path / "R" / "config.json").read_text())
+    assert config["settings"]["fake_latency"] == 0.01
+    # A finished run has nothing left; a folder cut back to step 1 resumes from there.
+    for name in ("metrics.jsonl", "checkpoints.jsonl"):
+        path = tmp_path / "R" / name
+        path.write_text("".join(line + "\n" for line in path.read_text().splitlines()[:2]))
+    resumed = run_main(tmp_path, "--resume", "R")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "mathrl: resuming R from step 0 (of 2)\n" in resumed.stderr
+    assert [line.split(":")[0] for line in resumed.stdout.splitlines()] == [
+        "Model", "Step 1", "Step 2", "Saved"
+    ]  # fmt: skip
+    # The knobs come from the record, unless given again.
+    from mathrl.cli.commands import _resume_plan
+    from mathrl.cli.parsers import train_parser
+
+    for argv, latency in (
+        (["--resume", str(tmp_path / "R")], 0.01),
+        (["--resume", str(tmp_path / "R"), "--fake-latency", "0"], 0.0),
+    ):
+        for name in ("metrics.jsonl", "checkpoints.jsonl"):  # cut back again: resumable
+            path = tmp_path / "R" / name
+            path.write_text("".join(line + "\n" for line in path.read_text().splitlines()[:2]))
+        plan = _resume_plan(train_parser().parse_args(argv), {})
+        assert plan is not None
+        assert plan.fake.fake_latency == latency

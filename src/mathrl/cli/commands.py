@@ -45,7 +45,9 @@ from mathrl.cli.parsers import (
 )
 from mathrl.cli.run_folder import RunFolder, RunFolderError, read_run
 from mathrl.cli.settings import (
+    FAKE_FIELDS,
     SETTINGS,
+    FakeOptions,
     api_key,
     base_url,
     build_config,
@@ -147,7 +149,18 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         return None
     run_folder = RunFolder(folder, config.log_samples)
     run_folder.truncate_after(point.step)
-    return Plan(config, task, point, run_folder, fake_options(_flags(args), config.backend))
+    # The fake's knobs carry over from the run's record unless given again.
+    given = fake_options(_flags(args), config.backend)
+    fake = FakeOptions(
+        **{
+            name: getattr(given, name)
+            if getattr(args, name) is not None
+            else recorded.get(name, 0.0)
+            for name in FAKE_FIELDS
+        }
+    )
+    _say(f"resuming {folder} from step {point.step} (of {config.train.steps})")
+    return Plan(config, task, point, run_folder, fake)
 
 
 def _check_command(argv: Sequence[str]) -> int:
