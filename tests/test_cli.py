@@ -149,8 +149,22 @@ def test_a_dotenv_that_is_not_utf8_or_not_a_file_is_a_one_line_error(tmp_path: P
     done = run_main(tmp_path, "--backend", "fake")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        f"mathrl: error: .env must be UTF-8 text (got byte 0xff at offset 16 of {tmp_path}/.env)"
+        f"mathrl: error: .env must be UTF-8 text (got byte 0xff at offset 16 in {tmp_path}/.env)"
+        ": save it as UTF-8"
     ]
+    (tmp_path / ".env").write_bytes("MINT_RL_STEPS=2\n".encode("utf-16"))
+    done = run_main(tmp_path, "--backend", "fake")
+    assert done.stderr == (
+        f"mathrl: error: .env must be UTF-8 text (got a UTF-16 byte-order mark in "
+        f"{tmp_path}/.env): save it as UTF-8\n"
+    )
+    # A bad value read from .env says it came from there.
+    (tmp_path / ".env").write_text("MINT_RL_STEPS=abc\n")
+    done = run_main(tmp_path, "--backend", "fake")
+    assert done.stderr == (
+        f"mathrl: error: MINT_RL_STEPS (from {tmp_path}/.env) must be an integer from 1 to "
+        "1,000,000 (got 'abc')\n"
+    )
     (tmp_path / ".env").unlink()
     (tmp_path / ".env").mkdir()
     done = run_main(tmp_path, "--backend", "fake")

@@ -210,3 +210,19 @@ def test_closing_a_retrying_backend_stops_calls_nobody_waits_for(tmp_path: Path)
         assert asyncio.ensure_future(pending).cancelled()
 
     asyncio.run(go())
+
+
+def test_a_task_whose_import_fails_names_what_it_imports(tmp_path: Path) -> None:
+    (tmp_path / "imperr.py").write_text("import nonexistent_pkg\n\nclass T:\n    pass\n")
+    done = run_main(tmp_path, "--backend", "fake", "--adapter", "imperr:T")
+    assert (done.returncode, done.stderr) == (
+        2,
+        "mathrl: error: --adapter: importing 'imperr' failed: it imports 'nonexistent_pkg', "
+        "which is not installed (No module named 'nonexistent_pkg'); install it, e.g. pip "
+        "install nonexistent_pkg\n",
+    )
+    (tmp_path / "afile").write_text("")
+    done = run_main(tmp_path, "--backend", "fake", "--log-dir", "afile")
+    assert (done.returncode, done.stderr) == (
+        2, "mathrl: error: --log-dir must be a folder (got a file: afile)\n"
+    )  # fmt: skip

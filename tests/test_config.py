@@ -156,12 +156,19 @@ def test_the_api_key_is_checked_and_never_echoed(key: str, message: str) -> None
     assert api_key({"MINT_API_KEY": "sk-good"}) == "sk-good"
 
 
-@pytest.mark.parametrize(
-    "url", ["notaurl", "ftp://host", "http://", "https://host:99999", "http://host:0", "http://a b"]
-)
+@pytest.mark.parametrize("url", ["notaurl", "ftp://host", "http://", "http://host:0", "http://a b"])
 def test_a_malformed_base_url_is_refused(url: str) -> None:
     with pytest.raises(ConfigError, match=r"^MINT_BASE_URL must be an http:// or https:// URL"):
         base_url({"MINT_BASE_URL": url})
+
+
+def test_a_port_out_of_range_is_named_as_the_port() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        base_url({"MINT_BASE_URL": "http://127.0.0.1:99999"})
+    assert str(excinfo.value) == (
+        "MINT_BASE_URL's port must be a number from 1 to 65,535 (got '99999' in "
+        "'http://127.0.0.1:99999')"
+    )
 
 
 def test_good_base_urls_pass() -> None:

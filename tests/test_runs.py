@@ -374,7 +374,7 @@ def test_plot_refuses_what_it_cannot_draw(
     monkeypatch.setitem(sys.modules, "mathrl.cli.plot", None)  # as if matplotlib were missing
     assert main(["plot", "run"]) == 2
     assert capsys.readouterr().err == (
-        "mathrl: error: plot needs matplotlib (got none installed): pip install 'mathrl[plot]'\n"
+        "mathrl: error: plot needs matplotlib, which is not installed: pip install 'mathrl[plot]'\n"
     )
 
 

@@ -48,6 +48,7 @@ from mathrl.cli.settings import (
     FAKE_FIELDS,
     SETTINGS,
     FakeOptions,
+    FromFile,
     api_key,
     base_url,
     build_config,
@@ -66,18 +67,27 @@ def _say(message: str) -> None:
 
 
 def environment() -> dict[str, str]:
-    """os.environ, with `.env` from the working folder filling in what is unset."""
+    """os.environ, with `.env` from the working folder filling in what is unset.
+
+    A value read from `.env` is named as such in an error (see `settings.FromFile`).
+    """
     dotenv = Path.cwd() / ".env"
     if dotenv.exists() and not dotenv.is_file():
         raise ConfigError(f".env must be a file (got something else at {dotenv})")
     try:
         values = dotenv_values(dotenv)
     except UnicodeDecodeError as exc:
-        raise ConfigError(f".env must be UTF-8 text (got byte {exc.object[exc.start]:#04x} "
-                          f"at offset {exc.start} of {dotenv})") from None  # fmt: skip
+        bom = (
+            "a UTF-16 byte-order mark"
+            if exc.object[:2] in (b"\xff\xfe", b"\xfe\xff")
+            else (f"byte {exc.object[exc.start]:#04x} at offset {exc.start}")
+        )
+        raise ConfigError(
+            f".env must be UTF-8 text (got {bom} in {dotenv}): save it as UTF-8"
+        ) from None
     except OSError as exc:
         raise ConfigError(f".env must be a readable file (got {exc.strerror}: {dotenv})") from None
-    merged = {k: v for k, v in values.items() if v is not None}
+    merged = FromFile({k: v for k, v in values.items() if v is not None}, dotenv)
     merged.update(os.environ)
     return merged
 
@@ -194,7 +204,7 @@ def _plot_command(argv: Sequence[str]) -> int:
         from mathrl.cli.plot import plot_runs
     except ImportError:
         raise ConfigError(
-            "plot needs matplotlib (got none installed): pip install 'mathrl[plot]'"
+            "plot needs matplotlib, which is not installed: pip install 'mathrl[plot]'"
         ) from None
     try:
         records = [read_run(Path(run)) for run in args.runs]

@@ -86,6 +86,13 @@ def _run_import(load: Callable[[], Any], module_name: str, source: str) -> Any:
     try:
         return load()
     except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and not module_name.removesuffix(".py").startswith(missing):
+            # The task's module was found; something it imports was not.
+            raise ConfigError(
+                f"{source}: importing {module_name!r} failed: it imports {missing!r}, which is "
+                f"not installed ({describe(exc)}); install it, e.g. pip install {missing}"
+            ) from None
         raise ConfigError(
             f"{source}: cannot import module {module_name!r} ({describe(exc)}; "
             "run from the folder that holds it, or add that folder to PYTHONPATH)"

@@ -150,6 +150,8 @@ class RunFolder(Observer):
         now = datetime.now(UTC)
         if config.log_dir is not None:
             path = Path(config.log_dir)
+            if path.exists() and not path.is_dir():
+                raise ConfigError(f"--log-dir must be a folder (got a file: {path})")
             if (path / METRICS).exists() or (path / CONFIG).exists():
                 raise ConfigError(
                     f"--log-dir {path} already holds a run; choose another folder, or continue "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -161,6 +162,21 @@ ENVIRONMENT_ONLY = {"base_url": "MINT_BASE_URL", "api_key": "MINT_API_KEY"}
 """Settings read from the environment alone, by field name."""
 
 
+class FromFile(dict[str, str]):
+    """The environment, remembering which variables came from a `.env` file (and which)."""
+
+    def __init__(self, from_file: Mapping[str, str], path: Path) -> None:
+        super().__init__(from_file)
+        self.path = path
+        self._file_values = dict(from_file)
+
+    def source(self, name: str) -> str:
+        """How an error names the variable: `NAME`, or `NAME (from /path/.env)`."""
+        if name in self._file_values and self.get(name) == self._file_values[name]:
+            return f"{name} (from {self.path})"
+        return name
+
+
 def default_of(setting: Setting) -> Any:
     """The built-in default of a setting (None: decided elsewhere, e.g. by the task)."""
     if setting.field in FAKE_FIELDS:
@@ -177,7 +193,8 @@ def _read(
             continue
         raw, source = flags.get(setting.field), setting.flag
         if raw is None and setting.env is not None:
-            raw, source = env.get(setting.env), setting.env
+            raw = env.get(setting.env)
+            source = env.source(setting.env) if isinstance(env, FromFile) else setting.env
         if raw is None:
             continue
         try:
@@ -268,7 +285,11 @@ def base_url(env: Mapping[str, str]) -> str:
         parts = urlsplit(url)
         ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
     except ValueError:  # e.g. a port that is not a number below 65,536
-        ok = False
+        port = url.rsplit(":", 1)[-1].split("/", 1)[0]
+        raise ConfigError(
+            f"MINT_BASE_URL's port must be a number from 1 to 65,535 (got {shown(port)} in "
+            f"{shown(url)})"
+        ) from None
     if not (ok and url.isprintable() and not any(c.isspace() for c in url)):
         raise ConfigError(
             f"MINT_BASE_URL must be an http:// or https:// URL with a host, such as "
