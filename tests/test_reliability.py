@@ -19,6 +19,7 @@ from mathrl.loop import run_grpo_async
 from mathrl.report import Checkpoint, Observer, RunResult, StepMetrics
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import FakeBackend
+from test_cli_mint import SilentServer
 
 # -- faults -----------------------------------------------------------------------------
 
@@ -141,11 +142,11 @@ def test_a_state_is_recorded_only_after_the_steps_it_holds(tmp_path: Path) -> No
 # -- stopping and resuming from the command line --------------------------------------------
 
 
-def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+def start(tmp_path: Path, *args: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "mathrl", *args],
         cwd=tmp_path,
-        env=user_env(tmp_path),
+        env=user_env(tmp_path, **env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -204,7 +205,50 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path: Path) -> None:
         _, err = child.communicate(timeout=60)
     assert child.returncode == 130
     assert time.monotonic() - started < 0.9  # before the step in flight (1 s a call) could end
-    assert err.splitlines()[-1] == "mathrl: aborted"
+    lines = err.splitlines()
+    assert "mathrl: stopping after the current step (Ctrl-C again to abort)" in lines
+    # So early, not even step 0's state had been saved: nothing to resume from.
+    assert lines[-1] == "mathrl: aborted"
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_after_a_saved_state_says_how_to_resume(tmp_path: Path) -> None:
+    with start(tmp_path, "--backend", "fake", "--steps", "50", "--fake-latency", "0.5") as child:
+        read_until(child, "Step 1:")  # step 0's state is saved by then
+        child.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    assert child.returncode == 130
+    lines = err.splitlines()
+    folder = lines[0].split("run folder: ", 1)[1].split(" ")[0]
+    assert lines[-2] == "mathrl: aborted"
+    assert lines[-1] == (
+        f"mathrl: the last saved state is step 0; resume with: python -m mathrl --resume {folder}"
+    )
+
+
+@pytest.mark.slow
+def test_sigterm_is_named_as_itself_and_ctrl_c_during_set_up_ends_at_once(tmp_path: Path) -> None:
+    with start(tmp_path, "--backend", "fake", "--steps", "50", "--fake-latency", "1") as child:
+        read_until(child, "Model:")
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+    assert child.returncode == 143
+    assert "mathrl: stopping after the current step (send it again to abort)" in err.splitlines()
+    # A service that never answers at set-up: Ctrl-C ends the wait at once, with 130.
+    server = SilentServer()
+    try:
+        with start(tmp_path, MINT_API_KEY="sk-test", MINT_BASE_URL=server.url) as child:
+            time.sleep(2.5)  # imports done, well into the 60-second connect deadline
+            started = time.monotonic()
+            child.send_signal(signal.SIGINT)
+            _, err = child.communicate(timeout=60)
+    finally:
+        server.close()
+    assert child.returncode == 130
+    assert time.monotonic() - started < 5
+    assert "mathrl: stopped during set-up; nothing was trained" in err.splitlines()
 
 
 def test_resume_refuses_what_would_change_training(tmp_path: Path) -> None:

@@ -164,13 +164,21 @@ async def train(
     stop = asyncio.Event()
     received: list[int] = []
     loop = asyncio.get_running_loop()
+    latest = Latest(plan.resume)
+    where: list[Path] = [plan.folder.path] if plan.folder else []
 
     def on_signal(signum: int) -> None:
-        if received:  # the second one: abort at once
+        if received:  # the second one: abort at once, saying what can be resumed
             say("aborted")
-            os._exit(EXIT_SIGNAL[signal.SIGINT])
+            if where and latest.state_step >= 0:
+                say(
+                    f"the last saved state is step {latest.state_step}; resume with: "
+                    f"{resume_command(where[0])}"
+                )
+            os._exit(EXIT_SIGNAL[signal.Signals(received[0])])
         received.append(signum)
-        say("stopping after the current step (Ctrl-C again to abort)")
+        again = "Ctrl-C again" if signum == signal.SIGINT else "send it again"
+        say(f"stopping after the current step ({again} to abort)")
         stop.set()
 
     for signum in EXIT_SIGNAL:
@@ -182,15 +190,23 @@ async def train(
         with ProgressBar(config.train.steps, first, per_step) as progress:
             speak = (lambda m: progress.say(f"mathrl: {m}")) if progress.active else say
             out.around = progress.above
-            backend = await open_backend(plan, env, speak, progress.setting_up)
+            opening = asyncio.ensure_future(open_backend(plan, env, speak, progress.setting_up))
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not opening.done():  # stopped during set-up: nothing to save, leave now
+                opening.cancel()
+                say("stopped during set-up; nothing was trained")
+                return EXIT_SIGNAL[signal.Signals(received[0])] if received else EXIT_FAILURE
+            backend = opening.result()
             # Only now: a run that cannot start leaves no folder behind.
             fingerprint = run_fingerprint(task, config.train)
             folder = plan.folder or RunFolder.create(
                 config, task.name, fingerprint, version, asdict(plan.fake)
             )
+            where[:] = [folder.path]
             speak(f"run folder: {folder.path} (task {task.name})")
             out.line(model_line(config, backend.tokenizer.vocab_size))
-            latest = Latest(plan.resume)
             observer = Observers(folder, latest, SeedLines(out, speak), progress)
             try:
                 result = await run_grpo_async(
