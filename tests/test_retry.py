@@ -22,7 +22,7 @@ from mathrl.backend import BackendError, SampleParams
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import run_grpo, run_grpo_async
-from mathrl.report import Observer, RunResult, StepMetrics
+from mathrl.report import Checkpoint, Observer, RunResult, StepMetrics
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetriesExhausted, RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
@@ -283,9 +283,11 @@ def test_deadlines_apply_to_samples_on_a_silent_service(fake_backend_factory: Fa
 
     with pytest.raises(RetriesExhausted, match=r"^sample failed 2 times in a row"):
         run_virtual(run_grpo_async(retrying, MathAdapter(), TrainConfig(steps=3), GoSilent()))
-    # Each of step 2's ten requests timed out once, was retried once, and timed out again.
-    assert len(lines) == 10
-    assert all(line.startswith("retry 1 of 1 of sample in ") for line in lines)
+    # Each of step 2's ten requests timed out once, was retried once, and timed out again;
+    # then the run tried to save step 1's state on its way out, and that timed out too.
+    assert len(lines) == 11
+    assert all(line.startswith("retry 1 of 1 of sample in ") for line in lines[:10])
+    assert lines[10].startswith("retry 1 of 1 of save_state in ")
 
 
 # -- pipelining through a recovery ---------------------------------------------------------
@@ -394,3 +396,27 @@ def test_a_submission_past_its_deadline_ends_the_run_rather_than_risk_a_double_s
     ):
         run_virtual(go())
     assert backend.log.count("load_state") == 0
+
+
+def test_a_run_whose_sampling_fails_saves_its_last_step_first(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    # Steps 1-3 train; step 4's sampling keeps failing. The state saved on the way out is
+    # step 3's, so the resume command redoes nothing (the last on cadence was step 0's).
+    backend = fake_backend_factory()
+    retrying = RetryingBackend(backend, RetryPolicy(retries=1, delay=0.0))
+    states: list[int] = []
+
+    class Watch(Observer):
+        def on_phase(self, step: int, phase: str) -> None:
+            if (step, phase) == (4, "sampling"):
+                backend.fail_next("sample", 1_000)
+
+        def on_checkpoint(self, checkpoint: Checkpoint) -> None:
+            if checkpoint.kind == "state":
+                states.append(checkpoint.step)
+
+    config = TrainConfig(steps=6, save_every=5)
+    with pytest.raises(RetriesExhausted, match=r"^sample failed 2 times in a row"):
+        run_virtual(run_grpo_async(retrying, MathAdapter(), config, Watch()))
+    assert states == [0, 3]

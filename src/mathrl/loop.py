@@ -20,19 +20,20 @@ place of `_Run`:
   the step in progress if its training was submitted, before it otherwise;
   `resume` continues from a saved state. No step is ever applied twice, and
   a resumed run draws the same problems and request seeds as an
-  uninterrupted one. A task that fails (`TaskError`) ends the run the same
-  way, with a state saved at the last step trained.
+  uninterrupted one. A failure (`TaskError`, `BackendError`) ends the run the
+  same way, with a state saved at the last step trained if the service lets it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from mathrl.adapter import Adapter
-from mathrl.backend import Backend, Sampler, TrainResult
+from mathrl.backend import Backend, BackendError, Sampler, TrainResult
 from mathrl.checkpoints import Kind, Resume, checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.evaluation import evaluate, evaluation_set
@@ -43,6 +44,7 @@ from mathrl.rollout import Rollout, logged_groups, rollout, step_metrics
 
 P = TypeVar("P")
 T = TypeVar("T")
+LAST_SAVE_SECONDS = 120.0  # how long a failed run may spend saving what it trained
 
 
 async def run_grpo_async(
@@ -126,8 +128,7 @@ class _Run(Generic[P]):
                 if self.off_policy and not last:
                     # Sample the next step now, from the weights before this update.
                     pending = self._start_rollout(step + 1)
-                # The previous step's evaluation, reported before this step: waited for
-                # only now, so that it never holds up this step's training.
+                # The previous step's evaluation: waited for only now, never holding up training.
                 await self._report_eval()
                 metrics.append(await self._finish_update(step, batch, update, ended))
                 ended, done, in_flight = self.clock(), step, None
@@ -141,14 +142,15 @@ class _Run(Generic[P]):
                 if self.stop is not None and self.stop.is_set():
                     break
             await self._report_eval()  # the last step's, or one a stop came after
-        except TaskError:
-            # The task failed (its reward raised, say); the service did not. Keep what
-            # was trained: the update already submitted, then a state to resume from.
-            if in_flight is not None:
-                metrics.append(await self._finish_update(*in_flight, ended))
-                done = in_flight[0]
-            if self.state_step != done:
-                self._saved(done, "state", await (await self._save(done, "state")))
+        except (TaskError, BackendError):
+            # Keep what was trained, if the service lets us: the update, then a state.
+            with contextlib.suppress(BackendError, TimeoutError):
+                async with asyncio.timeout(LAST_SAVE_SECONDS):  # a dead service: give up
+                    if in_flight is not None:
+                        metrics.append(await self._finish_update(*in_flight, ended))
+                        done = in_flight[0]
+                    if self.state_step != done:
+                        self._saved(done, "state", await (await self._save(done, "state")))
             raise
         finally:
             # A failure mid-run must not leave requests running.
