@@ -254,7 +254,11 @@ def test_sigterm_is_named_as_itself_and_ctrl_c_during_set_up_ends_at_once(tmp_pa
 def test_resume_refuses_what_would_change_training(tmp_path: Path) -> None:
     run_main(tmp_path, "--backend", "fake", "--steps", "3", "--log-dir", "X")
     for args, message in [
-        (("--steps", "30"), "--steps cannot be given with --resume: it would change training"),
+        (
+            ("--steps", "2"),
+            "--steps with --resume must be at least the run's 3 (got 2): it "
+            "extends a run, and cannot shorten one",
+        ),
         (("--backend", "fake"), "--backend cannot be given with --resume"),
         (("--lr", "1e-3", "--seed", "2"), "--lr, --seed cannot be given with --resume"),
     ]:
@@ -268,6 +272,22 @@ def test_resume_refuses_what_would_change_training(tmp_path: Path) -> None:
     assert finished.returncode == 0
     assert finished.stdout.startswith("Saved: ")
     assert "already finished all 3 steps" in finished.stderr
+
+
+def test_resume_with_more_steps_extends_a_finished_run_as_if_it_had_asked_for_them(
+    tmp_path: Path,
+) -> None:
+    # 3 steps, then 3 more: the same lines as one 6-step run, the Model line aside.
+    whole = run_main(tmp_path, "--backend", "fake", "--steps", "6", "--log-dir", "W")
+    run_main(tmp_path, "--backend", "fake", "--steps", "3", "--log-dir", "X")
+    more = run_main(tmp_path, "--resume", "X", "--steps", "6")
+    assert more.returncode == 0, more.stderr
+    assert "mathrl: resuming X from step 3 (of 6)" in more.stderr
+    first = run_main(tmp_path, "--resume", "X")  # finished now, at its new length
+    assert "already finished all 6 steps" in first.stderr
+    steps = [line for line in whole.stdout.splitlines() if line.startswith("Step ")]
+    assert [line for line in more.stdout.splitlines() if line.startswith("Step ")] == steps[3:]
+    assert [r["step"] for r in read_run(tmp_path / "X").steps] == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_closed_stdout_ends_the_run_quietly_and_resumably(tmp_path: Path) -> None:

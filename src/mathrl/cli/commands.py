@@ -119,8 +119,9 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         point = record.resume_point()
     except RunFolderError as exc:
         raise ConfigError(f"--resume: {exc}") from None
+    extendable = (*RESUMABLE, "steps")  # --steps may extend the run (checked below)
     changed = [
-        s.flag for s in SETTINGS if getattr(args, s.field) is not None and s.field not in RESUMABLE
+        s.flag for s in SETTINGS if getattr(args, s.field) is not None and s.field not in extendable
     ]
     if args.backend is not None:
         changed.append("--backend")
@@ -132,9 +133,18 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
     recorded = record.config["settings"]
     reliability = build_config(_flags(args), env, only=RESUMABLE, backend=recorded.get("backend"))
     try:
+        train = record.train_config()
+        if args.steps is not None:  # more steps: the run goes on where it ended
+            steps = build_config({"steps": args.steps}, {}, only=["steps"]).train.steps
+            if steps < train.steps:
+                raise ConfigError(
+                    f"--steps with --resume must be at least the run's {train.steps} (got "
+                    f"{steps}): it extends a run, and cannot shorten one"
+                )
+            train = replace(train, steps=steps)
         config = replace(
             reliability,
-            train=record.train_config(),
+            train=train,
             adapter=recorded["adapter"],
             base_model=recorded["base_model"],
             lora_rank=recorded["lora_rank"],
@@ -159,6 +169,10 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         return None
     run_folder = RunFolder(folder, config.log_samples)
     run_folder.truncate_after(point.step)
+    if config.train.steps != recorded.get("steps"):  # extended: later resumes go as far
+        run_folder.write_config(
+            {**record.config, "settings": {**recorded, "steps": config.train.steps}}
+        )
     # The fake's knobs carry over from the run's record unless given again.
     given = fake_options(_flags(args), config.backend)
     fake = FakeOptions(
