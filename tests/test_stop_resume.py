@@ -48,6 +48,24 @@ def stopped_run(
 
 
 @pytest.mark.parametrize("off_policy", [0, 1])
+def test_a_stop_that_never_comes_changes_nothing(
+    fake_backend_factory: FakeFactory, off_policy: int
+) -> None:
+    config = TrainConfig(steps=3, batch=4, group=3, max_steps_off_policy=off_policy)
+
+    async def bounded(stop: asyncio.Event | None) -> RunResult:
+        # On the virtual clock an hour passes at once: a run that waited for the stop
+        # would time out here rather than hang.
+        run = run_grpo_async(fake_backend_factory(), TASK, config, stop=stop)
+        return await asyncio.wait_for(run, timeout=3600)
+
+    never = run_virtual(bounded(asyncio.Event()))[0]
+    plain = run_virtual(bounded(None))[0]
+    assert (never.last_step, never.stopped) == (3, False)
+    assert [m.datums for m in never.steps] == [m.datums for m in plain.steps]
+
+
+@pytest.mark.parametrize("off_policy", [0, 1])
 def test_a_stop_while_a_step_samples_ends_the_run_before_it(
     fake_backend_factory: FakeFactory, off_policy: int
 ) -> None:
