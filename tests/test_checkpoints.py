@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from mathrl.checkpoints import checkpoint_name, run_name, task_of_checkpoint
+from mathrl.checkpoints import checkpoint_name, code_version, run_name, task_of_checkpoint
 from mathrl.config import TrainConfig
-from mathrl.resolved import as_task
-from mathrl.tasks.addition import MathAdapter
+from mathrl.resolved import Task, as_task
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
 
 TASK, CONFIG = as_task(MathAdapter()), TrainConfig()
 
@@ -17,6 +19,29 @@ def test_a_steps_sampler_and_state_saves_are_named_apart() -> None:
     assert checkpoint_name(TASK, CONFIG, 3) == f"{prefix}-step0000003"
     assert checkpoint_name(TASK, CONFIG, 3, "sampler") == f"{prefix}-step0000003"
     assert checkpoint_name(TASK, CONFIG, 3, "state") == f"{prefix}-state0000003"
+
+
+def test_chat_template_options_and_masking_train_differently_so_are_in_the_name() -> None:
+    options = replace(TASK, chat_template_options={"enable_thinking": False})
+    masking = replace(CONFIG, mask_truncated=True)
+
+    def name(task: Task[AdditionProblem], config: TrainConfig) -> str:
+        return checkpoint_name(task, config, 5)
+
+    # Masking asked for by the task or by the run is the same training.
+    assert name(replace(TASK, mask_truncated=True), CONFIG) == name(TASK, masking)
+    names = [
+        name(TASK, CONFIG), name(options, CONFIG), name(TASK, masking), name(options, masking),
+        name(TASK, replace(masking, batch=9)),
+    ]  # fmt: skip
+    assert len(set(names)) == len(names)
+
+
+def test_the_tasks_code_version_is_in_the_name() -> None:
+    edited = replace(TASK, version=TASK.version + "# edited")
+    assert code_version(edited) != code_version(TASK)
+    assert run_name(edited, CONFIG) != run_name(TASK, CONFIG)
+    assert run_name(TASK, CONFIG).endswith(f"-{code_version(TASK)}")
 
 
 @pytest.mark.parametrize("kind", ["sampler", "state"])

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,12 +20,14 @@ from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
-from mathrl.rollout import request_seed, sample_params
+from mathrl.rollout import Rollout, request_seed, rollout, sample_params
 from mathrl.step import StepOutcome, grpo_step
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
 from observing import Everything
 from reference_loop import reference_run
+from test_rollout import ChatAddition
+from test_task_failures import Masked
 from virtual_clock import run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
@@ -125,6 +128,33 @@ def test_grpo_step_is_the_reference_step(fake_backend_factory: FakeFactory, seed
     reference = asyncio.run(reference_run(fake_backend_factory(seed=seed), MathAdapter(), config))
     assert stepped == reference
     assert sum(map(len, reference)) > 0
+
+
+@pytest.mark.parametrize("adapter", [Masked(), ChatAddition()])
+def test_grpo_step_trains_on_the_datums_of_a_rollout_from_its_sampler(
+    tmp_path: Path, adapter: MathAdapter
+) -> None:
+    # Three tokens hold " 42" but not its "\n": many completions run into the limit.
+    config = TrainConfig(batch=8, group=4, max_tokens=3)
+    task = as_task(adapter)
+
+    async def go() -> tuple[Rollout, StepOutcome]:
+        backend = FakeBackend.for_run(adapter, config, checkpoint_dir=tmp_path)
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        sampler = await backend.create_sampler(path)
+        batch = await rollout(backend.tokenizer, sampler, task, config, 1)
+        return batch, await grpo_step(backend, sampler, task, config, 1)
+
+    batch, outcome = asyncio.run(go())
+    assert outcome.rewards_P_G == batch.rewards_P_G
+    assert outcome.datums_D == batch.datums_D
+    assert outcome.datums_D
+    if task.mask_truncated:  # some completion of a group that trains was left out
+        assert any(
+            not all(trained_G)
+            for trained_G, rewards_G in zip(batch.trained_P_G, batch.rewards_P_G, strict=True)
+            if len(set(rewards_G)) > 1
+        )
 
 
 def test_a_step_of_constant_groups_trains_and_saves_nothing(

@@ -137,12 +137,13 @@ def test_a_reward_in_parts_trains_on_their_sum() -> None:
 class Ranking(MathAdapter):
     """A group reward: each response's rank by length, 0 for the shortest."""
 
-    seen: ClassVar[list[int]] = []
+    seen: ClassVar[list[tuple[int, int]]] = []
+    """(the problem's first operand, the group's size) of each call."""
 
     def compute_group_rewards(
         self, responses: Sequence[Response], problem: AdditionProblem
     ) -> list[float]:
-        Ranking.seen.append(len(responses))
+        Ranking.seen.append((problem.a, len(responses)))
         order = sorted(range(len(responses)), key=lambda i: (len(responses[i]), i))
         return [float(order.index(i)) for i in range(len(responses))]
 
@@ -162,7 +163,7 @@ def test_a_group_reward_scores_each_group_at_once(adapter: MathAdapter) -> None:
     Ranking.seen.clear()
     scores = asyncio.run(rewards_of(as_task(adapter), problems, groups))
     assert scores.rewards_P_G == [[2.0, 0.0, 1.0], [0.0]]
-    assert Ranking.seen == [3, 1]
+    assert Ranking.seen == [(1, 3), (2, 1)]
 
 
 class Raising(MathAdapter):
@@ -177,11 +178,25 @@ class GroupRaising(Ranking):
         raise RuntimeError("the judge is down")
 
 
+class SyncGroupRaising(Ranking):
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        raise RuntimeError("the judge is down")
+
+
 class TooFew(Ranking):
     def compute_group_rewards(
         self, responses: Sequence[Response], problem: AdditionProblem
     ) -> list[float]:
         return [1.0]
+
+
+class GroupInfinite(Ranking):
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        return [1.0, math.nan]
 
 
 class Infinite(MathAdapter):
@@ -196,10 +211,16 @@ class Infinite(MathAdapter):
                     r"for int\(\) with base 10: ' forty-two' \(on ' forty-two'\)$"),
         (GroupRaising(), r"^task 'addition' failed: compute_group_rewards raised RuntimeError: "
                          r"the judge is down \(on \[' forty-two', ' 42\\n'\]\)$"),
+        (SyncGroupRaising(), r"^task 'addition' failed: compute_group_rewards raised "
+                             r"RuntimeError: the judge is down \(on \[' forty-two', ' 42\\n'\]\)$"),
         (TooFew(), r"^task 'addition' failed: compute_group_rewards raised ValueError: it must "
-                   r"return 2 rewards, one each \(got \[1\.0\]\)"),
+                   r"return 2 rewards, one each \(got \[1\.0\]\) "
+                   r"\(on \[' forty-two', ' 42\\n'\]\)$"),
         (Infinite(), r"^task 'addition' failed: compute_reward raised ValueError: a reward must be "
-                     r"finite: a number or named numbers \(got inf\)"),
+                     r"finite: a number or named numbers \(got inf\) \(on ' forty-two'\)$"),
+        (GroupInfinite(), r"^task 'addition' failed: compute_group_rewards raised ValueError: a "
+                          r"reward must be finite: a number or named numbers \(got nan\) "
+                          r"\(on ' 42\\n'\)$"),
     ],
 )  # fmt: skip
 def test_a_task_that_fails_raises_one_line_naming_it(adapter: MathAdapter, message: str) -> None:
@@ -208,3 +229,30 @@ def test_a_task_that_fails_raises_one_line_naming_it(adapter: MathAdapter, messa
         asyncio.run(rewards_of(as_task(adapter), [AdditionProblem(40, 2)], [responses]))
     assert "\n" not in str(excinfo.value)
     assert excinfo.value.task_identity.endswith(f":{type(adapter).__qualname__}")
+
+
+@pytest.mark.parametrize(
+    ("adapter", "method"),
+    [(Raising(), "compute_reward"), (GroupRaising(), "compute_group_rewards")],
+)
+def test_a_task_error_names_the_method_that_failed(adapter: MathAdapter, method: str) -> None:
+    responses = [Response(" forty-two", "length")]
+    with pytest.raises(TaskError) as excinfo:
+        asyncio.run(rewards_of(as_task(adapter), [AdditionProblem(40, 2)], [responses]))
+    assert excinfo.value.method == method
+
+
+class Verbose(MathAdapter):
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        raise ValueError("x" * 200)
+
+
+def test_a_task_errors_line_cuts_a_long_error_at_120_and_a_long_input_at_60() -> None:
+    response = Response("y" * 100, "length")
+    with pytest.raises(TaskError) as excinfo:
+        asyncio.run(rewards_of(as_task(Verbose()), [AdditionProblem(40, 2)], [[response]]))
+    # The error's first 120 of 200 characters; the input's first 60 of 100, quoted.
+    assert str(excinfo.value) == (
+        f"task 'addition' failed: compute_reward raised ValueError: {'x' * 120}... "
+        f"(200 characters) (on '{'y' * 60}'... (100 characters))"
+    )

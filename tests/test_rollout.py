@@ -3,22 +3,58 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from mathrl.adapter import EVAL_STEP, Response
+from mathrl.adapter import EVAL_STEP, Message, Prompt, Response
 from mathrl.backend import Completion, SampleParams
 from mathrl.config import TrainConfig
 from mathrl.evaluation import Evaluation, evaluate
+from mathrl.report import EvalMetrics, Sample, SampleGroup
 from mathrl.resolved import as_task
 from mathrl.rewards import rewards_of
-from mathrl.rollout import datums_of, request_seed, rollout, sample_all
+from mathrl.rollout import (
+    Rollout,
+    datums_of,
+    logged_groups,
+    prompt_tokens,
+    request_seed,
+    responses_of,
+    rollout,
+    sample_all,
+    sample_params,
+    step_metrics,
+)
 from mathrl.tasks.addition import AdditionProblem, MathAdapter, heldout_problems
-from mathrl_fakes import FakeBackend, RecordingBackend
+from mathrl_fakes import ByteTokenizer, FakeBackend, RecordingBackend
 
 FakeFactory = Callable[..., FakeBackend]
 TASK = as_task(MathAdapter())
+TOK = ByteTokenizer()
+EOS = TOK.eos_token_id
+
+
+class ChatAddition(MathAdapter):
+    """The addition task asked as a conversation, with no stop: the end of the turn ends it."""
+
+    name = "chat-addition"
+    stop = None  # type: ignore[assignment]  # the default, where the addition task has "\n"
+
+    def make_prompt(self, problem: AdditionProblem) -> list[Message]:  # type: ignore[override]
+        return [{"role": "user", "content": super().make_prompt(problem)}]
+
+
+class NoStop(MathAdapter):
+    """The addition task with the default stop, which for a text prompt is a newline."""
+
+    stop = None  # type: ignore[assignment]  # the default, where the addition task has "\n"
+
+
+CHAT = as_task(ChatAddition())
 
 
 class Unused:
@@ -42,12 +78,17 @@ def test_problems_prompts_groups_and_rewards_that_do_not_line_up_are_refused() -
     params = SampleParams(8, 1.0, ("\n",), 0)
     with pytest.raises(ValueError, match="zip"):
         asyncio.run(sample_all(Unused(), [], 1, [params]))
+    with pytest.raises(ValueError, match="zip"):
+        responses_of(TOK, TASK, ["Q: 1 + 2?"], [])
+    # A logged group of three responses but two rewards.
+    with pytest.raises(ValueError, match="zip"):
+        logged_groups(1, replace(known_batch(), rewards_P_G=[[0.0, 1.0], [1.0, 1.0]]))
 
 
 def test_rollout_reports_each_requests_completions_as_it_returns(
     fake_backend_factory: FakeFactory,
 ) -> None:
-    backend = fake_backend_factory()
+    backend = RecordingBackend(fake_backend_factory())
     config = TrainConfig(batch=3, group=4)
     done: list[int] = []
 
@@ -58,6 +99,162 @@ def test_rollout_reports_each_requests_completions_as_it_returns(
 
     asyncio.run(go())
     assert done == [4, 4, 4]  # one call per problem, `group` completions each
+    # Text prompts: the task's stop, and no end of turn.
+    assert {(c.params.stop, c.params.end_of_turn) for c in backend.samples} == {(("\n",), False)}
+
+
+# -- text prompts and conversations -------------------------------------------------------
+
+
+def test_sampling_stops_a_text_at_a_newline_and_a_conversation_at_the_end_of_its_turn() -> None:
+    config = TrainConfig()
+    text = sample_params(as_task(NoStop()), config, "Q: 1 + 2?", seed=1)
+    assert (text.stop, text.end_of_turn) == (("\n",), False)
+    chat = sample_params(CHAT, config, [{"role": "user", "content": "1 + 2?"}], seed=1)
+    assert (chat.stop, chat.end_of_turn) == ((), True)
+
+
+class KeepsOptions(ByteTokenizer):
+    """The fake's tokenizer, keeping the chat template options of each conversation it renders."""
+
+    def __init__(self) -> None:
+        self.options: list[dict[str, Any]] = []
+
+    def render_chat(
+        self, messages: Sequence[Mapping[str, str]], options: Mapping[str, Any]
+    ) -> list[int]:
+        self.options.append(dict(options))
+        return super().render_chat(messages, options)
+
+
+def test_a_prompt_is_its_text_encoded_or_its_conversation_in_the_chat_template() -> None:
+    tokenizer = KeepsOptions()
+    task = replace(CHAT, chat_template_options={"enable_thinking": False})
+    assert prompt_tokens(tokenizer, task, "hi") == list(b"hi")
+    # The fake's template: role, newline, content, EOS; then the assistant's turn opens.
+    conversation = [{"role": "user", "content": "hi"}]
+    assert prompt_tokens(tokenizer, task, conversation) == [*b"user\nhi", EOS, *b"assistant\n"]
+    assert tokenizer.options == [{"enable_thinking": False}]
+
+
+def test_each_completion_is_read_against_its_own_prompt() -> None:
+    # The same two completions of a text prompt and of a conversation (no stop of its own).
+    newline, eos = (*b" 42\n",), (*b"42", EOS)
+    group = [Completion(newline, (-0.5,) * 4), Completion(eos, (-0.5,) * 3)]
+    prompts: list[Prompt] = ["Q: 40 + 2?", [{"role": "user", "content": "40 + 2?"}]]
+    text, chat = responses_of(TOK, CHAT, prompts, [group, group])
+    assert [(str(r), r.ended, r.stop) for r in text] == [
+        (" 42\n", "stop", "\n"), ("42", "end_of_sequence", None),
+    ]  # fmt: skip
+    # In a conversation a newline stops nothing: only the end of the turn or the limit.
+    assert [(str(r), r.ended, r.stop) for r in chat] == [
+        (" 42\n", "length", None), ("42", "end_of_turn", None),
+    ]  # fmt: skip
+
+
+def test_a_conversation_is_sampled_and_evaluated_in_the_chat_template(tmp_path: Path) -> None:
+    config = TrainConfig(batch=2, group=3, eval_problems=2)
+    recorder = RecordingBackend(
+        FakeBackend.for_run(ChatAddition(), config, checkpoint_dir=tmp_path)
+    )
+    problems = CHAT.heldout(config.seed, 2)
+
+    async def go() -> None:
+        path = await (await recorder.submit_save_for_sampler("weights"))
+        sampler = await recorder.create_sampler(path)
+        await rollout(recorder.tokenizer, sampler, CHAT, config, 1)
+        await evaluate(recorder.tokenizer, sampler, CHAT, config, problems)
+
+    asyncio.run(go())
+    asked = [*ChatAddition().build_dataset(config.seed, 1, 2), *problems]
+    assert [c.prompt_T for c in recorder.samples] == [
+        tuple(TOK.render_chat(ChatAddition().make_prompt(p), {})) for p in asked
+    ]
+    assert {(c.params.stop, c.params.end_of_turn) for c in recorder.samples} == {((), True)}
+
+
+# -- masking -------------------------------------------------------------------------------
+
+
+def test_a_masked_completion_leaves_only_itself_out_of_its_group() -> None:
+    one = Completion((1,), (-0.5,))
+    # Rewards 0, 1, 1: mean 2/3, advantages -2/3, 1/3, 1/3; the first is masked.
+    datums = datums_of(
+        [[7]], [[one, one, one]], [[0.0, 1.0, 1.0]], [[-2 / 3, 1 / 3, 1 / 3]], [[False, True, True]]
+    )
+    assert len(datums) == 2
+
+
+# -- what a step reports ---------------------------------------------------------------------
+
+
+def sampled(tokens_T: Sequence[int]) -> Completion:
+    return Completion(tuple(tokens_T), (-0.5,) * len(tokens_T))
+
+
+def known_batch() -> Rollout:
+    """Two groups: 0, 1, 0 (the first cut off at the limit and masked), and a constant 1, 1."""
+    cut, right, wrong = (
+        Response(" 4", "length"),
+        Response(" 42\n", "stop", "\n"),
+        Response(" 7\n", "stop", "\n"),
+    )
+    return Rollout(
+        prompts_P=["Q: 40 + 2?", "Q: 2 + 3?"],
+        completions_P_G=[
+            [sampled(b" 4"), sampled(b" 42\n"), sampled(b" 7\n")],
+            [sampled([*b"5", EOS])] * 2,
+        ],
+        responses_P_G=[[cut, right, wrong], [Response("5")] * 2],
+        rewards_P_G=[[0.0, 1.0, 0.0], [1.0, 1.0]],
+        parts_P_G=[[{"correct": 0.0}, {"correct": 1.0}, {"correct": 0.0}], [{}, {}]],
+        advantages_P_G=[[-1 / 3, 2 / 3, -1 / 3], [0.0, 0.0]],
+        trained_P_G=[[False, True, True], [True, True]],
+        datums_D=[],
+        accuracy=0.6,
+        constant_groups=1,
+        sampler_path="weights",
+        seconds=2.0,
+    )
+
+
+def test_a_logged_group_shows_each_completion_and_whether_it_was_trained_on() -> None:
+    # The masked completion and both of the constant group's are not trained on.
+    assert logged_groups(3, known_batch()) == [
+        SampleGroup(3, 0, "Q: 40 + 2?", (
+            Sample(" 4", "length", None, 0.0, {"correct": 0.0}, -1 / 3, False),
+            Sample(" 42\n", "stop", "\n", 1.0, {"correct": 1.0}, 2 / 3, True),
+            Sample(" 7\n", "stop", "\n", 0.0, {"correct": 0.0}, -1 / 3, True),
+        )),
+        SampleGroup(3, 1, "Q: 2 + 3?", (
+            Sample("5", "end_of_sequence", None, 1.0, {}, 0.0, False),
+        ) * 2),
+    ]  # fmt: skip
+
+
+def test_a_steps_metrics_worked_example() -> None:
+    m = step_metrics(TrainConfig(group=3), 3, known_batch(), None, 1.0)
+    # Rewards 0, 1, 0, 1, 1: mean 3/5. Part "correct": 0, 1, 0 and two without it (0): 1/5.
+    assert (m.mean_reward, m.reward_parts) == (3 / 5, {"correct": 1 / 5})
+    # " 4" was cut off at the limit; 2 + 4 + 3 + 2 + 2 = 13 tokens sampled.
+    assert (m.truncated, m.sampled_tokens, m.groups, m.constant_groups) == (1, 13, 2, 1)
+    # Nothing trained: no loss and no training time.
+    assert (m.datums, m.loss, m.training_seconds, m.sampling_seconds) == (0, None, 0.0, 2.0)
+    empty = Rollout([], [], [], [], [], [], [], [], 0.0, 0)
+    m = step_metrics(TrainConfig(), 1, empty, None, 0.0)
+    assert (m.mean_reward, m.reward_parts, m.truncated) == (0.0, {}, 0)
+
+
+def test_an_evaluations_metrics_worked_example() -> None:
+    responses = [Response(" 42\n", "stop", "\n"), Response(" 7\n", "stop", "\n")]
+    parts = [{"correct": 1.0, "format": 0.25}, {"correct": 0.0, "format": 0.25}]
+    evaluation = Evaluation(responses, [1.25, 0.25], parts, accuracy=0.5)
+    # 1 of 2 right; mean reward (1.25 + 0.25) / 2 = 0.75; parts (1 + 0) / 2 and 0.25.
+    assert evaluation.metrics(3, "w", 2.0) == EvalMetrics(
+        3, 0.5, 1, 2, 0.75, "w", 2.0, {"correct": 0.5, "format": 0.25}
+    )
+    nothing = Evaluation([], [], [], accuracy=0.0)
+    assert nothing.metrics(0, "w", 0.0) == EvalMetrics(0, 0.0, 0, 0, 0.0, "w", 0.0, {})
 
 
 @pytest.mark.parametrize("greedy", [True, False])
@@ -82,6 +279,7 @@ def test_evaluation_asks_each_problem_once_with_its_own_seed_and_keeps_the_texts
     ]
     assert {c.params.temperature for c in calls} == {0.0 if greedy else config.temperature}
     assert {c.params.max_tokens for c in calls} == {6}
+    assert {(c.params.stop, c.params.end_of_turn) for c in calls} == {(("\n",), False)}
     assert all(len(c.completions_G) == 1 for c in calls)
     assert result.texts_P == [decode(c.completions_G[0].tokens) for c in calls]
     assert result.rewards_P == [

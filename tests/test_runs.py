@@ -12,6 +12,7 @@ import subprocess
 import sys
 import termios
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +243,9 @@ def test_the_held_out_set_keeps_only_problems_training_never_draws() -> None:
     kept, warnings = evaluation_set(as_task(OverlappingHeldout()), config)
     assert kept == [2, 3, 4]
     assert warnings[0].startswith("3 of 6 held-out problems of task 'OverlappingHeldout'")
+    # Held out: 0..4; training: 5..8. Nothing to leave out, and nothing to say.
+    apart = replace(config, steps=1, eval_problems=5)
+    assert evaluation_set(as_task(OverlappingHeldout()), apart) == ([0, 1, 2, 3, 4], [])
     # A task with its own held-out set keeps it whole.
     math = as_task(MathAdapter())
     assert evaluation_set(math, config) == (math.heldout(config.seed, 6), [])

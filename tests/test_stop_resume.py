@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -42,9 +42,31 @@ def stopped_run(
     observer = StopAt(step, phase)
 
     async def go() -> RunResult:
-        return await run_grpo_async(backend, TASK, config, observer, stop=observer.stop)
+        run = run_grpo_async(backend, TASK, config, observer, stop=observer.stop)
+        return await within_an_hour(run)
 
     return run_virtual(go())[0], observer
+
+
+async def within_an_hour(run: Awaitable[RunResult]) -> RunResult:
+    """`run`, or TimeoutError: on the virtual clock an hour passes at once, so a run that
+    waited for a stop before its time fails here rather than hangs."""
+    return await asyncio.wait_for(run, timeout=3600)
+
+
+@pytest.mark.parametrize("off_policy", [0, 1])
+def test_a_stop_that_never_comes_changes_nothing(
+    fake_backend_factory: FakeFactory, off_policy: int
+) -> None:
+    config = TrainConfig(steps=3, batch=4, group=3, max_steps_off_policy=off_policy)
+
+    def run(stop: asyncio.Event | None) -> RunResult:
+        backend = fake_backend_factory()
+        return run_virtual(within_an_hour(run_grpo_async(backend, TASK, config, stop=stop)))[0]
+
+    never, plain = run(asyncio.Event()), run(None)
+    assert (never.last_step, never.stopped) == (3, False)
+    assert [m.datums for m in never.steps] == [m.datums for m in plain.steps]
 
 
 @pytest.mark.parametrize("off_policy", [0, 1])

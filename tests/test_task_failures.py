@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import pytest
 
 from cli_process import run_main
 from mathrl.adapter import Response
 from mathrl.config import TrainConfig
 from mathrl.evaluation import evaluation_set
+from mathrl.loop import run_grpo
 from mathrl.resolved import as_task
+from mathrl.rewards import TaskError
 from mathrl.rollout import trained
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl_fakes import FakeBackend
+from observing import Everything
+
+FakeFactory = Callable[..., FakeBackend]
 
 FLAKY = """
 from mathrl.tasks.addition import MathAdapter
@@ -59,6 +67,60 @@ def test_a_reward_that_raises_ends_the_run_in_one_line_and_resumes_once_fixed(
     assert resumed.returncode == 0, resumed.stderr
     assert [line.split(":")[0] for line in resumed.stdout.splitlines()] == [
         "Model", "Step 3", "Step 4", "Step 5", "Saved"
+    ]  # fmt: skip
+
+
+class FailsAtStep(MathAdapter):
+    """Its reward raises on the first problem of one training step (seed 0, batch 4)."""
+
+    def __init__(self, step: int) -> None:
+        self.failing = self.build_dataset(0, step, 4)[0]
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        if problem == self.failing:
+            raise ValueError("broken")
+        return super().compute_reward(completion, problem)
+
+
+@pytest.mark.parametrize("off_policy", [0, 1])
+@pytest.mark.parametrize(("failing", "states"), [(1, [0]), (3, [0, 2])])
+def test_a_reward_that_raises_in_a_run_keeps_the_steps_before_and_saves_a_state_of_them(
+    fake_backend_factory: FakeFactory, off_policy: int, failing: int, states: list[int]
+) -> None:
+    config = TrainConfig(steps=4, batch=4, group=3, save_every=10, max_steps_off_policy=off_policy)
+    observer = Everything()
+    with pytest.raises(TaskError, match="compute_reward raised ValueError: broken"):
+        run_grpo(fake_backend_factory(), FailsAtStep(failing), config, observer)
+    assert [m.step for m in observer.steps] == list(range(1, failing))
+    # Step 0's state, then (if a step trained since) one of the last step trained.
+    assert [c.step for c in observer.checkpoints if c.kind == "state"] == states
+
+
+class HeldOutFails(MathAdapter):
+    """Its reward raises on held-out problems only: evaluation fails, training does not."""
+
+    def __init__(self) -> None:
+        self.heldout = set(self.heldout_dataset(0, 4))
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        if problem in self.heldout:
+            raise ValueError("broken")
+        return super().compute_reward(completion, problem)
+
+
+def test_an_evaluation_that_raises_lets_the_step_in_flight_finish_and_saves_its_state(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    config = TrainConfig(steps=3, batch=4, group=3, eval_every=1, eval_problems=4, save_every=10)
+    observer = Everything()
+    with pytest.raises(TaskError, match="compute_reward raised ValueError: broken"):
+        run_grpo(fake_backend_factory(), HeldOutFails(), config, observer)
+    # Step 0's evaluation is reported after step 1's update was submitted: step 1 is
+    # finished and reported, then a state of it is saved.
+    assert observer.evals == []
+    assert [m.step for m in observer.steps] == [1]
+    assert [(c.step, c.kind) for c in observer.checkpoints] == [
+        (0, "sampler"), (0, "state"), (1, "sampler"), (1, "state"),
     ]  # fmt: skip
 
 
