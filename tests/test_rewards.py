@@ -244,15 +244,15 @@ def test_a_task_error_names_the_method_that_failed(adapter: MathAdapter, method:
 
 class Verbose(MathAdapter):
     def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
-        raise ValueError("x" * 200)
+        raise ValueError("x" * 250)
 
 
-def test_a_task_errors_line_cuts_a_long_error_at_120_and_a_long_input_at_60() -> None:
+def test_a_task_errors_line_cuts_a_long_error_at_200_and_a_long_input_at_60() -> None:
     response = Response("y" * 100, "length")
     with pytest.raises(TaskError) as excinfo:
         asyncio.run(rewards_of(as_task(Verbose()), [AdditionProblem(40, 2)], [[response]]))
-    # The error's first 120 of 200 characters; the input's first 60 of 100, quoted.
+    # The error's first 200 of 250 characters; the input's first 60 of 100, quoted.
     assert str(excinfo.value) == (
-        f"task 'addition' failed: compute_reward raised ValueError: {'x' * 120}... "
-        f"(200 characters) (on '{'y' * 60}'... (100 characters))"
+        f"task 'addition' failed: compute_reward raised ValueError: {'x' * 200}... "
+        f"(250 characters) (on '{'y' * 60}'... (100 characters))"
     )

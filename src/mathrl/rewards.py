@@ -30,17 +30,10 @@ class TaskError(Exception):
     def __init__(self, task: Task[Any], method: str, exc: BaseException, given: object) -> None:
         super().__init__(
             f"task {task.name!r} failed: {method} raised {type(exc).__name__}: "
-            f"{describe(exc, 200)} (on {shown(_plain(given), 60)})"
+            f"{describe(exc, 200)} (on {shown(given, 60)})"  # a Response shows as its text
         )
         self.task_identity = task.identity
         self.method = method
-
-
-def _plain(given: object) -> object:
-    """A response (or a group of them) as its plain text, for a message."""
-    if isinstance(given, list):
-        return [str(r) if isinstance(r, Response) else r for r in given]
-    return str(given) if isinstance(given, Response) else given
 
 
 @dataclass(frozen=True, slots=True)
