@@ -6,10 +6,12 @@ task: `FakeBackend.for_run(task, config)`. The loop, the CLI
 underneath, with no I/O.
 """
 
-from mathrl_fakes.fake_backend import FakeBackend, FakeSampler
-from mathrl_fakes.model import FakeModel, PromptKey, Reference, references_for, run_problems
+from mathrl_fakes.fake_backend import FakeBackend
+from mathrl_fakes.model import FakeModel
 from mathrl_fakes.policy import ByteTokenizer
 from mathrl_fakes.recording import RecordingBackend, RecordingSampler, SampleCall
+from mathrl_fakes.references import PromptKey, Reference, references_for, run_problems
+from mathrl_fakes.sampler import FakeSampler
 from mathrl_fakes.service import CallLog, CallRecord
 
 __all__ = [

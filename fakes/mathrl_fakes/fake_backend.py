@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
-import re
 import tempfile
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,8 +27,6 @@ from typing import Any, TypeVar
 from mathrl.adapter import Adapter
 from mathrl.backend import (
     BackendError,
-    Completion,
-    SampleParams,
     TrainResult,
     check_datums,
     check_learning_rate,
@@ -40,56 +35,16 @@ from mathrl.backend import (
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
 from mathrl.resolved import Task, as_task
-from mathrl_fakes.model import (
-    FakeModel,
-    PromptKey,
-    Reference,
-    StepReferences,
-    UnknownPrompts,
-    parse_weights,
-    references_for,
-)
+from mathrl_fakes.model import FakeModel, UnknownPrompts, parse_weights
 from mathrl_fakes.policy import VOCAB_SIZE, ByteTokenizer
+from mathrl_fakes.references import PromptKey, Reference, StepReferences, references_for
+from mathrl_fakes.sampler import FakeSampler
 from mathrl_fakes.service import ServiceCalls
 
 T = TypeVar("T")
 P = TypeVar("P")
 
 CHECKPOINT_FORMAT = "mathrl-fake-checkpoint/2"
-
-
-class FakeSampler:
-    """A sampler pinned to the weights of one checkpoint."""
-
-    def __init__(self, backend: FakeBackend, name: str, theta: Sequence[float]) -> None:
-        self._backend = backend
-        self.name = name
-        self.theta = tuple(theta)
-        self._unseeded: Counter[tuple[int, ...]] = Counter()
-
-    async def sample(
-        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
-    ) -> list[Completion]:
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1 (got {num_samples})")
-        if params.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 (got {params.max_tokens})")
-        if not (params.temperature >= 0 and math.isfinite(params.temperature)):
-            raise ValueError(f"temperature must be finite and >= 0 (got {params.temperature})")
-        prompt = tuple(prompt_T)
-        if params.seed is None:
-            # Unseeded requests still replay exactly: key on how many times this
-            # sampler has seen this prompt.
-            self._unseeded[prompt] += 1
-            request_key = f"unseeded-{self._unseeded[prompt]}"
-        else:
-            request_key = f"seed-{params.seed}"
-        weights = sampling_name(self.name)
-        key = f"{self._backend.seed}/{weights}/{request_key}/{','.join(map(str, prompt))}"
-        model = self._backend.model
-        return await self._backend.call(
-            "sample", lambda: model.sample(self.theta, prompt, key, num_samples, params)
-        )
 
 
 class FakeBackend(ServiceCalls):
@@ -284,25 +239,6 @@ class FakeBackend(ServiceCalls):
         except (TypeError, ValueError) as exc:
             raise BackendError(f"{path!r} holds no usable weights ({exc})") from None
         return FakeSampler(self, str(payload.get("name")), theta)
-
-
-CODE_SEGMENT = re.compile(r"-[0-9a-f]{8}(?=-(step|state)[0-9]+$)")
-
-
-def sampling_name(name: str) -> str:
-    """The checkpoint's name as the fake's randomness sees it: less the task's code version.
-
-    mathrl's names end `-<fingerprint>-<code>-step<N>`. The code version is
-    there so an edited task never overwrites its old checkpoints; what the
-    fake samples from given weights should not change with it, so the same
-    settings keep drawing the same samples across edits of a task's code.
-    """
-    if CHECKPOINT_TWO_HEX.search(name):
-        return CODE_SEGMENT.sub("", name, count=1)
-    return name
-
-
-CHECKPOINT_TWO_HEX = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{8}-(step|state)[0-9]+$")
 
 
 def _check_name(name: str) -> None:

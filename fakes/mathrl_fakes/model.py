@@ -15,13 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from mathrl.adapter import Adapter
 from mathrl.backend import BackendError, Completion, SampleParams
-from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
-from mathrl.resolved import Task, as_task, prompt_key
-from mathrl.rewards import TaskError
-from mathrl.rollout import prompt_tokens
 from mathrl_fakes.policy import (
     POSITIONS,
     WIDTH,
@@ -35,98 +30,12 @@ from mathrl_fakes.policy import (
     position_at,
     uniforms,
 )
+from mathrl_fakes.references import PromptKey, Reference
 
 P = TypeVar("P")
-TOKENIZER = ByteTokenizer()
-LOOKAHEAD = 2
-"""How many steps beyond the one its sample requests have reached a run's fake may look."""
 ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.95, 1e-12
 """Tinker's `AdamParams` defaults."""
 UnknownPrompts = Literal["error", "uniform"]
-
-
-@dataclass(frozen=True, slots=True)
-class Reference:
-    """What the fake should learn to write after one prompt: `answer`, then `stop`, then EOS."""
-
-    answer: str
-    stop: str = ""
-    wrong: tuple[str, ...] = ()
-    """Wrong answers the task names, written now and then instead (each with `stop`)."""
-
-
-PromptKey = str | tuple[int, ...]
-"""A prompt as the fake knows it: its text, or its tokens (a conversation, rendered)."""
-
-
-def references_for(task: Adapter[P] | Task[P], problems: Sequence[P]) -> dict[PromptKey, Reference]:
-    """Prompt -> Reference, through the task's own methods (never by parsing a prompt).
-
-    A text prompt is keyed by its text; a conversation by its tokens in the
-    fake's chat template. The reference ends as the task asks: with its first
-    stop sequence, or else end-of-sequence (which is also the fake's
-    end-of-turn).
-    """
-    resolved = as_task(task)
-    adapter = resolved.adapter
-    references: dict[PromptKey, Reference] = {}
-    for p in problems:
-        prompt = adapter.make_prompt(p)
-        stops = resolved.stop_for(prompt)
-        key: PromptKey = (
-            prompt if isinstance(prompt, str) else tuple(prompt_tokens(TOKENIZER, resolved, prompt))
-        )
-        wrong = tuple(str(w) for w in resolved.wrong_completions(p))
-        stop = stops[0] if stops else ""
-        references[key] = Reference(adapter.reference_completion(p), stop, wrong)
-    return references
-
-
-def run_problems(task: Adapter[P] | Task[P], config: TrainConfig) -> list[P]:
-    """Every problem a run draws: each training step's, then its held-out set."""
-    resolved = as_task(task)
-    problems: list[P] = []
-    for step in range(1, config.steps + 1):
-        problems += resolved.adapter.build_dataset(config.seed, step, config.batch)
-    return problems + resolved.heldout(config.seed, config.eval_problems)
-
-
-class StepReferences:
-    """A run's training references, one step at a time, as the run gets there.
-
-    Drawing them all up front would cost steps x batch problems before the
-    first step (a typo in --steps would eat the machine). A step sends one
-    sample request per problem, so after `requests` of them the run is at
-    most at step `first_step + requests // batch`: on a miss, the fake draws
-    steps up to LOOKAHEAD beyond that, and no further (an unknown prompt is
-    refused without drawing the whole run).
-    """
-
-    def __init__(self, task: Adapter[P] | Task[P], config: TrainConfig, first_step: int = 1):
-        self._task = as_task(task)
-        self._config = config
-        self._first_step = first_step
-        self.next_step = first_step
-
-    def __call__(self, requests: int) -> dict[PromptKey, Reference] | None:
-        """The next step's references, or None past the run's reach (see the class)."""
-        reach = self._first_step + requests // self._config.batch + LOOKAHEAD
-        if self.next_step > min(self._config.steps, reach):
-            return None
-        seed, step, size = self._config.seed, self.next_step, self._config.batch
-        problems = self._task.adapter.build_dataset(seed, step, size)
-        again = self._task.adapter.build_dataset(seed, step, size)
-        if [prompt_key(self._task.adapter.make_prompt(p)) for p in problems] != [
-            prompt_key(self._task.adapter.make_prompt(p)) for p in again
-        ]:
-            # The run draws them once more, and would miss every reference drawn here.
-            problem = ValueError(
-                "two calls gave different problems: it is not deterministic (draw from a "
-                "random.Random seeded by (seed, step), never from the global random module)"
-            )
-            raise TaskError(self._task, "build_dataset", problem, f"seed={seed}, step={step}")
-        self.next_step += 1
-        return references_for(self._task, problems)
 
 
 @dataclass

@@ -44,10 +44,11 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-EOS = 256
-VOCAB_SIZE = 257
+from mathrl_fakes.tokenizer import EOS as EOS
+from mathrl_fakes.tokenizer import VOCAB_SIZE as VOCAB_SIZE
+from mathrl_fakes.tokenizer import ByteTokenizer as ByteTokenizer
+
 WIDTH = 2000
 POSITIONS = 8
 FULL_TARGET_PROB = 0.5
@@ -57,55 +58,6 @@ WRONG_BIAS = 6.0
 """The logit of a named wrong answer's next token, once the policy is on it: it finishes it."""
 NOISE = math.log((VOCAB_SIZE - 2) / NOISE_MASS)
 """The other tokens' logit is -NOISE, so VOCAB_SIZE - 2 of them weigh NOISE_MASS."""
-
-
-class ByteTokenizer:
-    """Tokens 0-255 are the bytes of UTF-8 text; token 256 is end-of-sequence.
-
-    `decode(encode(s)) == s` for every string, lone surrogates included.
-    EOS decodes to "". Bytes that are not valid UTF-8 decode to U+FFFD.
-
-    Its chat template: each message is `role`, a newline, `content`, then the
-    EOS token, which ends every turn (it is the end-of-turn token too);
-    `render_chat` then opens the assistant's turn with `assistant` and a
-    newline. No text can forge a turn boundary: text encodes to bytes only.
-    Template options (Qwen3's `enable_thinking`, say) are accepted and change
-    nothing, as a Hugging Face template ignores variables it does not use.
-    """
-
-    @property
-    def eos_token_id(self) -> int:
-        return EOS
-
-    @property
-    def end_of_turn_id(self) -> int:
-        return EOS
-
-    @property
-    def vocab_size(self) -> int:
-        return VOCAB_SIZE
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8", "surrogatepass"))
-
-    def render_chat(
-        self, messages: Sequence[Mapping[str, str]], options: Mapping[str, Any]
-    ) -> list[int]:
-        tokens: list[int] = []
-        for message in messages:
-            tokens += self.encode(f"{message['role']}\n{message['content']}")
-            tokens.append(EOS)
-        return tokens + self.encode("assistant\n")
-
-    def decode(self, tokens: Sequence[int]) -> str:
-        for t in tokens:
-            if not 0 <= t < VOCAB_SIZE:
-                raise ValueError(f"token ids must be in 0..{VOCAB_SIZE - 1} (got {t})")
-        data = bytes(t for t in tokens if t != EOS)
-        try:
-            return data.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError:
-            return data.decode("utf-8", "replace")
 
 
 def log_normaliser(logit: float) -> float:
