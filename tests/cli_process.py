@@ -97,3 +97,17 @@ def _exit_code(argv: list[str]) -> int:
 
 def _is_under(file: str | None, folder: Path) -> bool:
     return file is not None and Path(file).resolve().is_relative_to(folder.resolve())
+
+
+def fresh_interpreters(code: str) -> set[str]:
+    """What `code` prints in two fresh interpreters with other hash seeds: one line if stable."""
+    return {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": str(h)},
+        ).stdout
+        for h in (1, 2)
+    }

@@ -24,14 +24,19 @@ def latest_sampler_at(checkpoints: list[Checkpoint], step: int) -> str:
     return [c.path for c in checkpoints if c.kind == "sampler" and c.step <= step][-1]
 
 
+def small_run(off_policy: int) -> TrainConfig:
+    """4 steps of 2 problems x 3, an evaluation of 4 problems after each, a state every 2."""
+    return TrainConfig(
+        steps=4, batch=2, group=3, eval_every=1, eval_problems=4, save_every=2,
+        max_steps_off_policy=off_policy,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("off_policy", [0, 1])
 def test_each_evaluation_reports_its_step_its_weights_and_its_score(
     fake_backend_factory: FakeFactory, off_policy: int
 ) -> None:
-    config = TrainConfig(
-        steps=4, batch=2, group=3, eval_every=1, eval_problems=4, save_every=2,
-        max_steps_off_policy=off_policy,
-    )  # fmt: skip
+    config = small_run(off_policy)
     observer = Everything()
     run_grpo(fake_backend_factory(), MathAdapter(), config, observer)
     assert [m.step for m in observer.evals] == [0, 1, 2, 3, 4]
@@ -83,10 +88,7 @@ def test_a_run_whose_held_out_problems_all_train_evaluates_nothing(tmp_path: Pat
 def test_steps_and_evaluations_report_the_time_they_took(
     fake_backend_factory: FakeFactory, off_policy: int, timings: list[tuple[float, ...]]
 ) -> None:
-    config = TrainConfig(
-        steps=4, batch=2, group=3, eval_every=1, eval_problems=4, save_every=2,
-        max_steps_off_policy=off_policy,
-    )  # fmt: skip
+    config = small_run(off_policy)
     observer = Everything()
     backend = fake_backend_factory(latency=1.0)
     run_virtual(run_grpo_async(backend, MathAdapter(), config, observer))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -15,6 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import strategies as st_
+from cli_process import fresh_interpreters
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
@@ -196,17 +195,7 @@ def test_request_seeds_are_stable_across_processes() -> None:
         "from mathrl.rollout import request_seed\n"
         f"print([request_seed(*key) for key in {list(PINNED_REQUEST_SEEDS)!r}])\n"
     )
-    outputs = {
-        subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={"PYTHONHASHSEED": str(h)},
-        ).stdout
-        for h in (1, 2)
-    }
-    assert outputs == {f"{list(PINNED_REQUEST_SEEDS.values())}\n"}
+    assert fresh_interpreters(code) == {f"{list(PINNED_REQUEST_SEEDS.values())}\n"}
     assert {key: request_seed(*key) for key in PINNED_REQUEST_SEEDS} == PINNED_REQUEST_SEEDS
 
 
