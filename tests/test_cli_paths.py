@@ -227,3 +227,31 @@ def test_a_task_whose_import_fails_names_what_it_imports(tmp_path: Path) -> None
     assert (done.returncode, done.stderr) == (
         2, "mathrl: error: --log-dir must be a folder (got a file: afile)\n"
     )  # fmt: skip
+
+
+def test_the_fakes_checkpoints_go_where_asked_and_sample_takes_a_run_folder(
+    tmp_path: Path,
+) -> None:
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "2", "--log-dir", "R",
+                    "--fake-checkpoints", "ckpts")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    saved = done.stdout.splitlines()[-1].removeprefix("Saved: ")
+    assert saved == str(Path("ckpts") / Path(saved).name)
+    assert (tmp_path / saved).is_file()
+    # A run folder stands for its latest weights.
+    by_folder = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", "R")
+    by_path = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", saved)
+    assert by_folder.returncode == 0, by_folder.stderr
+    assert by_folder.stdout == by_path.stdout
+    # A folder it cannot write is named, with the setting to change.
+    (tmp_path / "ro").write_text("a file, not a folder")
+    failed = run_main(tmp_path, "--backend", "fake", "--fake-checkpoints", "ro/sub")
+    assert failed.returncode == 1
+    assert failed.stderr.splitlines()[-1].startswith("mathrl: error: cannot write the fake ")
+    assert failed.stderr.splitlines()[-1].endswith(
+        "the fake needs a folder it can write (MINT_RL_FAKE_CHECKPOINTS, --fake-checkpoints)"
+    )
+    refused = run_main(tmp_path, "--fake-checkpoints", "x", MINT_API_KEY="sk-x")
+    assert refused.stderr == (
+        "mathrl: error: --fake-checkpoints work only with --backend fake (got --backend mint)\n"
+    )

@@ -385,7 +385,7 @@ def test_a_read_only_checkpoint_folder_is_a_backend_error_naming_it(
 
     monkeypatch.setattr(Path, "write_text", refuse)
     backend = FakeBackend(math_references(), checkpoint_dir=tmp_path)
-    with pytest.raises(BackendError, match=r"x\.json \(Permission denied\)$"):
+    with pytest.raises(BackendError, match=r"x\.json \(Permission denied\): the fake needs a"):
         asyncio.run(_saved(backend, "x"))
 
 

@@ -197,7 +197,9 @@ class FakeBackend(ServiceCalls):
             partial.replace(path)
         except OSError as exc:
             raise BackendError(
-                f"cannot write the fake checkpoint {path} ({exc.strerror or exc})"
+                f"cannot write the fake checkpoint {path} ({exc.strerror or exc}): the fake "
+                "needs a folder it can write",
+                settings=("fake_checkpoints",),
             ) from None
         if kind == "sampler":
             self._saved[str(path)] = (name, tuple(self.model.theta))

@@ -104,7 +104,7 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
             return EXIT_OK
     else:
         config = build_config(_flags(args), env, backend=args.backend or "mint")
-        fake = fake_options(_flags(args), config.backend)
+        fake = fake_options(_flags(args), config.backend, env)
         plan = Plan(config, load_task(config.adapter), fake=fake)
     if plan.config.backend == "mint":
         api_key(env)
@@ -179,7 +179,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         **{
             name: getattr(given, name)
             if getattr(args, name) is not None
-            else recorded.get(name, 0.0)
+            else recorded.get(name, getattr(FakeOptions(), name))
             for name in FAKE_FIELDS
         }
     )

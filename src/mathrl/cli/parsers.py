@@ -17,7 +17,7 @@ from mathrl.config import DEFAULT_BASE_URL, ConfigError
 BACKENDS = ("mint", "fake")
 RELIABILITY = ("connect_timeout", "setup_timeout", "call_timeout", "retries", "retry_delay")
 """How long to wait and how often to retry: what any run against a service may change."""
-RESUMABLE = (*RELIABILITY, "log_samples", "fake_fault_rate", "fake_latency")
+RESUMABLE = (*RELIABILITY, "log_samples", "fake_fault_rate", "fake_latency", "fake_checkpoints")
 """Settings a resumed run may change: none of them changes what is trained."""
 SAMPLE_FIELDS = ("adapter", "seed", "max_tokens", "base_model", *RELIABILITY)
 """The settings `sample` reads (and `--temperature`); the others cannot make it fail."""
@@ -34,6 +34,7 @@ class Parser(argparse.ArgumentParser):
 DEFAULTS_DECIDED_LATER = {
     "max_tokens": "the task's",
     "log_dir": "runs/<UTC time>-<task>-<fingerprint>",
+    "fake_checkpoints": "mathrl-fake in the temp folder",
 }
 
 
@@ -94,7 +95,11 @@ def sample_parser() -> Parser:
         prog="python -m mathrl sample",
         description="Sample greedy answers to a task's held-out problems from saved weights.",
     )
-    parser.add_argument("--model-path", required=True, help="the path a run printed as `Saved:`")
+    parser.add_argument(
+        "--model-path",
+        required=True,
+        help="the path a run printed as `Saved:`, or a run folder (its latest weights)",
+    )
     parser.add_argument(
         "--problems",
         default="10",

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from mathrl.backend import BackendError, Sampler, Tokenizer
 from mathrl.checkpoints import task_of_checkpoint
+from mathrl.cli.run_folder import CONFIG, RunFolderError, read_run
 from mathrl.cli.settings import api_key, base_url
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError
@@ -33,6 +35,7 @@ async def sample(
     """Print one line per held-out problem and the accuracy; return the exit code."""
     if not model_path.strip():
         raise ConfigError("--model-path must be the path a run printed as `Saved:` (got '')")
+    model_path = latest_of_run(model_path)
     _same_task(task, task_of_checkpoint(model_path), model_path)
     problems = task.heldout(config.train.seed, count)
     tokenizer: Tokenizer
@@ -60,6 +63,23 @@ async def sample(
     correct = round(result.accuracy * count)
     print(f"Accuracy: {result.accuracy:.1%} ({correct}/{count})", flush=True)
     return 0
+
+
+def latest_of_run(model_path: str) -> str:
+    """`model_path` itself, or, for a run folder, the latest sampler checkpoint it records."""
+    folder = Path(model_path)
+    try:
+        if not (folder / CONFIG).is_file():
+            return model_path
+    except OSError:  # a name too long to be a folder, say: a checkpoint path, or nothing
+        return model_path
+    try:
+        samplers = [c["path"] for c in read_run(folder).checkpoints if c["kind"] == "sampler"]
+    except RunFolderError as exc:
+        raise ConfigError(f"--model-path: {exc}") from None
+    if not samplers:
+        raise ConfigError(f"--model-path: the run folder {folder} records no sampler checkpoint")
+    return str(samplers[-1])
 
 
 async def _fake_sampler(

@@ -45,9 +45,15 @@ class FakeOptions:
     """Seconds each fake call takes."""
     fake_fault_rate: float = 0.0
     """The share of fake calls that fail transiently (seeded)."""
+    fake_checkpoints: str | None = None
+    """The folder of the fake's checkpoint files (None: `mathrl-fake` in the temp folder)."""
 
 
-FAKE_RULES = {"fake_latency": number_in(0, 60), "fake_fault_rate": number_in(0, 1)}
+FAKE_RULES = {
+    "fake_latency": number_in(0, 60),
+    "fake_fault_rate": number_in(0, 1),
+    "fake_checkpoints": RULES["log_dir"],
+}
 FAKE_FIELDS = frozenset(f.name for f in fields(FakeOptions))
 
 
@@ -154,6 +160,8 @@ SETTINGS: tuple[Setting, ...] = (
             "share of fake calls that fail transiently (--backend fake only)", _float),
     Setting("fake_latency", "--fake-latency", None,
             "seconds each fake call takes (--backend fake only)", _float),
+    Setting("fake_checkpoints", "--fake-checkpoints", "MINT_RL_FAKE_CHECKPOINTS",
+            "the folder of the fake's checkpoint files (--backend fake only)", _text),
 )
 # fmt: on
 
@@ -236,13 +244,17 @@ def build_config(
     return Config(train=TrainConfig(**train), **run)
 
 
-def fake_options(flags: Mapping[str, str | None], backend: str) -> FakeOptions:
-    """The fake's knobs from their flags; refused with any backend but the fake."""
-    given = {s.field: v for s, v, _ in _read(flags, {}, FAKE_FIELDS)}
-    if given and backend != "fake":
-        named = ", ".join(BY_FIELD[f].flag for f in sorted(given))
-        raise ConfigError(f"{named} work only with --backend fake (got --backend {backend})")
-    return FakeOptions(**given)
+def fake_options(
+    flags: Mapping[str, str | None], backend: str, env: Mapping[str, str] | None = None
+) -> FakeOptions:
+    """The fake's knobs from their flags (and variables); a flag refused with another backend."""
+    read = list(_read(flags, env or {}, FAKE_FIELDS))
+    flagged = sorted(s.flag for s, _, source in read if source == s.flag)
+    if flagged and backend != "fake":
+        raise ConfigError(
+            f"{', '.join(flagged)} work only with --backend fake (got --backend {backend})"
+        )
+    return FakeOptions(**{s.field: value for s, value, _ in read})
 
 
 def wording(settings: Iterable[str]) -> str:
