@@ -247,11 +247,27 @@ def test_the_fakes_checkpoints_go_where_asked_and_sample_takes_a_run_folder(
     (tmp_path / "ro").write_text("a file, not a folder")
     failed = run_main(tmp_path, "--backend", "fake", "--fake-checkpoints", "ro/sub")
     assert failed.returncode == 1
-    assert failed.stderr.splitlines()[-1].startswith("mathrl: error: cannot write the fake ")
-    assert failed.stderr.splitlines()[-1].endswith(
+    error = failed.stderr.splitlines()[-2]
+    assert error.startswith("mathrl: error: cannot write the fake ")
+    assert error.endswith(
         "the fake needs a folder it can write (MINT_RL_FAKE_CHECKPOINTS, --fake-checkpoints)"
     )
     refused = run_main(tmp_path, "--fake-checkpoints", "x", MINT_API_KEY="sk-x")
     assert refused.stderr == (
         "mathrl: error: --fake-checkpoints work only with --backend fake (got --backend mint)\n"
     )
+
+
+def test_a_run_that_failed_before_its_first_state_starts_over_on_resume(tmp_path: Path) -> None:
+    failed = run_main(tmp_path, "--backend", "fake", "--steps", "3", "--log-dir", "X",
+                      "--fake-fault-rate", "1", "--retries", "0")  # fmt: skip
+    assert failed.returncode == 1
+    assert failed.stderr.splitlines()[-1] == (
+        "mathrl: no training state was saved; start the run over with: python -m mathrl --resume X"
+    )
+    again = run_main(tmp_path, "--resume", "X", "--fake-fault-rate", "0")
+    assert again.returncode == 0, again.stderr
+    assert "mathrl: starting X over: it saved no training state" in again.stderr
+    whole = run_main(tmp_path, "--backend", "fake", "--steps", "3")
+    assert again.stdout.splitlines()[1:] == whole.stdout.splitlines()[1:]
+    assert [r["step"] for r in read_run(tmp_path / "X").steps] == [1, 2, 3]

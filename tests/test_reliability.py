@@ -50,10 +50,11 @@ def test_a_run_whose_every_call_fails_ends_after_the_retries(tmp_path: Path) -> 
     retried = [line.split(" in ")[0] for line in lines if " retry " in line]
     for n in (1, 2, 3):  # the state is saved at the same time, and retried too
         assert f"mathrl: retry {n} of 3 of save_weights_for_sampler" in retried
-    assert lines[-1] == (
+    assert lines[-2] == (
         "mathrl: error: save_weights_for_sampler failed 4 times in a row (3 retries): "
         "save_weights_for_sampler: injected transient failure (MINT_RL_RETRIES, --retries)"
     )
+    assert lines[-1].startswith("mathrl: no training state was saved; start the run over with: ")
     assert "Traceback" not in done.stderr
 
 
@@ -105,6 +106,7 @@ def test_a_stopped_run_resumes_exactly_where_it_stopped(
     stopped = asyncio.run(first_part())
     assert (stopped.stopped, stopped.last_step) == (True, stop_after)
     point = read_run(folder.path).resume_point()
+    assert point is not None
     assert point.step == stop_after  # between saves (7), the state was saved on the way out
 
     async def rest() -> RunResult:
@@ -303,7 +305,9 @@ def test_a_closed_stdout_ends_the_run_quietly_and_resumably(tmp_path: Path) -> N
     assert "Traceback" not in err
     assert "BrokenPipe" not in err
     assert err.splitlines()[-1].endswith("resume with: python -m mathrl --resume X")
-    assert read_run(tmp_path / "X").resume_point().step >= 2
+    point = read_run(tmp_path / "X").resume_point()
+    assert point is not None
+    assert point.step >= 2
 
 
 def test_stdout_that_cannot_be_written_ends_the_run_without_a_traceback(tmp_path: Path) -> None:
@@ -336,9 +340,11 @@ def test_a_checkpoint_folder_that_cannot_be_written_is_one_line(tmp_path: Path) 
     (tmp_path / "mathrl-fake").write_text("a file where the folder should be")
     done = run_main(tmp_path, "--backend", "fake", "--steps", "1")
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1].startswith(
+    error, start_over = done.stderr.splitlines()[-2:]
+    assert error.startswith(
         f"mathrl: error: cannot write the fake checkpoint {tmp_path}/mathrl-fake/"
     )
+    assert start_over.startswith("mathrl: no training state was saved; start the run over with: ")
     assert "Traceback" not in done.stderr
 
 

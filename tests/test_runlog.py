@@ -64,6 +64,7 @@ def test_the_resume_point_is_the_last_state_and_the_samplers_around_it(tmp_path:
         Checkpoint(4, "sampler", "s4"),
     )
     point = read_run(path).resume_point()
+    assert point is not None
     # Step 3's state; step 3's sampler; the latest one before step 3 is step 1's.
     assert (point.step, point.state_path, point.sampler_path, point.lagged_sampler_path) == (
         3, "t3", "s3", "s1"
@@ -71,9 +72,11 @@ def test_the_resume_point_is_the_last_state_and_the_samplers_around_it(tmp_path:
     assert read_run(path).train_config() == TrainConfig(steps=9, seed=3)
 
 
-def test_a_run_without_a_saved_state_cannot_resume(tmp_path: Path) -> None:
-    with pytest.raises(RunFolderError, match="records no saved training state"):
-        read_run(folder_with(tmp_path / "a", Checkpoint(0, "sampler", "s0"))).resume_point()
+def test_a_run_without_a_saved_state_has_no_resume_point(tmp_path: Path) -> None:
+    # Nothing to continue from: a resume starts such a run over.
+    assert (
+        read_run(folder_with(tmp_path / "a", Checkpoint(0, "sampler", "s0"))).resume_point() is None
+    )
     with pytest.raises(RunFolderError, match="records no sampler checkpoint"):
         read_run(folder_with(tmp_path / "b", Checkpoint(0, "state", "t0"))).resume_point()
 

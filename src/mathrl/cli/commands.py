@@ -163,12 +163,12 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
             f"--resume: {config.adapter} is now task {task.name!r}, but the run trained "
             f"task {record.config.get('task')!r}"
         )
-    if point.step >= config.train.steps:
+    if point is not None and point.step >= config.train.steps:
         _say(f"{folder} already finished all {config.train.steps} steps; nothing to resume")
         print(f"Saved: {point.sampler_path}", flush=True)
         return None
     run_folder = RunFolder(folder, config.log_samples)
-    run_folder.truncate_after(point.step)
+    run_folder.truncate_after(point.step if point is not None else -1)
     if config.train.steps != recorded.get("steps"):  # extended: later resumes go as far
         run_folder.write_config(
             {**record.config, "settings": {**recorded, "steps": config.train.steps}}
@@ -183,7 +183,10 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
             for name in FAKE_FIELDS
         }
     )
-    _say(f"resuming {folder} from step {point.step} (of {config.train.steps})")
+    if point is None:  # it failed before its first state: nothing to keep, start over
+        _say(f"starting {folder} over: it saved no training state")
+    else:
+        _say(f"resuming {folder} from step {point.step} (of {config.train.steps})")
     return Plan(config, task, point, run_folder, fake)
 
 

@@ -194,11 +194,11 @@ class RunRecord:
         fields = TrainConfig.__dataclass_fields__
         return TrainConfig(**{k: v for k, v in self.config["settings"].items() if k in fields})
 
-    def resume_point(self) -> Resume:
-        """The last complete state record, and the samplers a resumed run needs."""
+    def resume_point(self) -> Resume | None:
+        """The last complete state record and the samplers around it; None if none was saved."""
         states = [c for c in self.checkpoints if c["kind"] == "state"]
         if not states:
-            raise RunFolderError(f"{self.path / CHECKPOINTS} records no saved training state")
+            return None
         step = states[-1]["step"]
         samplers = [c for c in self.checkpoints if c["kind"] == "sampler"]
         at = [c["path"] for c in samplers if c["step"] <= step]

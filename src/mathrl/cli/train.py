@@ -240,6 +240,8 @@ def _failed(
     if latest.state_step >= 0:
         resume = resume_command(folder)
         say(f"the last saved state is step {latest.state_step}; resume with: {resume}")
+    else:
+        say(f"no training state was saved; start the run over with: {resume_command(folder)}")
     return EXIT_FAILURE
 
 
