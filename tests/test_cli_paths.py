@@ -18,7 +18,7 @@ from conftest import math_references
 from fake_mint import FakeMintServer
 from mathrl.cli.commands import main
 from mathrl.cli.progress import ProgressBar
-from mathrl.cli.run_folder import read_run
+from mathrl.cli.run_folder import read_jsonl, read_run
 from mathrl.report import StepMetrics
 
 KEY = "sk-test-SECRET123"
@@ -271,3 +271,22 @@ def test_a_run_that_failed_before_its_first_state_starts_over_on_resume(tmp_path
     whole = run_main(tmp_path, "--backend", "fake", "--steps", "3")
     assert again.stdout.splitlines()[1:] == whole.stdout.splitlines()[1:]
     assert [r["step"] for r in read_run(tmp_path / "X").steps] == [1, 2, 3]
+
+
+def test_an_evaluation_lost_to_a_failure_is_made_on_resume(tmp_path: Path) -> None:
+    whole = run_main(tmp_path, "--backend", "fake", "--steps", "4", "--eval-every", "2",
+                     "--save-every", "2", "--log-dir", "X")  # fmt: skip
+    expected = whole.stdout.splitlines()
+    # As if the run had failed after step 2's state was saved, before its evaluation came.
+    metrics, checkpoints = tmp_path / "X" / "metrics.jsonl", tmp_path / "X" / "checkpoints.jsonl"
+    kept = [
+        r for r in read_jsonl(metrics) if r["step"] < 2 or (r["step"] == 2 and not r.get("eval"))
+    ]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    saves = [r for r in read_jsonl(checkpoints) if r["step"] <= 2]
+    checkpoints.write_text("".join(json.dumps(r) + "\n" for r in saves))
+    resumed = run_main(tmp_path, "--resume", "X")
+    assert resumed.returncode == 0, resumed.stderr
+    lines = resumed.stdout.splitlines()
+    assert lines[1].startswith("Eval step 2: ")
+    assert lines[1:] == expected[expected.index(lines[1]) :]

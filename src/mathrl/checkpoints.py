@@ -89,3 +89,5 @@ class Resume:
     """The latest sampler checkpoint at or before `step` (the current weights)."""
     lagged_sampler_path: str
     """The latest one at or before `step - 1`; off-policy step `step + 1` samples from it."""
+    evaluate_first: bool = False
+    """Evaluate the state's weights before going on: their evaluation was due, and lost."""

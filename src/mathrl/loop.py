@@ -187,8 +187,8 @@ class _Run(Generic[P]):
             )
         else:
             first = self._start_rollout(start + 1)
-        if resume is None and self._eval_due(0):
-            self._start_eval(0)
+        if (resume is None or resume.evaluate_first) and self._eval_due(start):
+            self._start_eval(start)  # step 0's; or the resumed step's, lost to a failure
         return start, first
 
     # -- one step: sample, then the update -------------------------------------------------

@@ -187,6 +187,8 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         _say(f"starting {folder} over: it saved no training state")
     else:
         _say(f"resuming {folder} from step {point.step} (of {config.train.steps})")
+        if config.train.eval_every and point.step not in {e["step"] for e in record.evals}:
+            point = replace(point, evaluate_first=True)  # its evaluation was lost: make it
     return Plan(config, task, point, run_folder, fake)
 
 
