@@ -31,8 +31,10 @@ def test_defaults_are_the_seed_pages() -> None:
     assert (train.group, train.lr, train.temperature) == (4, 1e-4, 1.0)
     assert train.max_tokens is None  # the task's: 8 for addition, the seed's MINT_RL_MAX_TOKENS
     assert (config.call_timeout, config.retries, train.save_every, train.eval_every) == (
-        600.0, 3, 5, 0
+        600.0, None, 5, 0
     )  # fmt: skip
+    # A failing call is retried for ten minutes, with backoff capped at 30 s; no count cap.
+    assert (config.retry_window, config.retry_delay) == (600.0, 1.0)
 
 
 @given(flag=st_.counts, env=st_.counts)

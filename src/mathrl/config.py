@@ -82,6 +82,7 @@ RULES: dict[str, Rule] = {
     "call_timeout": number_in(0, _DAY, low_open=True),
     "retries": int_in(0, 100),
     "retry_delay": number_in(0, 3600),
+    "retry_window": number_in(0, 7 * _DAY, low_open=True),
     "log_dir": Rule("a folder path", lambda s: 0 < len(s) <= 4096 and "\0" not in s),
     "log_samples": int_in(0, 10_000),
 }
@@ -127,8 +128,11 @@ class Config:
     connect_timeout: float = 60.0
     setup_timeout: float = 600.0
     call_timeout: float = 600.0
-    retries: int = 3
+    retries: int | None = None
+    """At most this many retries of one call; None: no count, only the retry window."""
     retry_delay: float = 1.0
+    retry_window: float = 600.0
+    """Seconds from a call's first failure within which it is retried."""
     log_dir: str | None = None
     log_samples: int = 2
     """Groups of each step recorded in the run folder's samples.jsonl (0: none)."""

@@ -15,7 +15,14 @@ from mathrl.cli.settings import SETTINGS, Setting, default_of, parse_bool
 from mathrl.config import DEFAULT_BASE_URL, ConfigError
 
 BACKENDS = ("mint", "fake")
-RELIABILITY = ("connect_timeout", "setup_timeout", "call_timeout", "retries", "retry_delay")
+RELIABILITY = (
+    "connect_timeout",
+    "setup_timeout",
+    "call_timeout",
+    "retries",
+    "retry_delay",
+    "retry_window",
+)
 """How long to wait and how often to retry: what any run against a service may change."""
 RESUMABLE = (*RELIABILITY, "log_samples", "fake_fault_rate", "fake_latency", "fake_checkpoints")
 """Settings a resumed run may change: none of them changes what is trained."""
@@ -35,6 +42,7 @@ DEFAULTS_DECIDED_LATER = {
     "max_tokens": "the task's",
     "log_dir": "runs/<UTC time>-<task>-<fingerprint>",
     "fake_checkpoints": "mathrl-fake in the temp folder",
+    "retries": "none: the retry window alone",
 }
 
 

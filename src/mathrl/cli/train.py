@@ -113,7 +113,9 @@ class Plan:
 
 
 def retry_policy(config: Config) -> RetryPolicy:
-    return RetryPolicy(config.retries, config.call_timeout, config.retry_delay)
+    return RetryPolicy(
+        config.retries, config.call_timeout, config.retry_delay, window=config.retry_window
+    )
 
 
 async def open_backend(

@@ -197,12 +197,14 @@ class RetryingBackend:
         replays from the start, but only the call that failed spends a retry.
         """
         failures: Counter[int] = Counter()
+        since: dict[int, float] = {}
         position, what = len(self._since), op.kind
         self._recovering = True
         try:
             while True:
                 failures[position] += 1
-                await self.retrier.pause(what, failures[position], exc)
+                since.setdefault(position, asyncio.get_running_loop().time())
+                await self.retrier.pause(what, failures[position], exc, since[position])
                 try:
                     if op.kind == "load_state":
                         self._epoch += 1  # whatever it replaced is gone either way
@@ -227,14 +229,14 @@ class RetryingBackend:
                 "was saved before it (save one with submit_save_state first)"
             )
         self._epoch += 1
-        state, failures = self._last_state, 0
+        state, failures, since = self._last_state, 0, asyncio.get_running_loop().time()
         while True:
             try:
                 await self._attempt(lambda: self.inner.submit_load_state(state), "load_state")
                 return
             except (TransientBackendError, TimeoutError) as exc:
                 failures += 1
-                await self.retrier.pause("load_state", failures, exc)
+                await self.retrier.pause("load_state", failures, exc, since)
 
     async def _attempt(self, submit: Callable[[], Awaitable[Awaitable[Any]]], kind: str) -> Any:
         return await self.retrier.deadline(await self._send(submit, kind))
