@@ -14,7 +14,7 @@ import inspect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from mathrl.adapter import Response
 from mathrl.backend import Tokenizer
@@ -80,11 +80,11 @@ def reward_total(value: object) -> tuple[float, dict[str, float]] | None:
             parts[name] = float(part)
         return math.fsum(parts.values()), parts
     if _is_number(value):
-        return float(value), {}  # type: ignore[arg-type]
+        return float(value), {}
     return None
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -120,6 +120,8 @@ async def rewards_of(
 async def _group_rewards(
     task: Task[P], problem: P, responses_G: Sequence[Response]
 ) -> Sequence[object]:
+    # The adapter's type is the minimal contract; `rewards_groups` was set only after
+    # resolution saw this optional method on it, so the attribute is there.
     method = task.adapter.compute_group_rewards  # type: ignore[attr-defined]
     given = list(responses_G)
     values = _call(task, "compute_group_rewards", given, method, given, problem)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from mathrl.cli.settings import SETTINGS, Setting, default_of, parse_bool
 from mathrl.config import DEFAULT_BASE_URL, ConfigError
@@ -59,13 +59,15 @@ def _add_settings(
         if s.field in fields:
             env = f", env {s.env}" if s.env else ""
             text = helps.get(s.field, s.help)
-            switch = {"nargs": "?", "const": "true"} if s.parse is parse_bool else {}
+            switch: dict[str, Any] = (
+                {"nargs": "?", "const": "true"} if s.parse is parse_bool else {}
+            )
             parser.add_argument(
                 s.flag,
                 dest=s.field,
                 metavar="X",
                 help=f"{text} (default {_default(s)}{env})",
-                **switch,  # type: ignore[arg-type]
+                **switch,
             )
 
 
