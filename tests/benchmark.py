@@ -60,14 +60,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mathrl_fakes.fake_backend as fake_module
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
+from mathrl.episodes import Episode, Turn
 from mathrl.grpo import Datum
 from mathrl.loop import run_grpo_async
 from mathrl.report import EvalMetrics, Observer, StepMetrics
 from mathrl.resolved import Task, as_task
-from mathrl.rollout import prompt_tokens, request_seed, sample_params, score
+from mathrl.rewards import response_of, rewards_of
+from mathrl.rollout import prompt_tokens, request_seed, sample_params, scored
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, FakeModel, RecordingBackend
-from virtual_clock import run_virtual
+from virtual_clock import INLINE, run_virtual
 
 DEFAULT_SIZES = ((10, 4), (64, 16), (256, 16))
 EVAL_SIZES = ((10, 4), (64, 16))
@@ -161,13 +163,26 @@ async def run_serial_async(
         problems_P = adapter.build_dataset(config.seed, step, config.batch)
         prompts_P = [adapter.make_prompt(p) for p in problems_P]
         prompts_P_T = [prompt_tokens(backend.tokenizer, task, prompt) for prompt in prompts_P]
-        completions_P_G = []
-        for i, (prompt, prompt_T) in enumerate(zip(prompts_P, prompts_P_T, strict=True)):
+        episodes_P_G = []
+        for i, (problem, prompt, prompt_T) in enumerate(
+            zip(problems_P, prompts_P, prompts_P_T, strict=True)
+        ):
             params = sample_params(task, config, prompt, request_seed(config.seed, step, i))
-            completions_P_G.append(await sampler.sample(prompt_T, config.group, params))
-        batch = await score(
-            backend.tokenizer, task, config, problems_P, prompts_P, prompts_P_T, completions_P_G
-        )
+            completions_G = await sampler.sample(prompt_T, config.group, params)
+            responses_G = [
+                response_of(backend.tokenizer, c.tokens, params.stop, False) for c in completions_G
+            ]
+            scores = await rewards_of(task, [problem], [responses_G])
+            episodes_P_G.append(
+                [
+                    Episode((Turn(c, r),), reward, parts)
+                    for c, r, reward, parts in zip(
+                        completions_G, responses_G, scores.rewards_P_G[0], scores.parts_P_G[0],
+                        strict=True,
+                    )
+                ]
+            )  # fmt: skip
+        batch = scored(task, config, prompts_P, prompts_P_T, episodes_P_G)
         if batch.datums_D:
             recorder.trained.append(batch.datums_D)
             recorder.train_submitted_at.append(asyncio.get_running_loop().time())
@@ -216,7 +231,7 @@ async def timed_run(loop_kind: str, backend: FakeBackend, config: TrainConfig) -
     clock = asyncio.get_running_loop().time
     started = clock()
     if loop_kind == "mathrl":
-        await run_grpo_async(recorder, MathAdapter(), config, collected)
+        await run_grpo_async(recorder, MathAdapter(), config, collected, workers=INLINE)
     else:
         await run_serial_async(backend, as_task(MathAdapter()), config, recorder)
     return Run(

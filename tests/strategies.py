@@ -66,6 +66,16 @@ def completions(draw: st.DrawFn) -> tuple[list[int], list[float]]:
     return tokens_T, logprobs_T
 
 
+@st.composite
+def episodes(draw: st.DrawFn) -> tuple[list[list[int]], list[list[float]], list[list[int]]]:
+    """An episode's K model turns (each possibly empty, with logprobs) and K - 1 replies."""
+    turns = draw(st.lists(completions(), min_size=1, max_size=4))
+    replies = draw(
+        st.lists(st.lists(tokens, max_size=6), min_size=len(turns) - 1, max_size=len(turns) - 1)
+    )
+    return [t for t, _ in turns], [lp for _, lp in turns], replies
+
+
 unicode_text = st.text(st.characters(codec=None, categories=None))
 """Any string at all, lone surrogates included (the fake tokenizer round-trips them)."""
 

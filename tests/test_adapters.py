@@ -108,7 +108,9 @@ BROKEN = {
 }
 
 
-MUST_BE = "--adapter must be addition, code, preference or module:Class, e.g. mymod:MyTask"
+MUST_BE = (
+    "--adapter must be addition, code, code-feedback, preference or module:Class, e.g. mymod:MyTask"
+)
 
 
 def write_task(folder: Path, module: str, source: str) -> None:

@@ -142,6 +142,42 @@ def test_the_reward_sees_the_assistants_text_without_the_end_of_turn(chatml: Any
     assert (str(response), response.ended) == ("5", "end_of_turn")
 
 
+def test_a_reply_appended_to_the_sampled_turn_is_the_templates_whole_conversation(
+    chatml: Any,
+) -> None:
+    tokenizer = HFTokenizer(chatml)
+    user = {"role": "user", "content": "Guess my digit."}
+    sampled = [*chatml.encode("3"), tokenizer.end_of_turn_id]  # "3<|im_end|>" as sampled
+    reply = tokenizer.render_reply({"role": "user", "content": "higher"}, {})
+    # The separator after <|im_end|> (a newline), the message, the assistant's opening.
+    assert chatml.decode(reply) == "\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n"
+    # Prompt + sampled turn + reply is what the template renders for the whole conversation.
+    whole = [user, {"role": "assistant", "content": "3"}, {"role": "user", "content": "higher"}]
+    assert tokenizer.render_chat([user], {}) + sampled + reply == tokenizer.render_chat(whole, {})
+    off = tokenizer.render_reply({"role": "user", "content": "higher"}, {"enable_thinking": False})
+    assert chatml.decode(off).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_a_template_that_rewrites_earlier_turns_refuses_replies(chatml: Any) -> None:
+    from mathrl.backend import BackendError
+
+    # Like a template that drops earlier turns' thinking: the last assistant turn is
+    # rendered one way, the same turn followed by a message another.
+    rewriting = CHATML.replace(
+        "{{ m['content'] }}", "{{ m['content'] }}{% if loop.last %}.{% endif %}"
+    )
+    tokenizer = HFTokenizer(chatml.__class__(tokenizer_object=chatml.backend_tokenizer,
+        eos_token="<|endoftext|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+        chat_template=rewriting))  # fmt: skip
+    with pytest.raises(BackendError, match="renders a conversation differently once a message"):
+        tokenizer.render_reply({"role": "user", "content": "higher"}, {})
+    plain = HFTokenizer(
+        chatml.__class__(tokenizer_object=chatml.backend_tokenizer, eos_token="<|endoftext|>")
+    )
+    with pytest.raises(BackendError, match="has no chat template"):
+        plain.render_reply({"role": "user", "content": "higher"}, {})
+
+
 def test_a_tokenizer_without_a_chat_template_refuses_conversations(chatml: Any) -> None:
     from mathrl.backend import BackendError
 

@@ -14,7 +14,7 @@ from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import FakeBackend
 from observing import Everything
 from test_runs import OverlappingHeldout
-from virtual_clock import run_virtual
+from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 
@@ -91,7 +91,7 @@ def test_steps_and_evaluations_report_the_time_they_took(
     config = small_run(off_policy)
     observer = Everything()
     backend = fake_backend_factory(latency=1.0)
-    run_virtual(run_grpo_async(backend, MathAdapter(), config, observer))
+    run_virtual(run_grpo_async(backend, MathAdapter(), config, observer, workers=INLINE))
     assert [(m.seconds, m.sampling_seconds, m.training_seconds) for m in observer.steps] == timings
     assert [m.datums > 0 for m in observer.steps] == [t[2] > 0 for t in timings]
     assert [m.seconds for m in observer.evals] == [1.0] * 5  # one round trip of samples

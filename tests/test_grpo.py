@@ -1,4 +1,4 @@
-"""group_advantages, constant-group skipping and build_datum."""
+"""group_advantages, constant-group skipping, build_datum and episode_datum."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import assume, given
 
 import strategies as st_
 from mathrl.backend import check_datums, check_train_step
-from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
+from mathrl.grpo import Datum, build_datum, episode_datum, group_advantages, is_constant_group
 
 
 @given(st_.reward_groups)
@@ -121,6 +121,76 @@ def test_datum_refuses_missing_or_misaligned_logprobs() -> None:
     with pytest.raises(ValueError, match=r"^a datum needs a non-empty prompt \(got 0 prompt "):
         build_datum([], [2], [-0.5], 1.0)
     assert build_datum([1], [], None, 1.0) is None  # empty completion: no datum
+
+
+@given(st_.prompts_T, st_.episodes(), st_.rewards)
+def test_episode_datum_alignment(
+    prompt_T: list[int],
+    episode: tuple[list[list[int]], list[list[float]], list[list[int]]],
+    advantage: float,
+) -> None:
+    turns_K_T, logprobs_K_T, replies_K_T = episode
+    datum = episode_datum(prompt_T, turns_K_T, logprobs_K_T, replies_K_T, advantage)
+    if not any(turns_K_T):
+        assert datum is None
+        return
+    assert datum is not None
+    # The sequence is every token in order: prompt, turn 1, reply 1, ..., turn K.
+    full = list(prompt_T)
+    owner = [False] * len(prompt_T)  # True where the model sampled the token
+    for k, turn_T in enumerate(turns_K_T):
+        full += turn_T
+        owner += [True] * len(turn_T)
+        if k < len(replies_K_T):
+            full += replies_K_T[k]
+            owner += [False] * len(replies_K_T[k])
+    assert list(datum.model_input) == full[:-1]
+    assert list(datum.target_tokens) == full[1:]
+    assert set(datum.lengths().values()) == {len(full) - 1}
+    # Position i predicts full[i + 1]: the model's tokens carry the advantage and their
+    # sampling logprobs, in order; the prompt's and the environment's carry zeros.
+    sampled = [lp for logprobs_T in logprobs_K_T for lp in logprobs_T]
+    assert [a for a, mine in zip(datum.advantages, owner[1:], strict=True) if mine] == [
+        advantage
+    ] * len(sampled)
+    assert [lp for lp, mine in zip(datum.logprobs, owner[1:], strict=True) if mine] == sampled
+    others = [
+        (a, lp)
+        for a, lp, mine in zip(datum.advantages, datum.logprobs, owner[1:], strict=True)
+        if not mine
+    ]
+    assert set(others) <= {(0.0, 0.0)}
+    check_datums([datum], vocab_size=151_936)
+
+
+@given(st_.prompts_T, st_.completions(), st_.rewards)
+def test_a_one_turn_episode_is_build_datums_datum(
+    prompt_T: list[int], completion: tuple[list[int], list[float]], advantage: float
+) -> None:
+    tokens_T, logprobs_T = completion
+    one = episode_datum(prompt_T, [tokens_T], [logprobs_T], [], advantage)
+    assert one == build_datum(prompt_T, tokens_T, logprobs_T, advantage)
+
+
+def test_episode_datum_worked_example() -> None:
+    # prompt [1, 2] + turn [3, 4] + reply [7, 8] + turn [5]
+    # -> full [1, 2, 3, 4, 7, 8, 5]: inputs full[:-1], targets full[1:].
+    # Targets 3, 4 and 5 are the model's (advantage 0.5, their logprobs);
+    # target 2 is the prompt's and targets 7, 8 the environment's: zeros.
+    datum = episode_datum([1, 2], [[3, 4], [5]], [[-0.1, -0.2], [-0.3]], [[7, 8]], 0.5)
+    assert datum == Datum(
+        model_input=(1, 2, 3, 4, 7, 8),
+        target_tokens=(2, 3, 4, 7, 8, 5),
+        logprobs=(0.0, -0.1, -0.2, 0.0, 0.0, -0.3),
+        advantages=(0.0, 0.5, 0.5, 0.0, 0.0, 0.5),
+    )
+
+
+def test_episode_datum_refuses_a_mismatched_episode() -> None:
+    with pytest.raises(ValueError, match=r"^an episode of 2 turns needs as many logprob lists"):
+        episode_datum([1], [[2], [3]], [[-0.1], [-0.2]], [], 1.0)
+    with pytest.raises(ValueError, match="got 1\\) and one reply fewer"):
+        episode_datum([1], [[2], [3]], [[-0.1]], [[9]], 1.0)
 
 
 @given(st_.prompts_T, st_.completions(), st_.rewards)

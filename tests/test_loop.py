@@ -27,7 +27,7 @@ from observing import Everything
 from reference_loop import reference_run
 from test_rollout import ChatAddition
 from test_task_failures import Masked
-from virtual_clock import run_virtual
+from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 
@@ -302,7 +302,7 @@ def test_a_run_reports_each_steps_phases_and_sampling_progress(
     )
     observer = Everything()
     backend = fake_backend_factory(latency=1.0)
-    run_virtual(run_grpo_async(backend, MathAdapter(), config, observer))
+    run_virtual(run_grpo_async(backend, MathAdapter(), config, observer, workers=INLINE))
     # Step 0's evaluation reports no phase (there is no step 0 to show).
     assert [[p for s, p in observer.phases if s == step] for step in (1, 2, 3)] == [
         ["sampling", "training"],

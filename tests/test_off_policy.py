@@ -20,7 +20,7 @@ from mathrl.resolved import as_task
 from mathrl.rollout import request_seed
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import CallRecord, FakeBackend, RecordingBackend
-from virtual_clock import run_virtual
+from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 
@@ -101,7 +101,7 @@ def test_an_on_policy_step_costs_three_round_trips(
 ) -> None:
     backend = fake_backend_factory(seed=1, latency=1.0)
     config = TrainConfig(steps=steps, batch=batch, group=group, seed=1)
-    result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config))
+    result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config, workers=INLINE))
     assert all(m.datums > 0 for m in result.steps)
 
     # The initial saves and sampler, then per step: every sample request, the
@@ -136,7 +136,7 @@ def test_an_off_policy_step_costs_two_round_trips_and_samples_while_training(
 ) -> None:
     backend = fake_backend_factory(seed=2, latency=1.0)
     config = TrainConfig(steps=steps, batch=batch, seed=2, max_steps_off_policy=1)
-    result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config))
+    result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config, workers=INLINE))
     assert all(m.datums > 0 for m in result.steps)
 
     calls = backend.log.calls

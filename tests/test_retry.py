@@ -28,7 +28,7 @@ from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetriesExhausted, RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend
-from virtual_clock import run_virtual
+from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 FAST = RetryPolicy(retries=3, call_timeout=5.0, delay=0.0)
@@ -283,7 +283,11 @@ def test_deadlines_apply_to_samples_on_a_silent_service(fake_backend_factory: Fa
                 backend.latency = 3600.0
 
     with pytest.raises(RetriesExhausted, match=r"^sample failed 2 times in a row"):
-        run_virtual(run_grpo_async(retrying, MathAdapter(), TrainConfig(steps=3), GoSilent()))
+        run_virtual(
+            run_grpo_async(
+                retrying, MathAdapter(), TrainConfig(steps=3), GoSilent(), workers=INLINE
+            )
+        )
     # Step 2's ten requests all timed out, were retried once (one line between them), and
     # timed out again; then the run tried to save step 1's state on its way out, and that
     # timed out too.

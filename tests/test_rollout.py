@@ -11,21 +11,20 @@ from typing import Any
 import pytest
 
 from mathrl.adapter import EVAL_STEP, Message, Prompt, Response
-from mathrl.backend import Completion, SampleParams
+from mathrl.backend import Completion
 from mathrl.config import TrainConfig
+from mathrl.episodes import Episode, Turn
 from mathrl.evaluation import Evaluation, evaluate
 from mathrl.report import EvalMetrics, Sample, SampleGroup
 from mathrl.resolved import as_task
-from mathrl.rewards import rewards_of
+from mathrl.rewards import response_of, rewards_of
 from mathrl.rollout import (
     Rollout,
     datums_of,
     logged_groups,
     prompt_tokens,
     request_seed,
-    responses_of,
     rollout,
-    sample_all,
     sample_params,
     step_metrics,
 )
@@ -57,17 +56,12 @@ class NoStop(MathAdapter):
 CHAT = as_task(ChatAddition())
 
 
-class Unused:
-    """A sampler that must not be asked."""
-
-    async def sample(
-        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
-    ) -> list[Completion]:
-        raise AssertionError("not expected to sample")
+def one_turn(completion: Completion) -> Episode:
+    return Episode((Turn(completion, Response("")),))
 
 
 def test_problems_prompts_groups_and_rewards_that_do_not_line_up_are_refused() -> None:
-    one = Completion((1,), (-0.5,))
+    one = one_turn(Completion((1,), (-0.5,)))
     with pytest.raises(ValueError, match="zip"):
         asyncio.run(rewards_of(TASK, [AdditionProblem(1, 2)], []))
     with pytest.raises(ValueError, match="zip"):
@@ -75,14 +69,9 @@ def test_problems_prompts_groups_and_rewards_that_do_not_line_up_are_refused() -
     # A group of two completions but one advantage, in a group that trains.
     with pytest.raises(ValueError, match="zip"):
         datums_of([[1]], [[one, one]], [[0.0, 1.0]], [[-0.5]])
-    params = SampleParams(8, 1.0, ("\n",), 0)
+    # A logged group of three episodes but two advantages.
     with pytest.raises(ValueError, match="zip"):
-        asyncio.run(sample_all(Unused(), [], 1, [params]))
-    with pytest.raises(ValueError, match="zip"):
-        responses_of(TOK, TASK, ["Q: 1 + 2?"], [])
-    # A logged group of three responses but two rewards.
-    with pytest.raises(ValueError, match="zip"):
-        logged_groups(1, replace(known_batch(), rewards_P_G=[[0.0, 1.0], [1.0, 1.0]]))
+        logged_groups(1, replace(known_batch(), advantages_P_G=[[0.0, 1.0], [0.0, 0.0]]))
 
 
 def test_rollout_reports_each_requests_completions_as_it_returns(
@@ -142,7 +131,13 @@ def test_each_completion_is_read_against_its_own_prompt() -> None:
     newline, eos = (*b" 42\n",), (*b"42", EOS)
     group = [Completion(newline, (-0.5,) * 4), Completion(eos, (-0.5,) * 3)]
     prompts: list[Prompt] = ["Q: 40 + 2?", [{"role": "user", "content": "40 + 2?"}]]
-    text, chat = responses_of(TOK, CHAT, prompts, [group, group])
+    text, chat = (
+        [
+            response_of(TOK, c.tokens, sample_params(CHAT, TrainConfig(), prompt).stop, chat)
+            for c in group
+        ]
+        for prompt, chat in zip(prompts, (False, True), strict=True)
+    )
     assert [(str(r), r.ended, r.stop) for r in text] == [
         (" 42\n", "stop", "\n"), ("42", "end_of_sequence", None),
     ]  # fmt: skip
@@ -177,7 +172,7 @@ def test_a_conversation_is_sampled_and_evaluated_in_the_chat_template(tmp_path: 
 
 
 def test_a_masked_completion_leaves_only_itself_out_of_its_group() -> None:
-    one = Completion((1,), (-0.5,))
+    one = one_turn(Completion((1,), (-0.5,)))
     # Rewards 0, 1, 1: mean 2/3, advantages -2/3, 1/3, 1/3; the first is masked.
     datums = datums_of(
         [[7]], [[one, one, one]], [[0.0, 1.0, 1.0]], [[-2 / 3, 1 / 3, 1 / 3]], [[False, True, True]]
@@ -199,15 +194,18 @@ def known_batch() -> Rollout:
         Response(" 42\n", "stop", "\n"),
         Response(" 7\n", "stop", "\n"),
     )
+    five = Episode((Turn(sampled([*b"5", EOS]), Response("5")),), 1.0)
     return Rollout(
         prompts_P=["Q: 40 + 2?", "Q: 2 + 3?"],
-        completions_P_G=[
-            [sampled(b" 4"), sampled(b" 42\n"), sampled(b" 7\n")],
-            [sampled([*b"5", EOS])] * 2,
+        episodes_P_G=[
+            [
+                Episode((Turn(sampled(b" 4"), cut),), 0.0, {"correct": 0.0}),
+                Episode((Turn(sampled(b" 42\n"), right),), 1.0, {"correct": 1.0}),
+                Episode((Turn(sampled(b" 7\n"), wrong),), 0.0, {"correct": 0.0}),
+            ],
+            [five, five],
         ],
-        responses_P_G=[[cut, right, wrong], [Response("5")] * 2],
         rewards_P_G=[[0.0, 1.0, 0.0], [1.0, 1.0]],
-        parts_P_G=[[{"correct": 0.0}, {"correct": 1.0}, {"correct": 0.0}], [{}, {}]],
         advantages_P_G=[[-1 / 3, 2 / 3, -1 / 3], [0.0, 0.0]],
         trained_P_G=[[False, True, True], [True, True]],
         datums_D=[],
@@ -240,7 +238,7 @@ def test_a_steps_metrics_worked_example() -> None:
     assert (m.truncated, m.sampled_tokens, m.groups, m.constant_groups) == (1, 13, 2, 1)
     # Nothing trained: no loss and no training time.
     assert (m.datums, m.loss, m.training_seconds, m.sampling_seconds) == (0, None, 0.0, 2.0)
-    empty = Rollout([], [], [], [], [], [], [], [], 0.0, 0)
+    empty = Rollout([], [], [], [], [], [], 0.0, 0)
     m = step_metrics(TrainConfig(), 1, empty, None, 0.0)
     assert (m.mean_reward, m.reward_parts, m.truncated) == (0.0, {}, 0)
 

@@ -28,7 +28,7 @@ from mathrl.report import EvalMetrics, Observer
 from mathrl.resolved import as_task
 from mathrl.tasks.addition import MathAdapter, pools
 from mathrl_fakes import FakeBackend, RecordingBackend
-from virtual_clock import run_virtual
+from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)")
@@ -189,7 +189,9 @@ def test_evaluation_costs_no_round_trip_but_two_at_the_end(
             steps=4, batch=4, eval_every=eval_every, max_steps_off_policy=off_policy
         )
         evals = Evals()
-        _, seconds = run_virtual(run_grpo_async(backend, MathAdapter(), config, evals))
+        _, seconds = run_virtual(
+            run_grpo_async(backend, MathAdapter(), config, evals, workers=INLINE)
+        )
         assert len(evals.evals) == (5 if eval_every else 0)
         return seconds
 

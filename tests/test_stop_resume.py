@@ -16,7 +16,7 @@ from mathrl.resolved import as_task
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
 from observing import Everything
-from virtual_clock import run_virtual
+from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 TASK = as_task(MathAdapter())
@@ -42,7 +42,7 @@ def stopped_run(
     observer = StopAt(step, phase)
 
     async def go() -> RunResult:
-        run = run_grpo_async(backend, TASK, config, observer, stop=observer.stop)
+        run = run_grpo_async(backend, TASK, config, observer, stop=observer.stop, workers=INLINE)
         return await within_an_hour(run)
 
     return run_virtual(go())[0], observer
@@ -62,7 +62,9 @@ def test_a_stop_that_never_comes_changes_nothing(
 
     def run(stop: asyncio.Event | None) -> RunResult:
         backend = fake_backend_factory()
-        return run_virtual(within_an_hour(run_grpo_async(backend, TASK, config, stop=stop)))[0]
+        return run_virtual(
+            within_an_hour(run_grpo_async(backend, TASK, config, stop=stop, workers=INLINE))
+        )[0]
 
     never, plain = run(asyncio.Event()), run(None)
     assert (never.last_step, never.stopped) == (3, False)
@@ -117,7 +119,9 @@ def test_a_fresh_run_saves_step_0_then_each_step_in_order(
 ) -> None:
     config = TrainConfig(steps=4, batch=4, save_every=2)
     observer = Everything()
-    result = run_virtual(run_grpo_async(fake_backend_factory(), TASK, config, observer))[0]
+    result = run_virtual(
+        run_grpo_async(fake_backend_factory(), TASK, config, observer, workers=INLINE)
+    )[0]
     names = [(c.step, c.kind, c.path.rsplit("/", 1)[-1]) for c in observer.checkpoints]
     expected = [(0, "sampler"), (0, "state"), (1, "sampler"), (2, "sampler"), (2, "state")]
     expected += [(3, "sampler"), (4, "sampler"), (4, "state")]
@@ -139,7 +143,7 @@ def test_a_resumed_run_trains_on_exactly_what_an_uninterrupted_one_does(
     config = TrainConfig(steps=4, batch=6, save_every=1, max_steps_off_policy=off_policy)
     folder = tmp_path / "checkpoints"  # one folder, so that both runs name saves alike
     whole, observer = RecordingBackend(fake_backend_factory(checkpoint_dir=folder)), Everything()
-    run_virtual(run_grpo_async(whole, TASK, config, observer))
+    run_virtual(run_grpo_async(whole, TASK, config, observer, workers=INLINE))
     samplers = {c.step: c.path for c in observer.checkpoints if c.kind == "sampler"}
     states = {c.step: c.path for c in observer.checkpoints if c.kind == "state"}
     assert set(samplers) == set(states) == {0, 1, 2, 3, 4}  # every step trained here
@@ -147,7 +151,9 @@ def test_a_resumed_run_trains_on_exactly_what_an_uninterrupted_one_does(
     resume = Resume(2, states[2], samplers[2], samplers[1])
     part, resumed = RecordingBackend(fake_backend_factory(checkpoint_dir=folder)), Everything()
     # A new fake starts from the initial weights: only the state load brings step 2's.
-    result = run_virtual(run_grpo_async(part, TASK, config, resumed, resume=resume))[0]
+    result = run_virtual(
+        run_grpo_async(part, TASK, config, resumed, resume=resume, workers=INLINE)
+    )[0]
     assert [m.step for m in result.steps] == [3, 4]
     assert part.trained == whole.trained[2:]
     assert [m.sampler_path for m in result.steps] == [m.sampler_path for m in observer.steps[2:]]

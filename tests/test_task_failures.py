@@ -70,6 +70,51 @@ def test_a_reward_that_raises_ends_the_run_in_one_line_and_resumes_once_fixed(
     ]  # fmt: skip
 
 
+HANGS_AT_STEP_3 = (
+    "if problem == self.build_dataset(0, 3, 10)[0]:\n"
+    "            import time; time.sleep(60)  # a reward that never comes back\n"
+    "        return super().compute_reward(completion, problem)"
+)
+
+
+def test_a_reward_past_the_timeout_ends_the_run_in_one_line_and_resumes_with_more_time(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "flaky.py").write_text(FLAKY.format(body=HANGS_AT_STEP_3))
+    run = ["--backend", "fake", "--adapter", "flaky:Flaky", "--steps", "4", "--log-dir", "run"]
+    failed = run_main(tmp_path, *run, "--reward-timeout", "0.5")
+    assert failed.returncode == 1
+    assert "Traceback" not in failed.stderr
+    errors = [line for line in failed.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1
+    assert re.match(
+        r"mathrl: error: task 'flaky' failed: compute_reward did not return within 0\.5 s "
+        r"\(on '.*'\); --reward-timeout sets how long a call may take$",
+        errors[0],
+    ), errors
+    assert "check-adapter" not in failed.stderr  # the task is slow, not wrong
+    assert "the last saved state is step 2; resume with: python -m mathrl --resume run" in (
+        failed.stderr
+    )
+    # The sleeping call holds a daemon thread, which does not hold the process open.
+    (tmp_path / "flaky.py").write_text(FLAKY.format(body=FIXED))
+    resumed = run_main(tmp_path, "--resume", "run", "--reward-timeout", "30")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [line.split(":")[0] for line in resumed.stdout.splitlines()] == [
+        "Model", "Step 3", "Step 4", "Saved"
+    ]  # fmt: skip
+
+
+def test_reward_workers_and_timeout_are_checked_settings(tmp_path: Path) -> None:
+    for flag, value, rule in [
+        ("--reward-workers", "0", "an integer from 1 to 1,024"),
+        ("--reward-timeout", "0", "a number > 0 and <= 86400"),
+    ]:
+        bad = run_main(tmp_path, "--backend", "fake", flag, value)
+        assert bad.returncode == 2
+        assert bad.stderr == f"mathrl: error: {flag} must be {rule} (got '{value}')\n"
+
+
 class FailsAtStep(MathAdapter):
     """Its reward raises on the first problem of one training step (seed 0, batch 4)."""
 

@@ -13,7 +13,8 @@ stays free of noise. The benchmark uses it to charge mathrl's own CPU time and
 nothing else (the fake's compute stands for the service's and is left out).
 
 Not for code that waits on threads or sockets with a timeout: the clock would
-jump over the wait instead of sleeping through it.
+jump over the wait instead of sleeping through it. So a run on this loop takes
+`workers=INLINE`: the task's rewards run on the loop itself, costing no time.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ import selectors
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
+from mathrl.workers import Workers
+
 T = TypeVar("T")
+INLINE = Workers.inline()
+"""Workers for a run on this loop: rewards on the loop itself, never in a thread."""
 
 
 class _JumpingSelector(selectors.BaseSelector):

@@ -11,14 +11,18 @@ public methods.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from mathrl.adapter import Response
 from mathrl.backend import BackendError, Completion, SampleParams
 from mathrl.grpo import Datum
+from mathrl.rewards import response_of
 from mathrl_fakes.policy import (
     POSITIONS,
+    UNIFORM,
     WIDTH,
     ByteTokenizer,
     Position,
@@ -36,6 +40,8 @@ P = TypeVar("P")
 ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.95, 1e-12
 """Tinker's `AdamParams` defaults."""
 UnknownPrompts = Literal["error", "uniform"]
+SERVED_PROMPTS = 4096
+"""Prompts of episodes' turns whose completions the fake keeps, to learn the next turns."""
 
 
 @dataclass
@@ -70,6 +76,9 @@ class FakeModel:
         """Sample requests served: how far a run has got."""
         self.unknown_prompts = unknown_prompts
         self.table = ReferenceTable({})
+        self._then: dict[tuple[int, ...], Callable[[Response], Reference]] = {}
+        self._served: OrderedDict[tuple[int, ...], dict[tuple[int, ...], Response]] = OrderedDict()
+        """What was sampled after prompts with a next turn, the latest SERVED_PROMPTS of them."""
         self.learn(references)
         self._more = more
         self.theta = [0.0] * POSITIONS
@@ -78,8 +87,8 @@ class FakeModel:
 
     # -- looking up what a prompt should get --------------------------------------
 
-    def learn(self, references: Mapping[PromptKey, Reference]) -> None:
-        """Add prompts' targets: the reference, its stop, then EOS."""
+    def learn(self, references: Mapping[PromptKey, Reference], earlier: int = 0) -> None:
+        """Add prompts' targets: the reference, its stop, then EOS (`earlier`: see the table)."""
         targets: dict[tuple[int, ...], Target] = {}
         for prompt, ref in references.items():
             prompt_T = tuple(self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
@@ -87,11 +96,36 @@ class FakeModel:
             end_T = [*self.tokenizer.encode(ref.stop), self.tokenizer.eos_token_id]
             wrong_T = [[*self.tokenizer.encode(w), *end_T] for w in ref.wrong]
             targets[prompt_T] = make_target(prompt_T, [*answer_T, *end_T], len(answer_T), wrong_T)
-        self.table.add(targets)
+            if ref.then is not None:
+                self._then[prompt_T] = ref.then
+        self.table.add(targets, earlier)
+
+    def _next_turn(self, context: Sequence[int]) -> bool:
+        """Learn `context` as an episode's next turn, if it is one; True if it was.
+
+        A later turn's prompt is an earlier turn's prompt, one of the
+        completions sampled after it, then the environment's reply: the
+        completion is read back as the task's reward would see it, and the
+        task's `reference_turn` gives the next reference (`Reference.then`).
+        """
+        n, _ = self.table.split(context)
+        prompt = tuple(context[:n])
+        then, served = self._then.get(prompt), self._served.get(prompt, {})
+        rest = tuple(context[n:])
+        read = [(len(tokens), r) for tokens, r in served.items() if rest[: len(tokens)] == tokens]
+        if then is None or not read:
+            return False
+        length, response = max(read, key=lambda pair: pair[0])
+        if length == len(rest):  # no reply after it: not a next turn
+            return False
+        self.learn({tuple(context): then(response)}, earlier=n)
+        return True
 
     def target_of(self, context: Sequence[int], *, exact: bool) -> tuple[int, Target | None]:
         """(prompt length, target) for a context, refusing unknown prompts unless told not to."""
         n, target = self.table.split(context)
+        if exact and n != len(context) and target is not None and self._next_turn(context):
+            n, target = self.table.split(context)
         while self._more is not None and not (
             target is not None and (n == len(context) or not exact)
         ):
@@ -126,10 +160,21 @@ class FakeModel:
         self.requests += 1
         _, target = self.target_of(prompt_T, exact=True)
         stops = [s.encode("utf-8", "surrogatepass") for s in params.stop if s]
-        return [
+        completions = [
             self._complete(theta, target, uniforms(f"{key}/{g}", params.max_tokens), params, stops)
             for g in range(num_samples)
         ]
+        prompt = tuple(prompt_T)
+        if prompt in self._then:
+            served = self._served.setdefault(prompt, {})
+            for c in completions:
+                served[c.tokens] = response_of(
+                    self.tokenizer, c.tokens, params.stop, params.end_of_turn
+                )
+            self._served.move_to_end(prompt)
+            if len(self._served) > SERVED_PROMPTS:
+                self._served.popitem(last=False)
+        return completions
 
     def _complete(
         self,
@@ -157,13 +202,22 @@ class FakeModel:
     # -- training -----------------------------------------------------------------
 
     def positions_of(self, datum: Datum) -> list[Position]:
-        """The policy's distribution at each position the datum scores."""
+        """The policy's distribution at each position the datum scores.
+
+        An episode's datum holds several turns: each position is read against
+        the prompt of the latest turn that started at or before it.
+        """
         full = (*datum.model_input, datum.target_tokens[-1])
-        prompt_len, target = self.target_of(full, exact=False)
+        self.target_of(full, exact=False)  # refuses an unknown prompt, naming it
+        turns = self.table.turns(full)
         steps = []
         for i in range(len(datum.target_tokens)):
-            completion = full[prompt_len : i + 1] if i + 1 >= prompt_len else None
-            steps.append(position_at(target if completion is not None else None, completion or ()))
+            started = [(n, target) for n, target in turns if n <= i + 1]
+            if not started:
+                steps.append(UNIFORM)
+                continue
+            n, target = started[-1]
+            steps.append(position_at(target, full[n : i + 1]))
         return steps
 
     def logprobs(self, datum: Datum) -> list[float]:

@@ -141,12 +141,29 @@ class ReferenceTable:
     def __init__(self, targets: Mapping[tuple[int, ...], Target]) -> None:
         self._targets: dict[tuple[int, ...], Target] = {}
         self._lengths: list[int] = []
+        self._earlier: dict[tuple[int, ...], int] = {}
         self.add(targets)
 
-    def add(self, targets: Mapping[tuple[int, ...], Target]) -> None:
-        """Learn more prompts' targets."""
+    def add(self, targets: Mapping[tuple[int, ...], Target], earlier: int = 0) -> None:
+        """Learn more prompts' targets: later turns of an episode whose previous turn's
+        prompt is their first `earlier` tokens, if `earlier`."""
         self._targets.update(targets)
+        if earlier:
+            self._earlier.update(dict.fromkeys(targets, earlier))
         self._lengths = sorted({len(k) for k in self._targets}, reverse=True)
+
+    def turns(self, context: Sequence[int]) -> list[tuple[int, Target]]:
+        """(prompt length, target) of each of an episode's turns in `context`, first first.
+
+        The last is `split(context)`'s; each before it is its previous turn's prompt.
+        """
+        n, target = self.split(context)
+        found: list[tuple[int, Target]] = []
+        while target is not None:
+            found.append((n, target))
+            n = self._earlier.get(tuple(context[:n]), 0)
+            target = self._targets.get(tuple(context[:n])) if n else None
+        return found[::-1]
 
     def __len__(self) -> int:
         return len(self._targets)

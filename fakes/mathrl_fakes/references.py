@@ -7,11 +7,11 @@ text, a conversation by its tokens in the fake's chat template.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
-from mathrl.adapter import Adapter
+from mathrl.adapter import Adapter, Response
 from mathrl.config import TrainConfig
 from mathrl.resolved import Task, as_task, prompt_key
 from mathrl.rewards import TaskError
@@ -32,6 +32,8 @@ class Reference:
     stop: str = ""
     wrong: tuple[str, ...] = ()
     """Wrong answers the task names, written now and then instead (each with `stop`)."""
+    then: Callable[[Response], Reference] | None = field(default=None, compare=False)
+    """An episode's next turn: its reference, given what the model wrote in this one."""
 
 
 PromptKey = str | tuple[int, ...]
@@ -57,8 +59,28 @@ def references_for(task: Adapter[P] | Task[P], problems: Sequence[P]) -> dict[Pr
         )
         wrong = tuple(str(w) for w in resolved.wrong_completions(p))
         stop = stops[0] if stops else ""
-        references[key] = Reference(adapter.reference_completion(p), stop, wrong)
+        then = _next_turn(resolved, p, (), stop) if resolved.max_turns > 1 else None
+        references[key] = Reference(adapter.reference_completion(p), stop, wrong, then)
     return references
+
+
+def _next_turn(
+    task: Task[P], problem: P, history: tuple[Response, ...], stop: str
+) -> Callable[[Response], Reference]:
+    """How the fake learns an episode's later turns: the task's `reference_turn`.
+
+    Given the model's response to turn k (the fake reads it from the tokens it
+    sampled itself), the reference of turn k + 1 is
+    `reference_turn(problem, responses so far)`.
+    """
+
+    def then(response: Response) -> Reference:
+        turn = len(history) + 1
+        said = (*history, Response(str(response), response.ended, response.stop, turn))
+        later = _next_turn(task, problem, said, stop) if turn + 1 < task.max_turns else None
+        return Reference(task.reference_turn(problem, said), stop, (), later)
+
+    return then
 
 
 def run_problems(task: Adapter[P] | Task[P], config: TrainConfig) -> list[P]:

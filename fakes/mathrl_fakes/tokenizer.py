@@ -50,6 +50,10 @@ class ByteTokenizer:
             tokens.append(EOS)
         return tokens + self.encode("assistant\n")
 
+    def render_reply(self, message: Mapping[str, str], options: Mapping[str, Any]) -> list[int]:
+        """One more message after an assistant's turn (which ended with EOS): no separator."""
+        return self.render_chat([message], options)
+
     def decode(self, tokens: Sequence[int]) -> str:
         for t in tokens:
             if not 0 <= t < VOCAB_SIZE:

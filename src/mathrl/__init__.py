@@ -8,7 +8,7 @@ README.md.
 
 from importlib.metadata import version
 
-from mathrl.adapter import Adapter, AdapterError
+from mathrl.adapter import Adapter, AdapterError, Feedback, Response
 from mathrl.backend import (
     Backend,
     BackendError,
@@ -39,6 +39,7 @@ from mathrl.tasks.addition import (
     problem_rng,
     reward,
 )
+from mathrl.workers import Workers
 
 __version__ = version("mathrl")
 
@@ -56,8 +57,10 @@ __all__ = [
     "CredentialsRejected",
     "Datum",
     "EvalMetrics",
+    "Feedback",
     "MathAdapter",
     "Observer",
+    "Response",
     "Resume",
     "RetriesExhausted",
     "RetryPolicy",
@@ -72,6 +75,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "TransientBackendError",
+    "Workers",
     "__version__",
     "as_task",
     "build_datum",

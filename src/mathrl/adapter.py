@@ -12,6 +12,7 @@ completion) works unchanged. `mathrl.tasks` holds the built-in tasks and
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias, TypeVar
 
 ProblemT = TypeVar("ProblemT")
@@ -47,23 +48,42 @@ class Response(str):
     It is a `str`, so a reward written for plain text works unchanged. The
     text keeps the stop sequence that ended it (and nothing after it), and
     never holds an end-of-turn or end-of-sequence marker. `ended` says how it
-    ended; `stop` is the stop sequence, when one did.
+    ended; `stop` is the stop sequence, when one did; `turn` is which of the
+    model's turns of an episode it is (1 for the first, and for every
+    completion of a one-turn task).
     """
 
     ended: Ending
     stop: str | None
+    turn: int
 
     def __new__(
-        cls, text: str, ended: Ending = "end_of_sequence", stop: str | None = None
+        cls, text: str, ended: Ending = "end_of_sequence", stop: str | None = None, turn: int = 1
     ) -> Response:
         self = super().__new__(cls, text)
-        self.ended, self.stop = ended, stop
+        self.ended, self.stop, self.turn = ended, stop, turn
         return self
 
     @property
     def text(self) -> str:
         """The plain text, without the stop sequence that ended it."""
         return str(self)[: len(self) - len(self.stop)] if self.stop else str(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Feedback:
+    """What an episode's environment says after one of the model's turns.
+
+    `reply`: the environment's turn (tool output, test results, a remark),
+    after which the model takes another turn; None ends the episode. For a
+    text prompt the reply is text appended to the context as it is; for a
+    conversation it is a message of `role` in the chat template. `reward`:
+    this turn's reward (a number or named parts), added to the episode's.
+    """
+
+    reply: str | None = None
+    reward: Reward = 0.0
+    role: str = "user"
 
 
 class Adapter(Protocol[ProblemT]):
@@ -108,6 +128,30 @@ class Adapter(Protocol[ProblemT]):
     - `wrong_completions(problem) -> Sequence[str]`: plausible wrong answers,
       which the fake backend writes instead of the reference now and then, so
       partial credit and format rewards show offline. Default: none.
+
+    Episodes (several turns; a task without `feedback` is an episode of one turn):
+
+    - `feedback(problem, responses) -> Feedback`: called after each of the
+      model's turns with all of them so far (`responses[-1]` is the latest,
+      its `turn` is `len(responses)`): the environment's reply, or None to
+      end the episode, and this turn's reward. It must be pure and must never
+      raise, whatever the model wrote; it runs in a worker thread, so it may
+      take time (run code, call a service). The episode's reward is the sum of
+      every turn's `Feedback.reward` plus `compute_reward` (or
+      `compute_group_rewards`) of its last response, so a task rewards at the
+      end, per turn, or both.
+    - `max_turns: int`: the model's turns per episode at most; the reply after
+      the last one is never seen, so `feedback` should end the episode by
+      then. Default 1 (more needs `feedback`).
+    - `episode_tokens: int`: the most tokens an episode may add after its
+      prompt, the model's and the environment's together; a turn's budget is
+      the smaller of `max_tokens` and what is left, and the episode ends when
+      nothing is. Default `2 * max_turns * max_tokens`.
+    - `reference_turn(problem, responses) -> str`: the reference of the
+      model's next turn after `responses` (and the environment's replies to
+      them), for `check_adapter`'s reference episode and the fake backend's
+      policy, which learns it. Default: `reference_completion(problem)`, the
+      right answer once more.
 
     Step numbering: training step k (1, 2, ..., steps) calls
     `build_dataset(seed, k, batch)`; nothing calls it with a step below 1,

@@ -72,6 +72,16 @@ class Tokenizer(Protocol):
         """
         ...
 
+    def render_reply(self, message: Message, options: Mapping[str, Any]) -> list[int]:
+        """The tokens of one more message after an assistant's turn, the assistant's turn open.
+
+        What the chat template writes after an assistant's end-of-turn token:
+        any separator, `message` (the environment's turn in an episode), then
+        the opening of the assistant's next turn. Earlier turns are never
+        rendered again.
+        """
+        ...
+
     def decode(self, tokens: Sequence[int]) -> str:
         """Return the text of `tokens`."""
         ...

@@ -83,6 +83,8 @@ RULES: dict[str, Rule] = {
     "retries": int_in(0, 100),
     "retry_delay": number_in(0, 3600),
     "retry_window": number_in(0, 7 * _DAY, low_open=True),
+    "reward_workers": int_in(1, 1024),
+    "reward_timeout": number_in(0, _DAY, low_open=True),
     "log_dir": Rule("a folder path", lambda s: 0 < len(s) <= 4096 and "\0" not in s),
     "log_samples": int_in(0, 10_000),
 }
@@ -133,6 +135,10 @@ class Config:
     retry_delay: float = 1.0
     retry_window: float = 600.0
     """Seconds from a call's first failure within which it is retried."""
+    reward_workers: int | None = None
+    """Threads that run the task's rewards and environment steps; None: one per core."""
+    reward_timeout: float = 300.0
+    """Seconds one reward or environment step may take before the run fails."""
     log_dir: str | None = None
     log_samples: int = 2
     """Groups of each step recorded in the run folder's samples.jsonl (0: none)."""

@@ -14,17 +14,11 @@ from typing import TypeVar
 from mathrl.adapter import EVAL_STEP, Response
 from mathrl.backend import Sampler, Tokenizer
 from mathrl.config import TrainConfig
+from mathrl.episodes import Player
 from mathrl.report import EvalMetrics
 from mathrl.resolved import Task, prompt_key
-from mathrl.rewards import rewards_of
-from mathrl.rollout import (
-    part_means,
-    prompt_tokens,
-    request_seed,
-    responses_of,
-    sample_all,
-    sample_params,
-)
+from mathrl.rollout import part_means, play_groups, prompt_tokens
+from mathrl.workers import Workers
 
 P = TypeVar("P")
 GUARDED_PROBLEMS = 100_000
@@ -61,21 +55,23 @@ async def evaluate(
     problems: Sequence[P],
     *,
     greedy: bool = True,
+    workers: Workers | None = None,
 ) -> Evaluation:
-    """One completion per held-out problem (greedy unless told not), all in flight at once."""
+    """One episode per held-out problem (greedy unless told not), all in flight at once."""
     prompts_P = [task.adapter.make_prompt(p) for p in problems]
     prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
-    params_P = [
-        sample_params(task, config, prompt, request_seed(config.seed, EVAL_STEP, i), greedy=greedy)
-        for i, prompt in enumerate(prompts_P)
-    ]
-    completions_P_G = await sample_all(sampler, prompts_P_T, 1, params_P)
-    responses_P_G = responses_of(tokenizer, task, prompts_P, completions_P_G)
-    scores = await rewards_of(task, problems, responses_P_G)
-    rewards_P = [r for (r,) in scores.rewards_P_G]
-    parts_P = [p for (p,) in scores.parts_P_G]
-    responses_P = [r for (r,) in responses_P_G]
-    return Evaluation(responses_P, rewards_P, parts_P, task.adapter.evaluate(rewards_P))
+    player = Player(tokenizer, sampler, task, workers or Workers())
+    played = await play_groups(
+        player, config, EVAL_STEP, problems, prompts_P, prompts_P_T, size=1, greedy=greedy
+    )
+    episodes_P = [e for (e,) in played]
+    rewards_P = [e.reward for e in episodes_P]
+    return Evaluation(
+        [e.final for e in episodes_P],
+        rewards_P,
+        [e.parts for e in episodes_P],
+        task.adapter.evaluate(rewards_P),
+    )
 
 
 def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], list[str]]:

@@ -89,25 +89,58 @@ def build_datum(
     missing or do not match the completion token for token: substituting
     zeros would silently turn the importance ratio into p_theta itself.
     """
+    return episode_datum(prompt_T, [completion_T], [completion_logprobs_T], [], advantage)
+
+
+def episode_datum(
+    prompt_T: Sequence[int],
+    turns_K_T: Sequence[Sequence[int]],
+    logprobs_K_T: Sequence[Sequence[float] | None],
+    replies_K_T: Sequence[Sequence[int]],
+    advantage: float,
+) -> Datum | None:
+    """One datum for a whole episode: the model's K turns, the environment's K - 1 replies between.
+
+    `full = prompt + turn 1 + reply 1 + turn 2 + ... + turn K`, every token
+    as it was sampled or rendered, never decoded and encoded again. The
+    positions that predict a model's token carry its sampling logprob and
+    `advantage`; those that predict a prompt or reply token carry 0 and 0, so
+    the environment's words get no gradient. With one turn this is exactly
+    `build_datum`'s datum. None when the model wrote no token at all.
+    """
     if not prompt_T:
         raise ValueError("a datum needs a non-empty prompt (got 0 prompt tokens)")
-    if not completion_T:
+    if not len(turns_K_T) == len(logprobs_K_T) == len(replies_K_T) + 1:
+        raise ValueError(
+            f"an episode of {len(turns_K_T)} turns needs as many logprob lists "
+            f"(got {len(logprobs_K_T)}) and one reply fewer (got {len(replies_K_T)})"
+        )
+    if not any(turns_K_T):
         return None
-    if completion_logprobs_T is None:
-        raise ValueError(
-            "the sampler returned no logprobs for a completion of "
-            f"{len(completion_T)} tokens; the importance-sampling loss needs them"
-        )
-    if len(completion_logprobs_T) != len(completion_T):
-        raise ValueError(
-            f"completion has {len(completion_T)} tokens but {len(completion_logprobs_T)} "
-            "sampler logprobs; they must match one to one"
-        )
-    full_T = (*prompt_T, *completion_T)
-    n_prompt_targets = len(prompt_T) - 1
+    full_T = list(prompt_T)
+    logprobs_T: list[float] = [0.0] * (len(prompt_T) - 1)
+    advantages_T: list[float] = [0.0] * (len(prompt_T) - 1)
+    for k, (turn_T, turn_logprobs_T) in enumerate(zip(turns_K_T, logprobs_K_T, strict=True)):
+        if turn_T and turn_logprobs_T is None:
+            raise ValueError(
+                "the sampler returned no logprobs for a completion of "
+                f"{len(turn_T)} tokens; the importance-sampling loss needs them"
+            )
+        if turn_T and len(turn_logprobs_T or ()) != len(turn_T):
+            raise ValueError(
+                f"completion has {len(turn_T)} tokens but {len(turn_logprobs_T or ())} "
+                "sampler logprobs; they must match one to one"
+            )
+        full_T += turn_T
+        logprobs_T += turn_logprobs_T or ()
+        advantages_T += [advantage] * len(turn_T)
+        if k < len(replies_K_T):
+            full_T += replies_K_T[k]
+            logprobs_T += [0.0] * len(replies_K_T[k])
+            advantages_T += [0.0] * len(replies_K_T[k])
     return Datum(
-        model_input=full_T[:-1],
-        target_tokens=full_T[1:],
-        logprobs=(0.0,) * n_prompt_targets + tuple(completion_logprobs_T),
-        advantages=(0.0,) * n_prompt_targets + (advantage,) * len(completion_T),
+        model_input=tuple(full_T[:-1]),
+        target_tokens=tuple(full_T[1:]),
+        logprobs=tuple(logprobs_T),
+        advantages=tuple(advantages_T),
     )

@@ -41,6 +41,7 @@ from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetr
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
 from mathrl.rollout import Rollout, logged_groups, rollout, step_metrics
+from mathrl.workers import Workers
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -55,10 +56,15 @@ async def run_grpo_async(
     *,
     resume: Resume | None = None,
     stop: asyncio.Event | None = None,
+    workers: Workers | None = None,
 ) -> RunResult:
-    """Run steps `resume.step + 1` (or 1) to `config.steps`; return what they did."""
-    task = as_task(adapter)
-    return await _Run(backend, task, config, observer or Observer(), stop).train(resume)
+    """Run steps `resume.step + 1` (or 1) to `config.steps`; return what they did.
+
+    `workers` runs the task's rewards and environment steps (default: `Workers()`).
+    """
+    task, observer = as_task(adapter), observer or Observer()
+    with contextlib.nullcontext(workers) if workers else Workers() as pool:
+        return await _Run(backend, task, config, observer, stop, pool).train(resume)
 
 
 def run_grpo(
@@ -91,9 +97,10 @@ class _Run(Generic[P]):
         config: TrainConfig,
         observer: Observer,
         stop: asyncio.Event | None,
+        workers: Workers,
     ) -> None:
         self.backend, self.task, self.config, self.obs = backend, task, config, observer
-        self.stop = stop
+        self.stop, self.workers = stop, workers
         self.clock = asyncio.get_running_loop().time
         self.off_policy = config.max_steps_off_policy > 0
         self.heldout: list[P] = []
@@ -101,9 +108,7 @@ class _Run(Generic[P]):
             self.heldout, warnings = evaluation_set(task, config)
             for warning in warnings:
                 observer.on_warning(warning)
-        self.path = ""  # the latest sampler checkpoint
-        self.state_path = ""
-        self.state_step = -1
+        self.path, self.state_path, self.state_step = "", "", -1  # the latest checkpoints
         self.sampler: Sampler | None = None  # for self.path's weights, once created
         self.sampler_path = ""
         self.evaluating: asyncio.Task[EvalMetrics] | None = None
@@ -111,11 +116,8 @@ class _Run(Generic[P]):
 
     async def train(self, resume: Resume | None) -> RunResult:
         config = self.config
-        start, first = await self._begin(resume)
-        pending = first
-        done = start
-        metrics: list[StepMetrics] = []
-        ended = self.clock()
+        done, pending = await self._begin(resume)
+        start, ended, metrics = done, self.clock(), list[StepMetrics]()
         in_flight: tuple[int, Rollout, _Update] | None = None
         try:
             for step in range(start + 1, config.steps + 1):
@@ -159,8 +161,8 @@ class _Run(Generic[P]):
                 self.evaluating.cancel()
         if self.state_step != done:  # stopped between state saves: keep what was trained
             self._saved(done, "state", await (await self._save(done, "state")))
-        stopped, evaluations = done < config.steps, self.evaluations
-        return RunResult(metrics, self.path, self.state_path, done, stopped, evaluations)
+        stopped = done < config.steps
+        return RunResult(metrics, self.path, self.state_path, done, stopped, self.evaluations)
 
     # -- starting: fresh, or from a saved state -----------------------------------------
 
@@ -168,10 +170,8 @@ class _Run(Generic[P]):
         """Step 0's saves (or the resumed state); the first step's rollout, started."""
         if resume is None:
             start, lagged = 0, ""
-            first_sampler, first_state = (
-                await self._save(0, "sampler"),
-                await self._save(0, "state"),
-            )
+            first_sampler = await self._save(0, "sampler")
+            first_state = await self._save(0, "state")  # submitted back to back
             self._saved(0, "sampler", await first_sampler)
             self._saved(0, "state", await first_state)
         else:
@@ -207,9 +207,8 @@ class _Run(Generic[P]):
         async def go() -> Rollout:
             self.obs.on_phase(step, "sampling")
             started = self.clock()
-            batch = await rollout(
-                self.backend.tokenizer, sampler, self.task, self.config, step, progress
-            )
+            given = (self.task, self.config, step, progress, self.workers)
+            batch = await rollout(self.backend.tokenizer, sampler, *given)
             return replace(batch, sampler_path=path, seconds=self.clock() - started)
 
         return asyncio.create_task(go())
@@ -278,8 +277,8 @@ class _Run(Generic[P]):
 
         async def go() -> EvalMetrics:
             started = self.clock()
-            tokenizer = self.backend.tokenizer
-            result = await evaluate(tokenizer, sampler, self.task, self.config, self.heldout)
+            given = (self.task, self.config, self.heldout)
+            result = await evaluate(self.backend.tokenizer, sampler, *given, workers=self.workers)
             return result.metrics(step, path, self.clock() - started)
 
         self.evaluating = asyncio.create_task(go())

@@ -106,6 +106,8 @@ class Sample:
     advantage: float
     trained: bool
     """False when its group was constant, or it was masked (cut off at the token limit)."""
+    earlier: tuple[tuple[str, str], ...] = ()
+    """An episode's turns before the last: the model's text and the environment's reply."""
 
 
 @dataclass(frozen=True, slots=True)

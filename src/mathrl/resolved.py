@@ -23,6 +23,7 @@ from mathrl.adapter import (
     Adapter,
     AdapterError,
     Prompt,
+    Response,
 )
 from mathrl.text import shown
 
@@ -37,7 +38,15 @@ REQUIRED = (
     "reference_completion",
     "evaluate",
 )
-OPTIONAL_METHODS = ("heldout_dataset", "compute_group_rewards", "wrong_completions")
+OPTIONAL_METHODS = (
+    "heldout_dataset",
+    "compute_group_rewards",
+    "wrong_completions",
+    "feedback",
+    "reference_turn",
+)
+MAX_TURNS = 100
+"""The most turns an episode may declare."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,9 @@ class Task(Generic[P]):
     """The declared version, or a hash of the source of the adapter's module."""
     chat_template_options: Mapping[str, Any] = field(default_factory=dict)
     mask_truncated: bool = False
+    max_turns: int = 1
+    episode_tokens: int | None = None
+    """The declared budget of an episode's tokens after its prompt; None: the default."""
 
     @property
     def declares_heldout(self) -> bool:
@@ -65,6 +77,26 @@ class Task(Generic[P]):
     def rewards_groups(self) -> bool:
         """True when the adapter scores whole groups (`compute_group_rewards`)."""
         return callable(getattr(self.adapter, "compute_group_rewards", None))
+
+    @property
+    def plays_episodes(self) -> bool:
+        """True when the adapter's environment answers the model (`feedback`)."""
+        return callable(getattr(self.adapter, "feedback", None))
+
+    def episode_budget(self, max_tokens: int) -> int:
+        """The tokens an episode may add after its prompt, at `max_tokens` a turn."""
+        if self.episode_tokens is not None:
+            return self.episode_tokens
+        return 2 * self.max_turns * max_tokens
+
+    def reference_turn(self, problem: P, responses: Sequence[Response]) -> str:
+        """The reference of the model's turn after `responses` (see `Adapter`)."""
+        own: Callable[[P, Sequence[Response]], str] | None = getattr(
+            self.adapter, "reference_turn", None
+        )
+        if own is not None and responses:
+            return own(problem, responses)
+        return self.adapter.reference_completion(problem)
 
     def stop_for(self, prompt: Prompt) -> tuple[str, ...]:
         """The stop sequences of a completion of `prompt`."""
@@ -134,7 +166,7 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
             f"or () (got {shown(stop)})"
         )
     max_tokens = getattr(adapter, "max_tokens", DEFAULT_MAX_TOKENS)
-    if not (isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1):
+    if not (_is_int(max_tokens) and max_tokens >= 1):
         raise AdapterError(f"{label}.max_tokens must be an integer >= 1 (got {shown(max_tokens)})")
     for method in OPTIONAL_METHODS:
         value = getattr(adapter, method, None)
@@ -152,6 +184,21 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
     mask = getattr(adapter, "mask_truncated", False)
     if not isinstance(mask, bool):
         raise AdapterError(f"{label}.mask_truncated must be True or False (got {shown(mask)})")
+    max_turns = getattr(adapter, "max_turns", 1)
+    if not (_is_int(max_turns) and 1 <= max_turns <= MAX_TURNS):
+        raise AdapterError(
+            f"{label}.max_turns must be an integer from 1 to {MAX_TURNS} (got {shown(max_turns)})"
+        )
+    if max_turns > 1 and not callable(getattr(adapter, "feedback", None)):
+        raise AdapterError(
+            f"{label}.max_turns is {max_turns} but {label} has no feedback method: "
+            "an episode of several turns needs the environment's feedback after each"
+        )
+    episode_tokens = getattr(adapter, "episode_tokens", None)
+    if episode_tokens is not None and not (_is_int(episode_tokens) and episode_tokens >= 1):
+        raise AdapterError(
+            f"{label}.episode_tokens must be an integer >= 1 (got {shown(episode_tokens)})"
+        )
     identity = f"{cls.__module__}:{cls.__qualname__}"
     return Task(
         adapter,
@@ -162,7 +209,13 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         version if version is not None else _source_hash(cls),
         dict(options),
         mask,
+        max_turns,
+        episode_tokens,
     )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _source_hash(cls: type) -> str:

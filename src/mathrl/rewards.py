@@ -10,16 +10,19 @@ shortened input, so a run can stop cleanly.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeGuard, TypeVar
 
 from mathrl.adapter import Response
 from mathrl.backend import Tokenizer
 from mathrl.resolved import Task
 from mathrl.text import describe, shown
+from mathrl.workers import Late
 
 P = TypeVar("P")
 
@@ -28,12 +31,16 @@ class TaskError(Exception):
     """A task's own method failed during a run. The message names the task, method and input."""
 
     def __init__(self, task: Task[Any], method: str, exc: BaseException, given: object) -> None:
-        super().__init__(
-            f"task {task.name!r} failed: {method} raised {type(exc).__name__}: "
-            f"{describe(exc, 200)} (on {shown(given, 60)})"  # a Response shows as its text
-        )
+        if isinstance(exc, Late):
+            what = f"{method} did not return within {exc.seconds:g} s"
+        else:
+            what = f"{method} raised {type(exc).__name__}: {describe(exc, 200)}"
+        # A Response shows as its text.
+        super().__init__(f"task {task.name!r} failed: {what} (on {shown(given, 60)})")
         self.task_identity = task.identity
         self.method = method
+        self.late = isinstance(exc, Late)
+        """True when the call ran past the workers' timeout (`--reward-timeout`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +52,7 @@ class Scores:
 
 
 def response_of(
-    tokenizer: Tokenizer, tokens_T: Sequence[int], stop: Sequence[str], chat: bool
+    tokenizer: Tokenizer, tokens_T: Sequence[int], stop: Sequence[str], chat: bool, turn: int = 1
 ) -> Response:
     """The completion's text as a reward sees it, and how sampling ended it.
 
@@ -56,14 +63,14 @@ def response_of(
     """
     last = tokens_T[-1] if tokens_T else None
     if chat and last == tokenizer.end_of_turn_id:
-        return Response(tokenizer.decode(tokens_T[:-1]), "end_of_turn")
+        return Response(tokenizer.decode(tokens_T[:-1]), "end_of_turn", turn=turn)
     if last == tokenizer.eos_token_id:
-        return Response(tokenizer.decode(tokens_T[:-1]), "end_of_sequence")
+        return Response(tokenizer.decode(tokens_T[:-1]), "end_of_sequence", turn=turn)
     text = tokenizer.decode(tokens_T)
     for s in stop:
         if text.endswith(s):
-            return Response(text, "stop", s)
-    return Response(text, "length")
+            return Response(text, "stop", s, turn)
+    return Response(text, "length", turn=turn)
 
 
 def reward_total(value: object) -> tuple[float, dict[str, float]] | None:
@@ -88,69 +95,103 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+Work = Callable[[str, object, Callable[[], Any]], Awaitable[Any]]
+"""Runs a task's call somewhere (a worker pool): `work(method, given, fn)` returns `fn()`."""
+
+
+async def _inline(method: str, given: object, fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
 async def rewards_of(
-    task: Task[P], problems_P: Sequence[P], responses_P_G: Sequence[Sequence[Response]]
+    task: Task[P],
+    problems_P: Sequence[P],
+    responses_P_G: Sequence[Sequence[Response]],
+    work: Work = _inline,
 ) -> Scores:
     """Each completion's reward and parts, from the task's own reward.
 
     One reward a completion (`compute_reward`): identical responses to one
     problem are scored once, which changes nothing but the cost (rewards are
     pure), and that matters for rewards that run code. A task that scores
-    groups (`compute_group_rewards`) is asked once per problem.
+    groups (`compute_group_rewards`) is asked once per problem. `work` runs
+    each call (by default right here, one after another).
     """
     rewards_P_G, parts_P_G = [], []
     for problem, responses_G in zip(problems_P, responses_P_G, strict=True):
         if task.rewards_groups:
-            values = await _group_rewards(task, problem, responses_G)
+            totals = await group_rewards(task, problem, responses_G, work)
         else:
-            seen: dict[tuple[str, str, str | None], object] = {}
+            seen: dict[tuple[str, str, str | None], tuple[float, dict[str, float]]] = {}
             for r in responses_G:
                 key = (str(r), r.ended, r.stop)
                 if key not in seen:
-                    seen[key] = _call(
-                        task, "compute_reward", r, task.adapter.compute_reward, r, problem
+                    seen[key] = await work(
+                        "compute_reward", r, partial(reward_of, task, problem, r)
                     )
-            values = [seen[str(r), r.ended, r.stop] for r in responses_G]
-        totals = [_checked(task, v, r) for v, r in zip(values, responses_G, strict=True)]
+            totals = [seen[str(r), r.ended, r.stop] for r in responses_G]
         rewards_P_G.append([t for t, _ in totals])
         parts_P_G.append([p for _, p in totals])
     return Scores(rewards_P_G, parts_P_G)
 
 
-async def _group_rewards(
-    task: Task[P], problem: P, responses_G: Sequence[Response]
-) -> Sequence[object]:
+def reward_of(task: Task[P], problem: P, response: Response) -> tuple[float, dict[str, float]]:
+    """`compute_reward(response, problem)` as (total, parts); TaskError if it fails."""
+    value = task_call(task, "compute_reward", response, response, problem)
+    return checked_reward(task, "compute_reward", value, response)
+
+
+async def group_rewards(
+    task: Task[P],
+    problem: P,
+    responses_G: Sequence[Response],
+    work: Work = _inline,
+    timeout: float | None = None,
+) -> list[tuple[float, dict[str, float]]]:
+    """The group's rewards from `compute_group_rewards`: plain (run by `work`) or `async`.
+
+    An `async` judge runs on the event loop, limited to `timeout` seconds (None: no limit).
+    """
     # The adapter's type is the minimal contract; `rewards_groups` was set only after
     # resolution saw this optional method on it, so the attribute is there.
     method = task.adapter.compute_group_rewards  # type: ignore[attr-defined]
-    given = list(responses_G)
-    values = _call(task, "compute_group_rewards", given, method, given, problem)
+    name, given = "compute_group_rewards", list(responses_G)
+    if inspect.iscoroutinefunction(method):  # a judge that awaits: on the event loop
+        values = task_call(task, name, given, given, problem)
+    else:
+        values = await work(name, given, lambda: task_call(task, name, given, given, problem))
     if inspect.isawaitable(values):
+        limit = asyncio.timeout(timeout)
         try:
-            values = await values
+            async with limit:
+                values = await values
         except Exception as exc:
-            raise TaskError(task, "compute_group_rewards", exc, given) from None
+            cause = Late(timeout) if timeout is not None and limit.expired() else exc
+            raise TaskError(task, name, cause, given) from None
     if not (isinstance(values, Sequence) and len(values) == len(given)):
         raise TaskError(
             task,
-            "compute_group_rewards",
+            name,
             ValueError(f"it must return {len(given)} rewards, one each (got {shown(values)})"),
             given,
         )
-    return values
+    return [checked_reward(task, name, v, r) for v, r in zip(values, given, strict=True)]
 
 
-def _call(task: Task[Any], method: str, given: object, fn: Any, *args: Any) -> Any:
+def task_call(task: Task[Any], method: str, given: object, *args: Any) -> Any:
+    """Call the adapter's `method` on `args`; TaskError naming `given` if it raises."""
     try:
-        return fn(*args)
+        return getattr(task.adapter, method)(*args)
     except Exception as exc:
         raise TaskError(task, method, exc, given) from None
 
 
-def _checked(task: Task[Any], value: object, response: Response) -> tuple[float, dict[str, float]]:
+def checked_reward(
+    task: Task[Any], method: str, value: object, response: object
+) -> tuple[float, dict[str, float]]:
+    """(total, parts) of what `method` returned as a reward; TaskError if it is not one."""
     total = reward_total(value)
     if total is None or not math.isfinite(total[0]):
-        method = "compute_group_rewards" if task.rewards_groups else "compute_reward"
         problem = ValueError(
             f"a reward must be finite: a number or named numbers (got {shown(value)})"
         )

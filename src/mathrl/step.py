@@ -1,6 +1,6 @@
 """The GRPO step: `grpo_step` is the algorithm, one on-policy step, top to bottom.
 
-problems -> prompts -> a group of samples per problem -> rewards ->
+problems -> prompts -> a group of episodes per problem -> rewards ->
 advantages -> datums -> train -> save. Every piece is a small function of
 `mathrl.rollout` and `mathrl.grpo`; this module only puts them in order.
 `mathrl.loop.run_grpo` runs the very same step, pipelined, and adds the
@@ -17,10 +17,11 @@ from typing import TypeVar
 from mathrl.backend import Backend, Sampler, TrainResult
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
+from mathrl.episodes import Player
 from mathrl.grpo import Datum, group_advantages
 from mathrl.resolved import Task
-from mathrl.rewards import rewards_of
-from mathrl.rollout import datums_of, prompt_tokens, responses_of, sample_groups, trained
+from mathrl.rollout import datums_of, play_groups, prompt_tokens, trained
+from mathrl.workers import Workers
 
 P = TypeVar("P")
 
@@ -38,11 +39,17 @@ class StepOutcome:
 
 
 async def grpo_step(
-    backend: Backend, sampler: Sampler, task: Task[P], config: TrainConfig, step: int
+    backend: Backend,
+    sampler: Sampler,
+    task: Task[P],
+    config: TrainConfig,
+    step: int,
+    workers: Workers | None = None,
 ) -> StepOutcome:
     """One on-policy GRPO step from `sampler`'s weights. This function is the algorithm.
 
     Shape suffixes: _P a problem, _G a member of its group, _T a token, _D a datum.
+    `workers` runs the task's rewards and environment (a pool of one per core by default).
     """
     tokenizer, adapter = backend.tokenizer, task.adapter
     # 1. This step's problems, and their prompts: text, or a conversation the chat
@@ -50,17 +57,18 @@ async def grpo_step(
     problems_P = adapter.build_dataset(config.seed, step, config.batch)
     prompts_P = [adapter.make_prompt(p) for p in problems_P]
     prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
-    # 2. A group of `config.group` completions per problem, every request in flight at once.
-    completions_P_G = await sample_groups(sampler, task, config, step, prompts_P, prompts_P_T)
-    # 3. Each completion's reward (seeing how it ended), and its advantage: the reward
-    #    minus its group's mean.
-    responses_P_G = responses_of(tokenizer, task, prompts_P, completions_P_G)
-    rewards_P_G = (await rewards_of(task, problems_P, responses_P_G)).rewards_P_G
+    # 2. A group of `config.group` episodes per problem, every request in flight at once. A
+    #    group's first turns come from one request; as each turn comes back, its reward (seeing
+    #    how it ended) and, for a task with an environment, the reply and the next turn follow.
+    player = Player(tokenizer, sampler, task, workers or Workers())
+    episodes_P_G = await play_groups(player, config, step, problems_P, prompts_P, prompts_P_T)
+    # 3. Each episode's advantage: its reward minus its group's mean.
+    rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
     advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
-    # 4. A datum per completion (prompt tokens weigh 0), dropping groups of equal rewards
-    #    (and, if asked, completions cut off at the token limit).
-    trained_P_G = trained(task, config, responses_P_G)
-    datums_D = datums_of(prompts_P_T, completions_P_G, rewards_P_G, advantages_P_G, trained_P_G)
+    # 4. A datum per episode (prompt and environment tokens weigh 0), dropping groups of equal
+    #    rewards (and, if asked, episodes whose last turn was cut off at the token limit).
+    trained_P_G = trained(task, config, [[e.final for e in g] for g in episodes_P_G])
+    datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G, trained_P_G)
     if not datums_D:
         return StepOutcome(rewards_P_G, datums_D, None, None)
     # 5. forward_backward + optim_step, then save the new weights for the next step's

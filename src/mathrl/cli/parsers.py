@@ -24,9 +24,18 @@ RELIABILITY = (
     "retry_window",
 )
 """How long to wait and how often to retry: what any run against a service may change."""
-RESUMABLE = (*RELIABILITY, "log_samples", "fake_fault_rate", "fake_latency", "fake_checkpoints")
+TASK_WORK = ("reward_workers", "reward_timeout")
+"""Where and for how long the task's own calls run: they change no reward."""
+RESUMABLE = (
+    *RELIABILITY,
+    *TASK_WORK,
+    "log_samples",
+    "fake_fault_rate",
+    "fake_latency",
+    "fake_checkpoints",
+)
 """Settings a resumed run may change: none of them changes what is trained."""
-SAMPLE_FIELDS = ("adapter", "seed", "max_tokens", "base_model", *RELIABILITY)
+SAMPLE_FIELDS = ("adapter", "seed", "max_tokens", "base_model", *RELIABILITY, *TASK_WORK)
 """The settings `sample` reads (and `--temperature`); the others cannot make it fail."""
 MAX_PROBLEMS = 10_000
 
@@ -43,6 +52,7 @@ DEFAULTS_DECIDED_LATER = {
     "log_dir": "runs/<UTC time>-<task>-<fingerprint>",
     "fake_checkpoints": "mathrl-fake in the temp folder",
     "retries": "none: the retry window alone",
+    "reward_workers": "one per core",
 }
 
 

@@ -56,6 +56,11 @@ def sample_record(group: SampleGroup) -> dict[str, Any]:
                 "parts": dict(s.parts),
                 "advantage": s.advantage,
                 "trained": s.trained,
+                **(
+                    {"earlier": [{"model": _cut(m), "reply": _cut(r)} for m, r in s.earlier]}
+                    if s.earlier
+                    else {}
+                ),
             }
             for s in group.samples
         ],

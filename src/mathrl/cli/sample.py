@@ -22,6 +22,7 @@ from mathrl.evaluation import evaluate
 from mathrl.resolved import Task
 from mathrl.service.retry import Retrier, RetryingSampler
 from mathrl.text import shown
+from mathrl.workers import Workers
 
 
 async def sample(
@@ -55,9 +56,11 @@ async def sample(
         tokenizer, sampler = await open_sampler(config, env, model_path)
         sampler = RetryingSampler(sampler, Retrier(retry_policy(config), say))
     print(model_line(config, tokenizer.vocab_size), flush=True)
-    result = await evaluate(
-        tokenizer, sampler, task, config.train, problems, greedy=config.train.temperature == 0
-    )
+    greedy = config.train.temperature == 0
+    with Workers(config.reward_workers, config.reward_timeout) as workers:
+        result = await evaluate(
+            tokenizer, sampler, task, config.train, problems, greedy=greedy, workers=workers
+        )
     for line in _lines(task, problems, result.texts_P, result.rewards_P):
         print(line)
     correct = round(result.accuracy * count)

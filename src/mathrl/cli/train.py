@@ -33,6 +33,7 @@ from mathrl.resolved import Task
 from mathrl.rewards import TaskError
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
+from mathrl.workers import Workers
 
 
 class Stdout:
@@ -211,13 +212,16 @@ async def train(
             speak(f"run folder: {folder.path} (task {task.name})")
             out.line(model_line(config, backend.tokenizer.vocab_size))
             observer = Observers(folder, latest, SeedLines(out, speak), progress)
+            workers = Workers(config.reward_workers, config.reward_timeout)
             try:
                 result = await run_grpo_async(
-                    backend, task, config.train, observer, resume=plan.resume, stop=stop
-                )
+                    backend, task, config.train, observer,
+                    resume=plan.resume, stop=stop, workers=workers,
+                )  # fmt: skip
             except (BackendError, TaskError) as exc:
                 return _failed(exc, latest, folder.path, out, speak)
             finally:
+                workers.close()
                 await backend.close()
     finally:
         for signum in EXIT_SIGNAL:
@@ -232,7 +236,9 @@ def _failed(
     out: Stdout,
     say: Callable[[str], None],
 ) -> int:
-    if isinstance(exc, TaskError):
+    if isinstance(exc, TaskError) and exc.late:
+        say(f"error: {exc}; --reward-timeout sets how long a call may take")
+    elif isinstance(exc, TaskError):
         say(f"error: {exc}")
         say(f"check the task with: python -m mathrl check-adapter {exc.task_identity}")
     else:

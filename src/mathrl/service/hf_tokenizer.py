@@ -100,12 +100,35 @@ class HFTokenizer:
     def render_chat(
         self, messages: Sequence[Mapping[str, str]], options: Mapping[str, Any]
     ) -> list[int]:
+        self._require_template()
+        return self._chat(messages, add_generation_prompt=True, **options)
+
+    def _require_template(self) -> None:
         if not getattr(self._hf, "chat_template", None):
             raise BackendError(
                 "the model's tokenizer has no chat template, so a task's conversation prompts "
                 "cannot be rendered: use a chat model, or text prompts"
             )
-        return self._chat(messages, add_generation_prompt=True, **options)
+
+    def render_reply(self, message: Mapping[str, str], options: Mapping[str, Any]) -> list[int]:
+        """What the template writes after an assistant's end-of-turn: separator, message, opening.
+
+        Found by difference: a short conversation ending with an assistant's
+        turn, rendered with and without `message` after it. The separator is
+        what follows that turn's end-of-turn token (Qwen's newline).
+        """
+        self._require_template()
+        history = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
+        before = self._chat(history, **options)
+        after = self._chat([*history, message], add_generation_prompt=True, **options)
+        if after[: len(before)] != before or self.end_of_turn_id not in before:
+            raise BackendError(
+                "the model's chat template renders a conversation differently once a message "
+                "follows an assistant's turn, so an environment's reply cannot be appended to "
+                "the sampled tokens: use text prompts for this task's episodes"
+            )
+        end = len(before) - before[::-1].index(self.end_of_turn_id)
+        return before[end:] + after[len(before) :]
 
 
 def stop_sequences(

@@ -14,6 +14,10 @@ BUILT_IN: dict[str, tuple[str, str]] = {
         "mathrl.tasks.code:CodeAdapter",
         "write a small Python function; reward: the share of hidden tests it passes, sandboxed",
     ),
+    "code-feedback": (
+        "mathrl.tasks.code.feedback:CodeFeedbackAdapter",
+        "the code task in two turns: a failing test's details, then a second try (0.5)",
+    ),
     "preference": (
         "mathrl.tasks.preference:PreferenceChat",
         "answer a question in a chat; reward: win rate against the group and a baseline",

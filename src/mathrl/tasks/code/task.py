@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mathrl.tasks.code.sandbox import JsonValue, Limits, call_function
+from mathrl.tasks.code.sandbox import JsonValue, Limits, Outcome, call_function
 
 FENCE = "```"
 LIMITS = Limits(cpu_seconds=2, wall_seconds=5.0)
@@ -124,16 +124,26 @@ Task: return {task}.
 
 
 @functools.lru_cache(maxsize=8192)
+def run(code: str, problem: CodeProblem) -> Outcome:
+    """`code`'s `f` on each of `problem`'s hidden test inputs, in the sandbox (once per pair)."""
+    return call_function(code, "f", [[x] for x in problem.spec.inputs], LIMITS)
+
+
+def passes(got: JsonValue | None, want: JsonValue) -> bool:
+    """One test: the same value, of the same type (True is not 1)."""
+    return got == want and type(got) is type(want)
+
+
 def score(code: str, problem: CodeProblem) -> float:
     """The share of `problem`'s hidden tests that `code`'s `f` passes, run in the sandbox."""
-    outcome = call_function(code, "f", [[x] for x in problem.spec.inputs], LIMITS)
     expected = problem.expected()
-    passed = sum(
-        1
-        for got, want in zip(outcome.results, expected, strict=True)
-        if got == want and type(got) is type(want)
-    )
-    return passed / len(expected)
+    results = run(code, problem).results
+    return sum(map(passes, results, expected)) / len(expected)
+
+
+def code_of(completion: str) -> str:
+    """The code of a completion: the text before the closing fence (the stop)."""
+    return completion.split(FENCE, 1)[0]
 
 
 class CodeAdapter:
@@ -161,7 +171,7 @@ class CodeAdapter:
         )
 
     def compute_reward(self, completion: str, problem: CodeProblem) -> float:
-        code = completion.split(FENCE, 1)[0]  # the stop, and anything after it, is not code
+        code = code_of(completion)  # the stop, and anything after it, is not code
         return score(code, problem) if code.strip() else 0.0
 
     def reference_completion(self, problem: CodeProblem) -> str:

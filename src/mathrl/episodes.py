@@ -1,0 +1,246 @@
+"""Episodes: the model takes a turn, the environment replies, the model goes on, until it ends.
+
+For: the rollout and evaluation, which play every completion as an episode
+(a task without `feedback` plays episodes of one turn, exactly today's
+completions). Not for: the arithmetic of advantages and datums
+(`mathrl.grpo`), or what a task's methods must be (`mathrl.adapter`).
+
+How a group is played (`Player.group`): one sample request for the group's
+first turns, as a one-turn task always did; then each member goes on as its
+own coroutine: the environment's feedback and the reward run in the
+`Workers` pool as soon as the turn is in, and a later turn's request goes
+out at once, so slow episodes never hold back the others, and task work
+overlaps other episodes' sampling. Identical histories in a group share
+one feedback call and one reward call (they are pure).
+
+Tokens: turn k + 1's prompt is turn k's prompt, plus the tokens sampled
+exactly as sampled (never decoded and encoded again), plus the reply's
+tokens: the text encoded for a text prompt, or the chat template's next
+message and the assistant's opening for a conversation. A conversation's
+turn cut off at the token limit has no end-of-turn token, so the reply
+starts with one (an environment token, which trains nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from mathrl.adapter import Feedback, Prompt, Response
+from mathrl.backend import Completion, SampleParams, Sampler, Tokenizer
+from mathrl.grpo import Datum, episode_datum
+from mathrl.resolved import Task
+from mathrl.rewards import (
+    TaskError,
+    checked_reward,
+    group_rewards,
+    response_of,
+    reward_of,
+    task_call,
+)
+from mathrl.text import shown
+from mathrl.workers import Workers
+
+P = TypeVar("P")
+T = TypeVar("T")
+Score = tuple[float, dict[str, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One of the model's turns, and the environment's reply to it (none after the last)."""
+
+    completion: Completion
+    response: Response
+    reply: str | None = None
+    reply_T: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """The model's turns of one episode, and what the whole episode earned."""
+
+    turns: tuple[Turn, ...]
+    reward: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def final(self) -> Response:
+        """The last turn's response: what `compute_reward` scores."""
+        return self.turns[-1].response
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(len(t.completion.tokens) for t in self.turns)
+
+    def datum(self, prompt_T: Sequence[int], advantage: float) -> Datum | None:
+        """The episode's datum (`mathrl.grpo.episode_datum`); None if the model wrote nothing."""
+        return episode_datum(
+            prompt_T,
+            [t.completion.tokens for t in self.turns],
+            [t.completion.logprobs for t in self.turns],
+            [t.reply_T for t in self.turns[:-1]],
+            advantage,
+        )
+
+
+def turn_seed(request_seed: int, member: int, turn: int) -> int:
+    """The sampling seed of turn `turn` (2, 3, ...) of group member `member`: stable anywhere."""
+    digest = hashlib.blake2b(f"{request_seed}/{member}/{turn}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF
+
+
+def reply_tokens(
+    tokenizer: Tokenizer, task: Task[Any], prompt: Prompt, after_T: Sequence[int], said: Feedback
+) -> list[int]:
+    """The tokens of the environment's reply `said` after the model's turn `after_T`."""
+    assert said.reply is not None
+    if isinstance(prompt, str):
+        return tokenizer.encode(said.reply)
+    opening = (
+        [] if after_T and after_T[-1] == tokenizer.end_of_turn_id else [tokenizer.end_of_turn_id]
+    )
+    message = {"role": said.role, "content": said.reply}
+    return opening + tokenizer.render_reply(message, task.chat_template_options)
+
+
+def add_scores(scores: Sequence[Score]) -> Score:
+    """The episode's reward: the sum of its turns' rewards and its end reward, part by part."""
+    parts: dict[str, float] = {}
+    for _, named in scores:
+        for name, value in named.items():
+            parts[name] = parts.get(name, 0.0) + value
+    return math.fsum(total for total, _ in scores), parts
+
+
+@dataclass
+class Player(Generic[P]):
+    """Plays episodes of one task from one sampler; see the module docstring."""
+
+    tokenizer: Tokenizer
+    sampler: Sampler
+    task: Task[P]
+    workers: Workers
+    on_done: Callable[[int], None] | None = None
+
+    async def group(
+        self, problem: P, prompt: Prompt, prompt_T: Sequence[int], size: int, params: SampleParams
+    ) -> list[Episode]:
+        """`size` episodes of `problem`, their first turns drawn by one request."""
+        firsts = await self.sampler.sample(prompt_T, size, params)
+        if self.on_done is not None:
+            self.on_done(len(firsts))
+        shared: dict[tuple[object, ...], asyncio.Future[Any]] = {}
+        played = await asyncio.gather(
+            *(
+                self._episode(problem, prompt, prompt_T, params, g, first, shared)
+                for g, first in enumerate(firsts)
+            )
+        )
+        if self.task.rewards_groups:
+            finals = [e.final for e, _, _ in played]
+            timeout = self.workers.timeout if self.workers.size else None
+            ends = await group_rewards(self.task, problem, finals, self._work, timeout)
+        else:
+            ends = [end for _, _, end in played]
+        episodes_G = []
+        for (episode, scores, _), end in zip(played, ends, strict=True):
+            total, parts = add_scores([*scores, end])
+            episodes_G.append(replace(episode, reward=total, parts=parts))
+        return episodes_G
+
+    async def _episode(
+        self,
+        problem: P,
+        prompt: Prompt,
+        prompt_T: Sequence[int],
+        params: SampleParams,
+        member: int,
+        completion: Completion,
+        shared: dict[tuple[object, ...], asyncio.Future[Any]],
+    ) -> tuple[Episode, list[Score], Score]:
+        task, tokenizer = self.task, self.tokenizer
+        chat = not isinstance(prompt, str)
+        budget = task.episode_budget(params.max_tokens)
+        context_T, used = list(prompt_T), 0
+        turns: list[Turn] = []
+        scores: list[Score] = []
+        while True:
+            turn = len(turns) + 1
+            response = response_of(tokenizer, completion.tokens, params.stop, chat, turn)
+            used += len(completion.tokens)
+            history = (*(t.response for t in turns), response)
+            said = await self._feedback(problem, history, shared) if task.plays_episodes else None
+            if said is not None:
+                scores.append(checked_reward(task, "feedback", said.reward, response))
+            reply_T = (
+                reply_tokens(tokenizer, task, prompt, completion.tokens, said)
+                if said is not None and said.reply is not None and turn < task.max_turns
+                else []
+            )
+            if not reply_T or used + len(reply_T) >= budget:
+                turns.append(Turn(completion, response))
+                break
+            assert said is not None
+            assert said.reply is not None
+            turns.append(Turn(completion, response, said.reply, tuple(reply_T)))
+            used += len(reply_T)
+            context_T += [*completion.tokens, *reply_T]
+            seed = turn_seed(params.seed or 0, member, turn + 1)
+            later = replace(params, max_tokens=min(params.max_tokens, budget - used), seed=seed)
+            (completion,) = await self.sampler.sample(context_T, 1, later)
+        end: Score = (0.0, {})
+        if not task.rewards_groups:
+            end = await self._shared(
+                shared, ("reward", _key(response)), "compute_reward", response,
+                lambda: reward_of(task, problem, response),
+            )  # fmt: skip
+        return Episode(tuple(turns)), scores, end
+
+    async def _feedback(
+        self, problem: P, history: tuple[Response, ...], shared: dict[tuple[object, ...], Any]
+    ) -> Feedback:
+        def ask() -> Feedback:
+            said = task_call(self.task, "feedback", history[-1], problem, history)
+            if not (
+                isinstance(said, Feedback)
+                and (said.reply is None or isinstance(said.reply, str))
+                and isinstance(said.role, str)
+            ):
+                problem_ = ValueError(
+                    f"it must return a Feedback(reply=text or None, reward=...) (got {shown(said)})"
+                )
+                raise TaskError(self.task, "feedback", problem_, history[-1])
+            return said
+
+        key = ("feedback", *map(_key, history))
+        result: Feedback = await self._shared(shared, key, "feedback", history[-1], ask)
+        return result
+
+    async def _shared(
+        self,
+        shared: dict[tuple[object, ...], asyncio.Future[Any]],
+        key: tuple[object, ...],
+        method: str,
+        given: object,
+        fn: Callable[[], T],
+    ) -> T:
+        """`fn()` in the pool, once per `key` in the group."""
+        if key not in shared:
+            shared[key] = asyncio.ensure_future(self._work(method, given, fn))
+        result: T = await shared[key]
+        return result
+
+    async def _work(self, method: str, given: object, fn: Callable[[], T]) -> T:
+        try:
+            return await self.workers.run(fn)
+        except TimeoutError as late:
+            raise TaskError(self.task, method, late, given) from None
+
+
+def _key(response: Response) -> tuple[object, ...]:
+    return (str(response), response.ended, response.stop, response.turn)

@@ -1,0 +1,181 @@
+"""Workers: where a task's own work runs, off the event loop, so it overlaps sampling.
+
+For: the rollout, which runs every reward and every environment step of an
+episode here, each as soon as its turn has been sampled, while other
+episodes' requests are still in flight. Not for: anything pure and cheap
+the loop computes itself.
+
+The pool is `size` daemon threads (by default one per core). A task whose
+work runs code does it in child processes (the code task's sandbox), which
+the threads wait on, so every core works; a task that computes in Python
+holds the interpreter's lock while it does. A call that does not return
+within `timeout` seconds of starting raises TimeoutError; its thread is
+given up (a daemon thread never holds the process open at exit) and another
+takes its place. The timeout is wall-clock time, kept by a watchdog thread,
+not the event loop's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT = 300.0
+"""Seconds a reward or environment step may take by default."""
+
+
+class Late(TimeoutError):
+    """A call still running `seconds` after it started: the pool gave up waiting for it."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"it did not return within {seconds:g} s")
+        self.seconds = seconds
+
+
+_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+
+
+def default_size() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class Workers:
+    """A pool of daemon threads for a task's calls, awaited from the event loop."""
+
+    def __init__(self, size: int | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+        if size is not None and size < 0:
+            raise ValueError(f"size must be >= 0 (got {size})")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 (got {timeout})")
+        self.size = size if size is not None else default_size()
+        self.timeout = timeout
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._due = threading.Condition(self._lock)
+        self._deadlines: list[tuple[float, int, _Job]] = []  # a heap, earliest first
+        self._running: set[int] = set()
+        self._ids = itertools.count()
+        self._watchdog: threading.Thread | None = None
+
+    @classmethod
+    def inline(cls) -> Workers:
+        """No threads: each call runs on the event loop itself, one after another, untimed.
+
+        For a loop whose clock is virtual (tests), where time spent in a thread
+        would let the clock jump past other timers.
+        """
+        return cls(size=0)
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        """`fn()` on a worker thread; `Late` (a TimeoutError) if it runs longer than `timeout`."""
+        if self.size == 0:
+            return fn()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._start()
+        self._jobs.put((fn, loop, future))
+        return await future
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Let idle threads end (busy ones end after their call)."""
+        with self._lock:
+            for _ in self._threads:
+                self._jobs.put(None)
+            self._threads.clear()
+
+    def _start(self) -> None:
+        with self._lock:
+            missing = self.size - len(self._threads)
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(
+                    target=self._watch, name="mathrl-watchdog", daemon=True
+                )
+                self._watchdog.start()
+        for _ in range(missing):
+            self._spawn()
+
+    def _watch(self) -> None:
+        """Fail each call still running at its deadline, and replace its thread."""
+        with self._due:
+            while True:
+                while self._deadlines and self._deadlines[0][1] not in self._running:
+                    heapq.heappop(self._deadlines)  # finished in time
+                wait = self._deadlines[0][0] - time.monotonic() if self._deadlines else None
+                if wait is not None and wait <= 0:
+                    _, ident, (_, loop, future) = heapq.heappop(self._deadlines)
+                    self._running.discard(ident)
+                    _hand_over(loop, future, None, Late(self.timeout))
+                    self._due.release()
+                    try:
+                        self._spawn()  # the hung call keeps its thread: another takes its place
+                    finally:
+                        self._due.acquire()
+                    continue
+                self._due.wait(wait)
+
+    def _spawn(self) -> None:
+        thread = threading.Thread(target=self._work, name="mathrl-worker", daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, loop, future = job
+            if future.done():  # given up on before it started
+                continue
+            ident = next(self._ids)
+            with self._due:
+                self._running.add(ident)
+                heapq.heappush(self._deadlines, (time.monotonic() + self.timeout, ident, job))
+                self._due.notify()
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the awaiting coroutine, never lost
+                error = exc
+            with self._due:
+                if ident not in self._running:
+                    return  # the watchdog gave up on this call and replaced this thread
+                self._running.discard(ident)
+            _hand_over(loop, future, result, error)
+
+
+def _hand_over(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    error: BaseException | None,
+) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop has closed: the run ended without it
+        loop.call_soon_threadsafe(_settle, future, result, error)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)

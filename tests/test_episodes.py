@@ -1,0 +1,325 @@
+"""Episodes: turns, the environment's replies, their tokens, rewards and sharing."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import strategies as st_
+from mathrl.adapter import AdapterError, Feedback, Message, Response
+from mathrl.backend import Completion, SampleParams
+from mathrl.episodes import Episode, Player, Turn, add_scores, turn_seed
+from mathrl.grpo import episode_datum
+from mathrl.resolved import Task, as_task
+from mathrl.rewards import TaskError
+from mathrl.workers import Workers
+from mathrl_fakes import ByteTokenizer
+
+TOK = ByteTokenizer()
+EOS = TOK.eos_token_id
+PARAMS = SampleParams(max_tokens=8, temperature=1.0, stop=("\n",), seed=7)
+
+
+class Scripted:
+    """A sampler that writes `script[k]` for the k-th request (k from 0), cut at max_tokens.
+
+    It records every request; a text ending in "\\n" stops there, one that ends in
+    "<eos>" ends with the end-of-sequence token.
+    """
+
+    def __init__(self, *script: str) -> None:
+        self.script = list(script)
+        self.requests: list[tuple[list[int], int, SampleParams]] = []
+
+    async def sample(
+        self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
+    ) -> list[Completion]:
+        text = self.script[len(self.requests)]
+        self.requests.append((list(prompt_T), num_samples, params))
+        eos = text.endswith("<eos>")
+        tokens = TOK.encode(text.removesuffix("<eos>")) + ([EOS] if eos else [])
+        tokens = tokens[: params.max_tokens]
+        completion = Completion(tuple(tokens), tuple(-0.25 for _ in tokens))
+        return [completion] * num_samples
+
+
+class Guess:
+    """Guess a secret digit; after a miss the environment says higher or lower."""
+
+    name = "guess"
+    max_tokens = 8
+    max_turns = 3
+    stop = ("\n",)
+
+    def __init__(self) -> None:
+        self.feedback_calls: list[tuple[str, ...]] = []
+        self.reward_calls: list[str] = []
+
+    def build_dataset(self, seed: int, step: int, size: int) -> list[int]:
+        rng = random.Random(f"guess/{seed}/{step}")
+        return [rng.randint(0, 9) for _ in range(size)]
+
+    def make_prompt(self, problem: int) -> str:
+        return "Guess my digit: "
+
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        self.feedback_calls.append(tuple(responses))
+        guess = responses[-1].strip()
+        if guess == str(problem):
+            return Feedback(None, {"found": 0.5})
+        return Feedback("higher: " if guess < str(problem) else "lower: ", {"miss": -0.1})
+
+    def compute_reward(self, completion: str, problem: int) -> float:
+        self.reward_calls.append(completion)
+        return 1.0 if completion.strip() == str(problem) else 0.0
+
+    def reference_completion(self, problem: int) -> str:
+        return f"{problem}\n"
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+def play(
+    task: Task[Any],
+    sampler: Scripted,
+    problem: object,
+    size: int = 1,
+    params: SampleParams = PARAMS,
+    workers: Workers | None = None,
+) -> list[Episode]:
+    prompt = task.adapter.make_prompt(problem)
+    prompt_T = TOK.encode(prompt) if isinstance(prompt, str) else TOK.render_chat(prompt, {})
+
+    async def go() -> list[Episode]:
+        player = Player(TOK, sampler, task, workers or Workers.inline())
+        return await player.group(problem, prompt, prompt_T, size, params)
+
+    return asyncio.run(go())
+
+
+def test_an_episode_goes_on_until_the_environment_stops_replying() -> None:
+    guess = Guess()
+    sampler = Scripted("3\n", "7\n", "5\n")
+    (episode,) = play(as_task(guess), sampler, 5)
+    assert [str(t.response) for t in episode.turns] == ["3\n", "7\n", "5\n"]
+    assert [t.response.turn for t in episode.turns] == [1, 2, 3]
+    assert [t.reply for t in episode.turns] == ["higher: ", "lower: ", None]
+    # Each request's prompt is the last one's, plus what was sampled, plus the reply:
+    # tokens as sampled and replies as encoded, never decoded and encoded again.
+    prompts = [request[0] for request in sampler.requests]
+    assert prompts[1] == prompts[0] + TOK.encode("3\n") + TOK.encode("higher: ")
+    assert prompts[2] == prompts[1] + TOK.encode("7\n") + TOK.encode("lower: ")
+    # Later turns are one sample each, seeded per member and turn.
+    assert [(n, p.seed) for _, n, p in sampler.requests[1:]] == [
+        (1, turn_seed(7, 0, 2)),
+        (1, turn_seed(7, 0, 3)),
+    ]
+    # Reward: the feedback's parts plus compute_reward's on the last turn.
+    # miss -0.1 twice, found 0.5, and 1.0 for the final answer: 1.3 in all.
+    # A plain number has no name: the named parts are the feedback's.
+    assert episode.reward == pytest.approx(1.3)
+    assert episode.parts == pytest.approx({"miss": -0.2, "found": 0.5})
+    assert episode.final.turn == 3
+    assert guess.reward_calls == ["5\n"]  # compute_reward sees only the final turn
+    assert [len(history) for history in guess.feedback_calls] == [1, 2, 3]
+    assert episode.sampled_tokens == 6
+
+
+def test_an_episodes_datum_trains_the_models_tokens_only() -> None:
+    sampler = Scripted("3\n", "5\n")
+    (episode,) = play(as_task(Guess()), sampler, 5)
+    prompt_T = sampler.requests[0][0]
+    datum = episode.datum(prompt_T, 0.75)
+    replies = [list(t.reply_T) for t in episode.turns[:-1]]
+    assert replies == [TOK.encode("higher: ")]
+    turns = [list(t.completion.tokens) for t in episode.turns]
+    logprobs = [list(t.completion.logprobs) for t in episode.turns]
+    assert datum == episode_datum(prompt_T, turns, logprobs, replies, 0.75)
+    assert datum is not None
+    # The last request's prompt plus the last turn is the datum's whole sequence.
+    assert [*datum.model_input, datum.target_tokens[-1]] == sampler.requests[-1][0] + turns[-1]
+
+
+def test_max_turns_ends_an_episode_the_environment_would_go_on_with() -> None:
+    sampler = Scripted("1\n", "2\n", "3\n", "4\n")
+    (episode,) = play(as_task(Guess()), sampler, 9)
+    assert len(episode.turns) == 3 == len(sampler.requests)
+    assert episode.turns[-1].reply is None  # the environment's reply to the last turn is dropped
+    assert episode.reward == pytest.approx(-0.3)  # three misses, a wrong final answer
+
+
+def test_the_episode_token_budget_ends_an_episode_and_caps_later_turns() -> None:
+    guess = Guess()
+    guess.episode_tokens = 14  # type: ignore[attr-defined]  # declared on this instance only
+    sampler = Scripted("1\n", "22222222", "3\n")
+    (episode,) = play(as_task(guess), sampler, 9)
+    # Turn 1: 2 tokens, reply "higher: " 8 tokens -> 10 used, 4 left for turn 2.
+    assert sampler.requests[1][2].max_tokens == 4
+    # Turn 2 takes all 4: 14 used, and no reply fits: the episode ends there.
+    assert [str(t.response) for t in episode.turns] == ["1\n", "2222"]
+    assert episode.final.ended == "length"
+    assert len(sampler.requests) == 2
+
+
+def test_the_default_budget_is_two_turns_of_tokens_a_turn() -> None:
+    task = as_task(Guess())
+    assert task.episode_budget(8) == 2 * 3 * 8
+    assert replace(task, episode_tokens=5).episode_budget(8) == 5
+
+
+class ChatGuess(Guess):
+    episode_tokens = 200  # the template's messages are long next to the fake's tokens
+
+    def make_prompt(self, problem: int) -> list[Message]:  # type: ignore[override]
+        return [{"role": "user", "content": "Guess my digit."}]
+
+
+def test_a_chat_reply_is_the_templates_next_message_and_mends_a_cut_off_turn() -> None:
+    sampler = Scripted("3<eos>", "00000000", "5<eos>")
+    params = replace(PARAMS, stop=(), end_of_turn=True)
+    (episode,) = play(as_task(ChatGuess()), sampler, 5, params=params)
+    user = TOK.render_reply({"role": "user", "content": "higher: "}, {})
+    prompts = [request[0] for request in sampler.requests]
+    # Turn 1 ended with the end-of-turn token: the next message follows it directly.
+    assert prompts[1] == prompts[0] + TOK.encode("3") + [EOS] + user
+    # Turn 2 ran out of tokens: the reply closes the turn first with an end-of-turn token.
+    assert prompts[2] == prompts[1] + TOK.encode("00000000") + [EOS] + user
+    assert [t.response.ended for t in episode.turns] == ["end_of_turn", "length", "end_of_turn"]
+    assert str(episode.final) == "5"
+
+
+def test_identical_histories_in_a_group_share_their_feedback_and_reward() -> None:
+    guess = Guess()
+    # One request for the group's four first turns (all "3\n"), then one per member.
+    sampler = Scripted("3\n", "5\n", "5\n", "4\n", "5\n", "5\n")
+    episodes = play(as_task(guess), sampler, 5, size=4)
+    assert sampler.requests[0][1] == 4
+    assert len(sampler.requests) == 6
+    # Four identical first turns: one feedback call. Second turns: "5" three times, "4"
+    # once: two calls. Then member 2's third turn: one more.
+    assert sorted(len(h) for h in guess.feedback_calls) == [1, 2, 2, 3]
+    assert sorted(guess.reward_calls) == ["5\n", "5\n"]  # "5\n" once at turn 2, once at turn 3
+    assert [len(e.turns) for e in episodes] == [2, 2, 3, 2]
+
+
+class Judged(Guess):
+    """Guess, scored as a group: a member earns 1 for each other member it beat to it."""
+
+    def compute_group_rewards(self, responses: Sequence[Response], problem: int) -> list[float]:
+        return [float(sum(r.turn < other.turn for other in responses)) for r in responses]
+
+
+def test_a_group_reward_scores_the_final_turns_together() -> None:
+    sampler = Scripted("3\n", "5\n", "4\n", "5\n")
+    episodes = play(as_task(Judged()), sampler, 5, size=2)
+    assert [e.final.turn for e in episodes] == [2, 3]
+    # Member 0 found it at turn 2, member 1 at turn 3: group rewards 1 and 0, plus
+    # the feedback's parts (one miss and a find; two misses and a find).
+    assert [e.reward for e in episodes] == pytest.approx([1.0 - 0.1 + 0.5, 0.0 - 0.2 + 0.5])
+
+
+class Rude(Guess):
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        return "try again"  # type: ignore[return-value]  # the mistake under test
+
+
+class Broken(Guess):
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        raise KeyError(problem)
+
+
+def test_a_feedback_that_fails_or_returns_the_wrong_thing_is_a_task_error() -> None:
+    with pytest.raises(TaskError, match=r"feedback.*must return a Feedback\(reply=text or None"):
+        play(as_task(Rude()), Scripted("3\n"), 5)
+    with pytest.raises(TaskError, match="KeyError"):
+        play(as_task(Broken()), Scripted("3\n"), 5)
+
+
+class Stuck(Guess):
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        self.release.wait(10)
+        return Feedback(None)
+
+
+def test_a_feedback_past_the_timeout_is_a_task_error() -> None:
+    stuck = Stuck()
+    workers = Workers(size=1, timeout=0.05)
+    try:
+        with pytest.raises(TaskError, match=r"feedback.*did not return within 0\.05 s"):
+            play(as_task(stuck), Scripted("3\n"), 5, workers=workers)
+    finally:
+        stuck.release.set()
+        workers.close()
+
+
+def test_a_task_without_feedback_plays_one_turn_episodes() -> None:
+    class OneTurn(Guess):
+        max_turns = 1
+        feedback = None  # type: ignore[assignment]  # no environment
+
+    (episode,) = play(as_task(OneTurn()), Scripted("5\n"), 5)
+    assert len(episode.turns) == 1
+    assert (episode.reward, episode.parts) == (1.0, {})
+
+
+def test_several_turns_need_feedback() -> None:
+    class NoFeedback(Guess):
+        feedback = None  # type: ignore[assignment]  # the mistake under test
+
+    with pytest.raises(AdapterError, match="max_turns is 3 but NoFeedback has no feedback"):
+        as_task(NoFeedback())
+    for bad in (0, 101, 2.5, True):
+        guess = Guess()
+        guess.max_turns = bad  # type: ignore[assignment]  # the mistake under test
+        with pytest.raises(AdapterError, match=r"max_turns must be an integer from 1 to 100"):
+            as_task(guess)
+    guess = Guess()
+    guess.episode_tokens = 0  # type: ignore[attr-defined]  # the mistake under test
+    with pytest.raises(AdapterError, match=r"episode_tokens must be an integer >= 1 \(got 0\)"):
+        as_task(guess)
+
+
+@given(st_.seeds, st.integers(0, 63), st.integers(2, 100))
+def test_turn_seeds_are_stable_and_vary_with_member_and_turn(
+    seed: int, member: int, turn: int
+) -> None:
+    value = turn_seed(seed, member, turn)
+    assert value == turn_seed(seed, member, turn)
+    assert 0 <= value < 2**31
+    assert {value, turn_seed(seed, member + 1, turn), turn_seed(seed, member, turn + 1)} != {value}
+
+
+@given(st.lists(st.tuples(st_.rewards, st_.reward_parts), max_size=5))
+def test_add_scores_adds_totals_and_parts(scores: list[tuple[float, dict[str, float]]]) -> None:
+    total, parts = add_scores(scores)
+    assert total == pytest.approx(sum(t for t, _ in scores), abs=1e-6)
+    assert set(parts) == {name for _, named in scores for name in named}
+    for name, value in parts.items():
+        assert value == pytest.approx(sum(n.get(name, 0.0) for _, n in scores), abs=1e-6)
+
+
+def test_add_scores_worked_example() -> None:
+    # (-0.1, miss), (0.5, found), (1.0, reward) -> 1.4; miss and found and reward kept apart.
+    total, parts = add_scores([(-0.1, {"miss": -0.1}), (0.5, {"found": 0.5}), (1.0, {"r": 1.0})])
+    assert total == pytest.approx(1.4)
+    assert parts == {"miss": -0.1, "found": 0.5, "r": 1.0}
+
+
+def test_an_episode_of_one_turn_is_a_completion() -> None:
+    completion = Completion((1, 2), (-0.5, -0.5))
+    episode = Episode((Turn(completion, Response("ab")),))
+    assert episode.datum([9], 1.0) == episode_datum([9], [[1, 2]], [[-0.5, -0.5]], [], 1.0)
+    assert episode.sampled_tokens == 2

@@ -1,0 +1,81 @@
+"""Workers: a task's calls off the event loop, each limited in time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from mathrl.workers import Workers, default_size
+
+
+def run_in(workers: Workers, *fns: object) -> list[object]:
+    async def go() -> list[object]:
+        return await asyncio.gather(*(workers.run(fn) for fn in fns), return_exceptions=True)  # type: ignore[arg-type]  # any callables
+
+    return asyncio.run(go())
+
+
+def test_calls_return_their_values_and_raise_their_errors() -> None:
+    def fail() -> int:
+        raise KeyError("nope")
+
+    with Workers(size=2) as workers:
+        ok, error = run_in(workers, lambda: 41 + 1, fail)
+    assert ok == 42
+    assert isinstance(error, KeyError)
+
+
+def test_calls_run_side_by_side_on_separate_threads() -> None:
+    # Both calls must be inside the barrier at once, or it breaks after 10 s.
+    barrier = threading.Barrier(2, timeout=10)
+    with Workers(size=2) as workers:
+        names = run_in(workers, *[lambda: (barrier.wait(), threading.current_thread().name)] * 2)
+    assert all(isinstance(n, tuple) and n[1] == "mathrl-worker" for n in names)
+
+
+def test_a_call_past_its_timeout_fails_and_the_pool_goes_on() -> None:
+    release = threading.Event()
+    with Workers(size=1, timeout=0.05) as workers:
+        (late,) = run_in(workers, lambda: release.wait(10))
+        assert isinstance(late, TimeoutError)
+        assert str(late) == "it did not return within 0.05 s"
+        # The hung call still holds its thread; a new one serves the next call.
+        (after,) = run_in(workers, lambda: "served")
+        release.set()
+    assert after == "served"
+
+
+def test_inline_workers_run_each_call_on_the_loop_thread() -> None:
+    loop_thread = threading.current_thread()
+    workers = Workers.inline()
+    (where,) = run_in(workers, threading.current_thread)
+    assert where is loop_thread
+    assert workers.size == 0
+
+
+def test_a_closed_pool_starts_again_when_used() -> None:
+    workers = Workers(size=1)
+    assert run_in(workers, lambda: 1) == [1]
+    workers.close()
+    assert run_in(workers, lambda: 2) == [2]
+    workers.close()
+
+
+def test_bad_sizes_and_timeouts_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"size must be >= 0 \(got -1\)"):
+        Workers(size=-1)
+    with pytest.raises(ValueError, match=r"timeout must be > 0 \(got 0\)"):
+        Workers(timeout=0)
+
+
+def test_the_default_size_is_the_cores_this_process_may_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert default_size() == len(os.sched_getaffinity(0))
+    assert Workers().size == default_size()
+    monkeypatch.delattr(os, "sched_getaffinity")  # as on macOS
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert default_size() == 1
