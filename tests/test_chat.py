@@ -158,19 +158,34 @@ def test_a_reply_appended_to_the_sampled_turn_is_the_templates_whole_conversatio
     assert chatml.decode(off).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
 
-def test_a_template_that_rewrites_earlier_turns_refuses_replies(chatml: Any) -> None:
+QWEN3_LIKE = (
+    "{% set ns = namespace(last_user=-1) %}{% for m in messages %}{% if m['role'] == 'user' %}"
+    "{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' and loop.index0 > ns.last_user %}<think>\n\n</think>\n\n"
+    "{% endif %}{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""Like Qwen3's: an empty thinking block on assistant turns after the last user message only."""
+
+
+def test_a_template_that_rewrites_earlier_turns_still_gives_the_reply_alone(chatml: Any) -> None:
     from mathrl.backend import BackendError
 
-    # Like a template that drops earlier turns' thinking: the last assistant turn is
-    # rendered one way, the same turn followed by a message another.
-    rewriting = CHATML.replace(
-        "{{ m['content'] }}", "{{ m['content'] }}{% if loop.last %}.{% endif %}"
-    )
-    tokenizer = HFTokenizer(chatml.__class__(tokenizer_object=chatml.backend_tokenizer,
-        eos_token="<|endoftext|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-        chat_template=rewriting))  # fmt: skip
-    with pytest.raises(BackendError, match="renders a conversation differently once a message"):
-        tokenizer.render_reply({"role": "user", "content": "higher"}, {})
+    def tokenizer_with(template: str | None) -> HFTokenizer:
+        return HFTokenizer(chatml.__class__(tokenizer_object=chatml.backend_tokenizer,
+            eos_token="<|endoftext|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+            chat_template=template))  # fmt: skip
+
+    # The assistant's turn renders with a thinking block alone, without one once a
+    # user message follows: only the reply is taken, never the history re-rendered.
+    qwen3 = tokenizer_with(QWEN3_LIKE)
+    reply = qwen3.render_reply({"role": "user", "content": "higher"}, {})
+    assert chatml.decode(reply) == "\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n"
+    # A template with no end-of-turn token after an assistant's turn cannot take a reply.
+    bare = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% endfor %}"
+    with pytest.raises(BackendError, match="does not end an assistant's turn with its end-of"):
+        tokenizer_with(bare).render_reply({"role": "user", "content": "higher"}, {})
     plain = HFTokenizer(
         chatml.__class__(tokenizer_object=chatml.backend_tokenizer, eos_token="<|endoftext|>")
     )

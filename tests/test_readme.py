@@ -111,6 +111,7 @@ def test_the_readme_asyncio_snippet_trains_over_mint(
         ("give an answer that ran out of tokens less:", "multiples", "Multiples"),
         ("and the reward never sees it:", "chat_sum", "ChatSum"),
         ("and counts exact answers as correct:", "backwards", "Backwards"),
+        ("answers each wrong guess with higher or lower:", "guess", "GuessNumber"),
     ],
 )
 def test_the_readme_worked_examples_pass_their_check_and_learn(

@@ -113,22 +113,24 @@ class HFTokenizer:
     def render_reply(self, message: Mapping[str, str], options: Mapping[str, Any]) -> list[int]:
         """What the template writes after an assistant's end-of-turn: separator, message, opening.
 
-        Found by difference: a short conversation ending with an assistant's
-        turn, rendered with and without `message` after it. The separator is
-        what follows that turn's end-of-turn token (Qwen's newline).
+        Read off a short conversation ending with an assistant's turn, then
+        `message`: everything after that turn's end-of-turn token. Only the
+        reply is taken from the rendering; the turns before it stay as they
+        were sampled, so a template that renders an earlier turn differently
+        (Qwen3 drops its thinking) changes nothing here.
         """
         self._require_template()
         history = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
-        before = self._chat(history, **options)
-        after = self._chat([*history, message], add_generation_prompt=True, **options)
-        if after[: len(before)] != before or self.end_of_turn_id not in before:
+        before = self._chat(history, **options).count(self.end_of_turn_id)
+        rendered = self._chat([*history, message], add_generation_prompt=True, **options)
+        ends = [i for i, t in enumerate(rendered) if t == self.end_of_turn_id]
+        if before == 0 or len(ends) <= before:
             raise BackendError(
-                "the model's chat template renders a conversation differently once a message "
-                "follows an assistant's turn, so an environment's reply cannot be appended to "
-                "the sampled tokens: use text prompts for this task's episodes"
+                "the model's chat template does not end an assistant's turn with its "
+                "end-of-turn token, so an environment's reply cannot follow the sampled "
+                "tokens: use text prompts for this task's episodes"
             )
-        end = len(before) - before[::-1].index(self.end_of_turn_id)
-        return before[end:] + after[len(before) :]
+        return rendered[ends[before - 1] + 1 :]
 
 
 def stop_sequences(

@@ -18,6 +18,7 @@ from mathrl.adapter import Adapter, AdapterError
 from mathrl.backend import Tokenizer
 from mathrl.resolved import Task, as_task
 from mathrl.testing.checker import Checker
+from mathrl.testing.episode_checks import EpisodeChecks
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.testing.reward_checks import RewardChecks
 
@@ -58,9 +59,11 @@ def check_adapter(
     checker = Checker(task)
     train = checker.dataset(seeds, steps, size)
     held = checker.heldout(seeds[0], heldout_size, guard_steps, size) if train else []
-    RewardChecks(checker, tokenizer or ByteTokenizer()).run(
-        [*train[:2], *held[:1]], [*train, *held]
-    )
+    tokenizer = tokenizer or ByteTokenizer()
+    rewards = RewardChecks(checker, tokenizer)
+    rewards.run([*train[:2], *held[:1]], [*train, *held])
+    if task.plays_episodes:
+        EpisodeChecks(checker, rewards, tokenizer).run([*train[:2], *held[:1]])
     if learns and not checker.violations:
         _learning(checker)
     if checker.violations:

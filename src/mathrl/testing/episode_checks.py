@@ -1,0 +1,184 @@
+"""The episode half of `check_adapter`, for a task whose environment answers (`feedback`).
+
+For each problem it plays episodes without a model: the reference's
+(`reference_completion`, then `reference_turn` if the environment goes on),
+a recovery (a wrong first turn, then the reference's turns), and turns of
+wrong or adversarial text, each repeated up to `max_turns`. `feedback` must
+return a `Feedback` every time (never raise on what a model may write), with
+a finite reward, and the same one for the same history. The reference
+episode must earn the most of all of them and evaluate as correct; the
+recovery must earn no less than staying wrong; both must fit the episode's
+token budget on the tokenizer in use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from mathrl.adapter import Ending, Feedback, Prompt, Response
+from mathrl.backend import Tokenizer
+from mathrl.episodes import reply_tokens
+from mathrl.resolved import prompt_key
+from mathrl.rewards import reward_total
+from mathrl.testing.checker import Checker
+from mathrl.testing.inputs import ADVERSARIAL, WRONG
+from mathrl.testing.reward_checks import RewardChecks, ended_as_asked
+from mathrl.text import shown
+
+RECOVERING_FROM = WRONG[1]
+"""The recovery episode's first turn: wrong, so the environment answers it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Played:
+    label: str
+    final: Response
+    said: float
+    """The feedback's reward, summed over the turns."""
+
+
+class EpisodeChecks:
+    """Checks one task's `feedback` and reference episodes, recording into a `Checker`."""
+
+    def __init__(self, checker: Checker, rewards: RewardChecks, tokenizer: Tokenizer) -> None:
+        self.c, self.rewards, self.tokenizer = checker, rewards, tokenizer
+        self.task = checker.task
+        self.adapter = checker.task.adapter
+
+    def run(self, problems: Sequence[Any]) -> None:
+        for problem in problems:
+            self.one(problem)
+
+    def one(self, problem: Any) -> None:
+        ok, prompt = self.c.call("make_prompt", lambda: self.adapter.make_prompt(problem))
+        if not ok:
+            return
+        where = shown(prompt_key(prompt), 40)
+        reference = self.play(problem, prompt, where, "the reference episode")
+        recovery = self.play(problem, prompt, where, "the recovery episode", RECOVERING_FROM)
+        wrong = self.play(problem, prompt, where, "the wrong episode", RECOVERING_FROM, True)
+        others = [
+            self.play(problem, prompt, where, f"an episode of {label}", text, True, "length")
+            for label, text in ADVERSARIAL
+        ]
+        if reference is None or recovery is None or wrong is None:
+            return
+        played = [reference, recovery, wrong, *(o for o in others if o is not None)]
+        # The episodes' last turns scored together (one group, for a task that scores groups).
+        ends = self.rewards.score([p.final for p in played], problem, f"episodes of {where}")
+        if ends is None:
+            return
+        best, *totals = [p.said + end for p, end in zip(played, ends, strict=True)]
+        for p, total in zip(played[1:], totals, strict=True):
+            self.c.expect(
+                total <= best,
+                f"{p.label} earns {total:g}, more than the reference episode's {best:g} on "
+                f"{where}: the reference must earn the most",
+                key=f"beats-{p.label}",
+            )
+        self.c.expect(
+            totals[0] >= totals[1],
+            f"the recovery episode (a wrong first turn, then the reference's) earns "
+            f"{totals[0]:g}, less than staying wrong ({totals[1]:g}) on {where}: "
+            "reference_turn must play the best turn after any history",
+            key="recovery",
+        )
+        ok, full = self.c.call("evaluate", lambda: self.adapter.evaluate([best] * 4))
+        self.c.expect(
+            not ok or full == 1.0,
+            f"the reference episode earns {best:g}, which evaluate([{best:g}] * 4) scores "
+            f"{shown(full)}, not 1.0 on {where}: reference_completion and reference_turn must "
+            "play a fully correct episode",
+            key="episode-evaluate",
+        )
+
+    def play(
+        self,
+        problem: Any,
+        prompt: Prompt,
+        where: str,
+        label: str,
+        first: str | None = None,
+        repeat: bool = False,
+        ended: Ending | None = None,
+    ) -> _Played | None:
+        """One episode, as far as the environment lets it go; None if a call failed a check.
+
+        Turn 1 is `first` (default: the reference's), later turns `first` again if
+        `repeat`, else the reference's; each ends as the task asks unless `ended`.
+        """
+        stops, chat = self.task.stop_for(prompt), not isinstance(prompt, str)
+        history: list[Response] = []
+        used, said = 0, 0.0
+        for turn in range(1, self.task.max_turns + 1):
+            text = first if first is not None and (turn == 1 or repeat) else None
+            if text is None:
+                text = self.reference_turn(problem, history, f"{where}, turn {turn}")
+                if text is None:
+                    return None
+            response = ended_as_asked(text, stops, chat) if ended is None else Response(text, ended)
+            history.append(Response(str(response), response.ended, response.stop, turn))
+            turn_T = self.tokenizer.encode(str(response))
+            turn_T += [self.tokenizer.end_of_turn_id] if response.ended == "end_of_turn" else []
+            used += len(turn_T)
+            answer = self.feedback(problem, history, label)
+            if answer is None:
+                return None
+            said += answer[1]
+            if answer[0].reply is None or turn == self.task.max_turns:
+                break
+            used += len(reply_tokens(self.tokenizer, self.task, prompt, turn_T, answer[0]))
+        budget = self.task.episode_budget(self.task.max_tokens)
+        self.c.expect(
+            repeat or used <= budget,
+            f"{label} of {where} takes {used} tokens on {type(self.tokenizer).__name__}, "
+            f"more than the episode's budget of {budget}: raise the task's episode_tokens",
+            key="episode-budget",
+        )
+        return _Played(label, history[-1], said)
+
+    def reference_turn(self, problem: Any, history: Sequence[Response], where: str) -> str | None:
+        what = f"reference_turn({where})" if history else f"reference_completion({where})"
+        ok, text = self.c.call(what, partial(self.task.reference_turn, problem, list(history)))
+        if not ok or not self.c.expect(
+            isinstance(text, str),
+            f"{what} must return a str (got {shown(text)})",
+            key="reference-turn-type",
+        ):
+            return None
+        return str(text)
+
+    def feedback(
+        self, problem: Any, history: Sequence[Response], label: str
+    ) -> tuple[Feedback, float] | None:
+        """`feedback(problem, history)`, checked, and its reward; None if it failed a check."""
+        what = f"feedback(turn {len(history)} of {label})"
+        method = self.adapter.feedback  # type: ignore[attr-defined]  # optional: plays_episodes
+        ok, said = self.c.call(what, lambda: method(problem, list(history)), key="feedback")
+        if not ok:
+            return None
+        total = reward_total(said.reward) if isinstance(said, Feedback) else None
+        if not self.c.expect(
+            isinstance(said, Feedback)
+            and (said.reply is None or isinstance(said.reply, str))
+            and isinstance(said.role, str)
+            and total is not None
+            and math.isfinite(total[0]),
+            f"{what} returned {shown(said)}: it must return a Feedback(reply=text or None, "
+            "reward=a finite number or named finite numbers)",
+            key="feedback-type",
+        ):
+            return None
+        assert total is not None
+        ok, again = self.c.call(what, lambda: method(problem, list(history)), key="feedback")
+        self.c.expect(
+            not ok or again == said,
+            f"{what} returned {shown(said)} then {shown(again)} for the same history: "
+            "the environment must be deterministic",
+            key="feedback-determinism",
+        )
+        return said, total[0]

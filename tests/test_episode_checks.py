@@ -1,0 +1,122 @@
+"""`check_adapter` on environments broken one way each: every episode check can fail."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from mathrl.adapter import Feedback, Response
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl.tasks.code.feedback import CodeFeedbackAdapter
+from mathrl.testing import check_adapter
+
+
+def violations(adapter: Any) -> list[str]:
+    with pytest.raises(AssertionError) as excinfo:
+        check_adapter(adapter)
+    return [line.removeprefix("- ") for line in str(excinfo.value).splitlines()[1:]]
+
+
+class Retry(MathAdapter):
+    """Addition with a second try: a wrong answer hears "wrong" and answers again."""
+
+    name = "retry"
+    max_turns = 2
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        if self.compute_reward(responses[-1], problem) == 1.0:
+            return Feedback(None)
+        return Feedback("Wrong. Try again: ")
+
+
+class RaisesOnNoise(Retry):
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        int(responses[-1].strip() or "0")  # the bug: int() of model output
+        return super().feedback(problem, responses)
+
+
+class SaysText(Retry):
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        return "Wrong."  # type: ignore[return-value]  # the mistake under test
+
+
+class Moody(Retry):
+    def __init__(self) -> None:
+        self.calls = itertools.count()
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        return Feedback(f"Try again ({next(self.calls)}): ")
+
+
+class PaysForNoise(Retry):
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        said = super().feedback(problem, responses)
+        return Feedback(said.reply, 5.0 if "\x00" in responses[-1] else 0.0)
+
+
+class Wordy(Retry):
+    episode_tokens = 12  # the reference's turn fits; the reply after a wrong turn does not
+
+    def reference_turn(self, problem: AdditionProblem, responses: Sequence[Response]) -> str:
+        return "0" if not responses else self.reference_completion(problem)
+
+
+class NoReferenceTurn(Retry):
+    def reference_turn(self, problem: AdditionProblem, responses: Sequence[Response]) -> str:
+        return 7  # type: ignore[return-value]  # the mistake under test
+
+
+class PunishesRecovery(Retry):
+    """Answering right on the second try costs more than never answering right."""
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        said = super().feedback(problem, responses)
+        late = said.reply is None and len(responses) > 1
+        return Feedback(said.reply, -2.0 if late else 0.0)
+
+
+class BonusUncounted(Retry):
+    """The environment adds 0.5 for a first-try answer; evaluate counts only 1.0 as right."""
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        said = super().feedback(problem, responses)
+        return Feedback(said.reply, 0.5 if said.reply is None and len(responses) == 1 else 0.0)
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r == 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+@pytest.mark.parametrize(
+    ("adapter", "expected"),
+    [
+        (RaisesOnNoise(), r"^feedback\(turn 1 of .*\) raised ValueError: invalid literal for "),
+        (SaysText(), r"^feedback\(turn 1 of the reference episode\) returned 'Wrong\.': it must "
+            r"return a Feedback\(reply=text or None, reward=a finite number"),
+        (Moody(), r"^feedback\(turn 1 of the reference episode\) returned Feedback\(reply='Try "
+            r"again \(0\): '.* then .*'Try again \(1\): '.* for the same history: the "
+            r"environment must be deterministic"),
+        (PaysForNoise(), r"^an episode of control characters earns 10, more than the reference "
+            r"episode's 1 on .*: the reference must earn the most"),
+        (Wordy(), r"^the recovery episode of .* takes 26 tokens on ByteTokenizer, more than the "
+            r"episode's budget of 12: raise the task's episode_tokens"),
+        (NoReferenceTurn(), r"^reference_turn\(.*, turn 2\) must return a str \(got 7\)"),
+        (PunishesRecovery(), r"^the recovery episode \(a wrong first turn, then the "
+            r"reference's\) earns -1, less than staying wrong \(0\) on .*: reference_turn must "
+            r"play the best turn after any history"),
+        (BonusUncounted(), r"^the reference episode earns 1\.5, which evaluate\(\[1\.5\] \* 4\) "
+            r"scores 0\.0, not 1\.0 on .*: reference_completion and reference_turn must play a "
+            r"fully correct episode"),
+    ],
+)  # fmt: skip
+def test_each_episode_check_names_what_it_found(adapter: Any, expected: str) -> None:
+    found = violations(adapter)
+    assert any(re.search(expected, v, re.DOTALL) for v in found), found
+
+
+def test_a_sound_environment_passes() -> None:
+    assert check_adapter(Retry()).startswith("task 'retry'")
+    assert check_adapter(CodeFeedbackAdapter()).startswith("task 'code-feedback'")
