@@ -1,5 +1,7 @@
 """Benchmark: a GRPO step's cost in round trips, the client's own overhead, peak memory.
 
+Reward work against sampling, on the real clock, is in `bench_rewards.py`.
+
 Run it with `nox -s bench` (or `python tests/benchmark.py --help`). It is not
 part of the test suite: it prints markdown tables, then a table of every
 target, and exits 1 if one is missed. Its assertions only check that the
@@ -58,6 +60,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mathrl_fakes.fake_backend as fake_module
+from bench_rewards import reward_overlap_table
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Turn
@@ -603,6 +606,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="skip the evaluation overhead and held-out accuracy tables",
     )
+    parser.add_argument(
+        "--skip-rewards", action="store_true", help="skip reward work against sampling (2-3 min)"
+    )
     parser.add_argument("--rss-child", type=parse_size, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rss_child is not None:
@@ -626,6 +632,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             sections.append(curve_table(fakes, CURVE_SEEDS))
         if not args.skip_eval:
             sections.append(heldout_table(fakes, CURVE_SEEDS))
+        if not args.skip_rewards:
+            rows, measured = reward_overlap_table(Path(scratch))
+            sections.append(rows)
+            TARGETS.extend(Target(what, value, limit, "s") for what, value, limit in measured)
     sections.append(targets_table())
     print("\n\n".join("\n".join(rows) for rows in sections))
     if not all(t.met for t in TARGETS):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 from collections.abc import Sequence
@@ -323,3 +324,47 @@ def test_an_episode_of_one_turn_is_a_completion() -> None:
     episode = Episode((Turn(completion, Response("ab")),))
     assert episode.datum([9], 1.0) == episode_datum([9], [[1, 2]], [[-0.5, -0.5]], [], 1.0)
     assert episode.sampled_tokens == 2
+
+
+class GuessInProcesses(Guess):
+    work_in_processes = True
+
+
+def test_a_task_may_run_its_work_in_processes() -> None:
+    guess = GuessInProcesses()
+    with Workers(size=2) as workers:
+        (episode,) = play(as_task(guess), Scripted("3\n", "5\n"), 5, workers=workers)
+    # The same episode as on threads; the calls ran in copies of this process.
+    assert episode.reward == pytest.approx(-0.1 + 0.5 + 1.0)
+    assert (guess.feedback_calls, guess.reward_calls) == ([], [])
+    # Inline (a virtual clock's), they run on the loop itself.
+    inline = GuessInProcesses()
+    play(as_task(inline), Scripted("3\n", "5\n"), 5)
+    assert len(inline.feedback_calls) == 2
+
+
+class BrokenInProcesses(GuessInProcesses):
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        raise KeyError(problem)
+
+
+class DiesInProcesses(GuessInProcesses):
+    def compute_reward(self, completion: str, problem: int) -> float:
+        os._exit(9)
+
+
+def test_a_failure_in_a_work_process_is_a_task_error() -> None:
+    with Workers(size=1) as workers, pytest.raises(TaskError, match=r"feedback raised KeyError"):
+        play(as_task(BrokenInProcesses()), Scripted("3\n"), 5, workers=workers)
+    with (
+        Workers(size=1) as workers,
+        pytest.raises(TaskError, match=r"compute_reward raised WorkerDied: its process ended "),
+    ):
+        play(as_task(DiesInProcesses()), Scripted("5\n"), 5, workers=workers)
+
+
+def test_work_in_processes_is_a_switch() -> None:
+    guess = Guess()
+    guess.work_in_processes = "yes"  # type: ignore[attr-defined]  # the mistake under test
+    with pytest.raises(AdapterError, match=r"work_in_processes must be True or False"):
+        as_task(guess)

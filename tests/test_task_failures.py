@@ -89,7 +89,7 @@ def test_a_reward_past_the_timeout_ends_the_run_in_one_line_and_resumes_with_mor
     assert len(errors) == 1
     assert re.match(
         r"mathrl: error: task 'flaky' failed: compute_reward did not return within 0\.5 s "
-        r"\(on '.*'\); --reward-timeout sets how long a call may take$",
+        r"\(on \[.*\]\); --reward-timeout sets how long a call may take$",  # the group's
         errors[0],
     ), errors
     assert "check-adapter" not in failed.stderr  # the task is slow, not wrong

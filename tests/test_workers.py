@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 
-from mathrl.workers import Workers, default_size
+from mathrl.workers import Late, WorkerDied, Workers, default_size, in_process
 
 
 def run_in(workers: Workers, *fns: object) -> list[object]:
@@ -79,3 +81,36 @@ def test_the_default_size_is_the_cores_this_process_may_use(
     monkeypatch.delattr(os, "sched_getaffinity")  # as on macOS
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert default_size() == 1
+
+
+def test_in_process_runs_the_call_in_a_child_and_brings_back_its_answer() -> None:
+    parent = os.getpid()
+    assert in_process(os.getpid, 10)() != parent
+    seen: list[int] = []
+
+    def note() -> int:
+        seen.append(1)
+        return len(seen)
+
+    # The child is a copy: what it changes stays in the copy.
+    assert in_process(note, 10)() == 1
+    assert seen == []
+
+    def fail() -> None:
+        raise KeyError("nope")
+
+    with pytest.raises(KeyError, match="nope"):
+        in_process(fail, 10)()
+
+
+def test_in_process_names_a_child_that_dies_or_cannot_answer() -> None:
+    with pytest.raises(WorkerDied, match=r"^its process ended with exit code 3 before returning$"):
+        in_process(lambda: os._exit(3), 10)()
+    with pytest.raises(TypeError, match="its result cannot be sent back from its process"):
+        in_process(lambda: lambda: None, 10)()
+
+
+def test_in_process_kills_a_child_past_its_timeout() -> None:
+    with pytest.raises(Late, match=r"^it did not return within 0\.2 s$"):
+        in_process(lambda: time.sleep(30), 0.2)()
+    assert multiprocessing.active_children() == []

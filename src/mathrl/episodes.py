@@ -28,6 +28,7 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from mathrl.adapter import Feedback, Prompt, Response
@@ -43,7 +44,7 @@ from mathrl.rewards import (
     task_call,
 )
 from mathrl.text import shown
-from mathrl.workers import Workers
+from mathrl.workers import Workers, in_process
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -134,6 +135,8 @@ class Player(Generic[P]):
         firsts = await self.sampler.sample(prompt_T, size, params)
         if self.on_done is not None:
             self.on_done(len(firsts))
+        if not self.task.plays_episodes:
+            return await self._one_turn(problem, prompt, firsts, params)
         shared: dict[tuple[object, ...], asyncio.Future[Any]] = {}
         played = await asyncio.gather(
             *(
@@ -152,6 +155,24 @@ class Player(Generic[P]):
             total, parts = add_scores([*scores, end])
             episodes_G.append(replace(episode, reward=total, parts=parts))
         return episodes_G
+
+    async def _one_turn(
+        self, problem: P, prompt: Prompt, firsts: Sequence[Completion], params: SampleParams
+    ) -> list[Episode]:
+        """Episodes of one turn: the group's rewards in one call to the pool (cheap rewards
+        cost one hand-over a group, not one a completion)."""
+        chat = not isinstance(prompt, str)
+        finals = [response_of(self.tokenizer, c.tokens, params.stop, chat) for c in firsts]
+        if self.task.rewards_groups:
+            timeout = self.workers.timeout if self.workers.size else None
+            ends = await group_rewards(self.task, problem, finals, self._work, timeout)
+        else:
+            alone = partial(rewards_alone, self.task, problem, finals)
+            ends = await self._work("compute_reward", finals, alone)
+        return [
+            Episode((Turn(c, r),), total, parts)
+            for c, r, (total, parts) in zip(firsts, finals, ends, strict=True)
+        ]
 
     async def _episode(
         self,
@@ -236,10 +257,23 @@ class Player(Generic[P]):
         return result
 
     async def _work(self, method: str, given: object, fn: Callable[[], T]) -> T:
+        if self.task.work_in_processes and self.workers.size:
+            fn = in_process(fn, self.workers.timeout)
         try:
             return await self.workers.run(fn)
-        except TimeoutError as late:
-            raise TaskError(self.task, method, late, given) from None
+        except TaskError:
+            raise
+        except Exception as exc:  # past the timeout, or its process died or could not answer
+            raise TaskError(self.task, method, exc, given) from None
+
+
+def rewards_alone(task: Task[P], problem: P, responses: Sequence[Response]) -> list[Score]:
+    """Each response's `compute_reward`, once per distinct response (rewards are pure)."""
+    seen: dict[tuple[object, ...], Score] = {}
+    for response in responses:
+        if _key(response) not in seen:
+            seen[_key(response)] = reward_of(task, problem, response)
+    return [seen[_key(response)] for response in responses]
 
 
 def _key(response: Response) -> tuple[object, ...]:

@@ -18,7 +18,7 @@ from mathrl.episodes import Player
 from mathrl.report import EvalMetrics
 from mathrl.resolved import Task, prompt_key
 from mathrl.rollout import part_means, play_groups, prompt_tokens
-from mathrl.workers import Workers
+from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
 GUARDED_PROBLEMS = 100_000
@@ -60,10 +60,11 @@ async def evaluate(
     """One episode per held-out problem (greedy unless told not), all in flight at once."""
     prompts_P = [task.adapter.make_prompt(p) for p in problems]
     prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
-    player = Player(tokenizer, sampler, task, workers or Workers())
-    played = await play_groups(
-        player, config, EVAL_STEP, problems, prompts_P, prompts_P_T, size=1, greedy=greedy
-    )
+    with borrowed(workers) as pool:
+        player = Player(tokenizer, sampler, task, pool)
+        played = await play_groups(
+            player, config, EVAL_STEP, problems, prompts_P, prompts_P_T, size=1, greedy=greedy
+        )
     episodes_P = [e for (e,) in played]
     rewards_P = [e.reward for e in episodes_P]
     return Evaluation(

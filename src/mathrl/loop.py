@@ -8,9 +8,10 @@ place of `_Run`:
 - pipelining (`_submit_update`): the training calls and the saves are
   submitted back to back and awaited together, one round trip;
 - the off-policy lag (`max_steps_off_policy=1`, in `train`): step k+1 is
-  sampled from the weights before step k's update while step k trains; each
-  datum carries the logprobs of the sampler that drew it, so the
-  importance-sampling loss corrects for the lag;
+  sampled from the weights before step k's update, from the moment they
+  exist, so it samples while step k scores and trains; each datum carries
+  the logprobs of the sampler that drew it, so the importance-sampling loss
+  corrects for the lag;
 - evaluation (`_start_eval`, `_report_eval`): greedy samples of the held-out
   problems from the sampler the next step uses anyway, alongside that step's
   requests: no save and no extra round trip, except once after the last step;
@@ -41,7 +42,7 @@ from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetr
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
 from mathrl.rollout import Rollout, logged_groups, rollout, step_metrics
-from mathrl.workers import Workers
+from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -63,7 +64,7 @@ async def run_grpo_async(
     `workers` runs the task's rewards and environment steps (default: `Workers()`).
     """
     task, observer = as_task(adapter), observer or Observer()
-    with contextlib.nullcontext(workers) if workers else Workers() as pool:
+    with borrowed(workers) as pool:
         return await _Run(backend, task, config, observer, stop, pool).train(resume)
 
 
@@ -111,25 +112,24 @@ class _Run(Generic[P]):
         self.path, self.state_path, self.state_step = "", "", -1  # the latest checkpoints
         self.sampler: Sampler | None = None  # for self.path's weights, once created
         self.sampler_path = ""
+        self.rollouts: dict[int, asyncio.Task[Rollout]] = {}  # started, by step
         self.evaluating: asyncio.Task[EvalMetrics] | None = None
         self.evaluations: list[EvalMetrics] = []
 
     async def train(self, resume: Resume | None) -> RunResult:
         config = self.config
-        done, pending = await self._begin(resume)
-        start, ended, metrics = done, self.clock(), list[StepMetrics]()
+        done = start = await self._begin(resume)
+        ended, metrics = self.clock(), list[StepMetrics]()
         in_flight: tuple[int, Rollout, _Update] | None = None
         try:
             for step in range(start + 1, config.steps + 1):
-                batch = await self._wait_or_stop(pending)
+                batch = await self._wait_or_stop(self.rollouts[step])
                 if batch is None:
                     break
+                del self.rollouts[step]
                 last = step == config.steps
                 update = await self._submit_update(step, batch, last)
                 in_flight = step, batch, update
-                if self.off_policy and not last:
-                    # Sample the next step now, from the weights before this update.
-                    pending = self._start_rollout(step + 1)
                 # The previous step's evaluation: waited for only now, never holding up training.
                 await self._report_eval()
                 metrics.append(await self._finish_update(step, batch, update, ended))
@@ -137,8 +137,8 @@ class _Run(Generic[P]):
                 if update.sampler is not None and (not last or self._eval_due(step)):
                     self.sampler = await self.backend.create_sampler(self.path)
                     self.sampler_path = self.path
-                if not self.off_policy and not last:
-                    pending = self._start_rollout(step + 1)
+                # On-policy, the next step samples from these weights; off-policy, the one after.
+                self._start_rollout(step + 1 + self.off_policy)
                 if self._eval_due(step):
                     self._start_eval(step)
                 if self.stop is not None and self.stop.is_set():
@@ -156,7 +156,9 @@ class _Run(Generic[P]):
             raise
         finally:
             # A failure mid-run must not leave requests running.
-            pending.cancel()
+            for started in self.rollouts.values():  # one that failed unawaited fails with them
+                if not started.cancel() and not started.cancelled():
+                    started.exception()
             if self.evaluating is not None:
                 self.evaluating.cancel()
         if self.state_step != done:  # stopped between state saves: keep what was trained
@@ -166,8 +168,8 @@ class _Run(Generic[P]):
 
     # -- starting: fresh, or from a saved state -----------------------------------------
 
-    async def _begin(self, resume: Resume | None) -> tuple[int, asyncio.Task[Rollout]]:
-        """Step 0's saves (or the resumed state); the first step's rollout, started."""
+    async def _begin(self, resume: Resume | None) -> int:
+        """Step 0's saves (or the resumed state); the first step's rollout (two off-policy)."""
         if resume is None:
             start, lagged = 0, ""
             first_sampler = await self._save(0, "sampler")
@@ -182,21 +184,21 @@ class _Run(Generic[P]):
         self.sampler, self.sampler_path = await self.backend.create_sampler(self.path), self.path
         if self.off_policy and lagged and lagged != self.path:
             # Off-policy, the first resumed step samples from the weights before the state.
-            first = self._start_rollout(
-                start + 1, await self.backend.create_sampler(lagged), lagged
-            )
-        else:
-            first = self._start_rollout(start + 1)
+            self._start_rollout(start + 1, await self.backend.create_sampler(lagged), lagged)
+        self._start_rollout(start + 1)
+        if self.off_policy:
+            self._start_rollout(start + 2)  # from the weights before step start + 1's update
         if (resume is None or resume.evaluate_first) and self._eval_due(start):
             self._start_eval(start)  # step 0's; or the resumed step's, lost to a failure
-        return start, first
+        return start
 
     # -- one step: sample, then the update -------------------------------------------------
 
-    def _start_rollout(
-        self, step: int, sampler: Sampler | None = None, path: str = ""
-    ) -> asyncio.Task[Rollout]:
-        """Sample and score step `step` (from the current sampler unless given one)."""
+    def _start_rollout(self, step: int, sampler: Sampler | None = None, path: str = "") -> None:
+        """Sample and score step `step` (from the current sampler unless given one), unless
+        it is past the last step or already started."""
+        if step > self.config.steps or step in self.rollouts:
+            return
         sampler, path = (sampler, path) if sampler is not None else self._current()
         total, done = self.config.batch * self.config.group, [0]
 
@@ -211,7 +213,7 @@ class _Run(Generic[P]):
             batch = await rollout(self.backend.tokenizer, sampler, *given)
             return replace(batch, sampler_path=path, seconds=self.clock() - started)
 
-        return asyncio.create_task(go())
+        self.rollouts[step] = asyncio.create_task(go())
 
     async def _submit_update(self, step: int, batch: Rollout, last: bool) -> _Update:
         """Submit the step's training, its sampler save and (on cadence) a state save."""
@@ -234,8 +236,7 @@ class _Run(Generic[P]):
         trained = self.clock()
         saved = await update.sampler if update.sampler is not None else None
         state = await update.state if update.state is not None else None
-        # The step first, its checkpoints after: a state on record always comes with
-        # the record of every step it holds.
+        # The step first, its checkpoints after: a state on record comes with its steps' records.
         metrics = step_metrics(self.config, step, batch, result, trained - update.submitted)
         metrics = replace(metrics, seconds=self.clock() - ended)
         self.obs.on_step(metrics)

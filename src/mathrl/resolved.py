@@ -67,6 +67,8 @@ class Task(Generic[P]):
     max_turns: int = 1
     episode_tokens: int | None = None
     """The declared budget of an episode's tokens after its prompt; None: the default."""
+    work_in_processes: bool = False
+    """Run each reward and feedback call in a process of its own (work that holds the GIL)."""
 
     @property
     def declares_heldout(self) -> bool:
@@ -199,6 +201,11 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         raise AdapterError(
             f"{label}.episode_tokens must be an integer >= 1 (got {shown(episode_tokens)})"
         )
+    processes = getattr(adapter, "work_in_processes", False)
+    if not isinstance(processes, bool):
+        raise AdapterError(
+            f"{label}.work_in_processes must be True or False (got {shown(processes)})"
+        )
     identity = f"{cls.__module__}:{cls.__qualname__}"
     return Task(
         adapter,
@@ -211,6 +218,7 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         mask,
         max_turns,
         episode_tokens,
+        processes,
     )
 
 

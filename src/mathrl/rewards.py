@@ -42,6 +42,17 @@ class TaskError(Exception):
         self.late = isinstance(exc, Late)
         """True when the call ran past the workers' timeout (`--reward-timeout`)."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Raised in a worker process, it comes back pickled: keep the message and fields.
+        return _task_error, (str(self), self.task_identity, self.method, self.late)
+
+
+def _task_error(message: str, identity: str, method: str, late: bool) -> TaskError:
+    error = TaskError.__new__(TaskError)
+    Exception.__init__(error, message)
+    error.task_identity, error.method, error.late = identity, method, late
+    return error
+
 
 @dataclass(frozen=True, slots=True)
 class Scores:

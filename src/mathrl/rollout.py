@@ -30,7 +30,7 @@ from mathrl.episodes import Episode, Player
 from mathrl.grpo import Datum, group_advantages, is_constant_group
 from mathrl.report import Sample, SampleGroup, StepMetrics
 from mathrl.resolved import Task
-from mathrl.workers import Workers
+from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
 
@@ -166,8 +166,9 @@ async def rollout(
     problems_P = task.adapter.build_dataset(config.seed, step, config.batch)
     prompts_P = [task.adapter.make_prompt(p) for p in problems_P]
     prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
-    player = Player(tokenizer, sampler, task, workers or Workers(), on_done)
-    episodes_P_G = await play_groups(player, config, step, problems_P, prompts_P, prompts_P_T)
+    with borrowed(workers) as pool:
+        player = Player(tokenizer, sampler, task, pool, on_done)
+        episodes_P_G = await play_groups(player, config, step, problems_P, prompts_P, prompts_P_T)
     return scored(task, config, prompts_P, prompts_P_T, episodes_P_G)
 
 

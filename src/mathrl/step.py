@@ -21,7 +21,7 @@ from mathrl.episodes import Player
 from mathrl.grpo import Datum, group_advantages
 from mathrl.resolved import Task
 from mathrl.rollout import datums_of, play_groups, prompt_tokens, trained
-from mathrl.workers import Workers
+from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
 
@@ -60,8 +60,9 @@ async def grpo_step(
     # 2. A group of `config.group` episodes per problem, every request in flight at once. A
     #    group's first turns come from one request; as each turn comes back, its reward (seeing
     #    how it ended) and, for a task with an environment, the reply and the next turn follow.
-    player = Player(tokenizer, sampler, task, workers or Workers())
-    episodes_P_G = await play_groups(player, config, step, problems_P, prompts_P, prompts_P_T)
+    with borrowed(workers) as pool:
+        player = Player(tokenizer, sampler, task, pool)
+        episodes_P_G = await play_groups(player, config, step, problems_P, prompts_P, prompts_P_T)
     # 3. Each episode's advantage: its reward minus its group's mean.
     rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
     advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]

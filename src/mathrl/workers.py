@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import multiprocessing
 import os
 import queue
 import threading
@@ -33,6 +34,60 @@ DEFAULT_TIMEOUT = 300.0
 """Seconds a reward or environment step may take by default."""
 
 
+class WorkerDied(RuntimeError):
+    """The process a call ran in ended without returning (a crash, or a kill)."""
+
+
+def in_process(fn: Callable[[], T], timeout: float) -> Callable[[], T]:
+    """`fn`, to run in a child process forked for the call, killed after `timeout` seconds.
+
+    The child is a copy of this process (nothing is pickled on the way in), so
+    a task's objects and any module it was loaded from are all there; the
+    result, or the exception, comes back pickled. A call that holds the
+    interpreter's lock holds only its child's. Call the result on a worker
+    thread: it blocks until the child answers.
+    """
+
+    def call() -> T:
+        context = multiprocessing.get_context("fork")
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_answer, args=(fn, send), daemon=True)
+        child.start()
+        send.close()
+        try:
+            if not receive.poll(timeout):
+                raise Late(timeout)
+            ok, value = receive.recv()
+        except EOFError:
+            child.join()
+            raise WorkerDied(
+                f"its process ended with exit code {child.exitcode} before returning"
+            ) from None
+        finally:
+            receive.close()
+            if child.is_alive():
+                child.kill()
+            child.join()
+        if ok:
+            result: T = value
+            return result
+        raise value
+
+    return call
+
+
+def _answer(fn: Callable[[], Any], send: Any) -> None:
+    """In the child: send (True, fn()) or (False, the exception), pickled."""
+    try:
+        answer: tuple[bool, Any] = (True, fn())
+    except Exception as exc:
+        answer = (False, exc)
+    try:
+        send.send(answer)
+    except Exception as exc:  # the result cannot be pickled: say so instead
+        send.send((False, TypeError(f"its result cannot be sent back from its process: {exc}")))
+
+
 class Late(TimeoutError):
     """A call still running `seconds` after it started: the pool gave up waiting for it."""
 
@@ -42,6 +97,11 @@ class Late(TimeoutError):
 
 
 _Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+
+
+def borrowed(workers: Workers | None) -> contextlib.AbstractContextManager[Workers]:
+    """`w` as it is (its owner closes it), or a default pool that closes on leaving the `with`."""
+    return contextlib.nullcontext(workers) if workers is not None else Workers()
 
 
 def default_size() -> int:
