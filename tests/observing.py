@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from mathrl.report import Checkpoint, EvalMetrics, Observer, StepMetrics
+from collections.abc import Sequence
+
+from mathrl.report import Checkpoint, EvalMetrics, Observer, SampleGroup, StepMetrics
 
 
 class Everything(Observer):
@@ -15,6 +17,7 @@ class Everything(Observer):
         self.phases: list[tuple[int, str]] = []
         self.sampled: list[tuple[int, int, int]] = []
         self.warnings: list[str] = []
+        self.samples: list[SampleGroup] = []
         self.events: list[object] = []
 
     def on_step(self, metrics: StepMetrics) -> None:
@@ -38,3 +41,6 @@ class Everything(Observer):
 
     def on_warning(self, message: str) -> None:
         self.warnings.append(message)
+
+    def on_samples(self, groups: Sequence[SampleGroup]) -> None:
+        self.samples.extend(groups)

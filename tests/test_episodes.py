@@ -8,6 +8,7 @@ import random
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +18,15 @@ from hypothesis import strategies as st
 import strategies as st_
 from mathrl.adapter import AdapterError, Feedback, Message, Response
 from mathrl.backend import Completion, SampleParams
+from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Player, Turn, add_scores, turn_seed
 from mathrl.grpo import episode_datum
+from mathrl.loop import run_grpo
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
 from mathrl.workers import Workers
-from mathrl_fakes import ByteTokenizer
+from mathrl_fakes import ByteTokenizer, FakeBackend
+from observing import Everything
 
 TOK = ByteTokenizer()
 EOS = TOK.eos_token_id
@@ -368,3 +372,42 @@ def test_work_in_processes_is_a_switch() -> None:
     guess.work_in_processes = "yes"  # type: ignore[attr-defined]  # the mistake under test
     with pytest.raises(AdapterError, match=r"work_in_processes must be True or False"):
         as_task(guess)
+
+
+class ChatGame(Guess):
+    """The guessing game as a conversation, its replies as the user's messages."""
+
+    name = "chat-game"
+    stop = ()  # type: ignore[assignment]  # a conversation's turn ends at end-of-turn
+    episode_tokens = 200
+
+    def build_dataset(self, seed: int, step: int, size: int) -> list[int]:
+        rng = random.Random(f"chat-game/{seed}/{step}")
+        return [rng.randint(0, 9) * 1000 + rng.randint(0, 999) for _ in range(size)]
+
+    def make_prompt(self, problem: int) -> list[Message]:  # type: ignore[override]
+        return [{"role": "user", "content": f"Game {problem % 1000}: guess my digit."}]
+
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        return super().feedback(problem // 1000, responses)
+
+    def compute_reward(self, completion: str, problem: int) -> float:
+        return super().compute_reward(completion, problem // 1000)
+
+    def reference_completion(self, problem: int) -> str:
+        return str(problem // 1000)
+
+
+def test_a_conversation_game_learns_its_later_turns_on_the_fake(tmp_path: Path) -> None:
+    config = TrainConfig(steps=12, batch=8, group=4)
+    backend = FakeBackend.for_run(ChatGame(), config, checkpoint_dir=tmp_path)
+    observer = Everything()
+    result = run_grpo(backend, ChatGame(), config, observer)
+    assert all(m.datums > 0 for m in result.steps[:3])
+    # Early on, some episodes take a second or third turn, each a chat reply.
+    logged = [s for g in observer.samples if g.step <= 3 for s in g.samples]
+    later = [s for s in logged if s.earlier]
+    assert later
+    assert all(reply.startswith(("higher: ", "lower: ")) for s in later for _, reply in s.earlier)
+    rewards = [m.mean_reward for m in result.steps]
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3
