@@ -87,6 +87,10 @@ RULES: dict[str, Rule] = {
     "reward_timeout": number_in(0, _DAY, low_open=True),
     "log_dir": Rule("a folder path", lambda s: 0 < len(s) <= 4096 and "\0" not in s),
     "log_samples": int_in(0, 10_000),
+    "wandb_project": Rule(
+        "a W&B project name: 1 to 128 characters, none of / \\ # ? % : and no spaces",
+        lambda s: 0 < len(s) <= 128 and s.isprintable() and not set(s) & set("/\\#?%: "),
+    ),
 }
 """The rule of every checked field of `TrainConfig` and `Config`."""
 
@@ -142,6 +146,8 @@ class Config:
     log_dir: str | None = None
     log_samples: int = 2
     """Groups of each step recorded in the run folder's samples.jsonl (0: none)."""
+    wandb_project: str | None = None
+    """Mirror the metrics to this Weights & Biases project (needs `mathrl[wandb]`)."""
 
     def __post_init__(self) -> None:
         _check_fields(self, "Config")

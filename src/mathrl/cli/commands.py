@@ -56,6 +56,7 @@ from mathrl.cli.settings import (
     worded,
 )
 from mathrl.cli.train import Plan, train
+from mathrl.cli.wandb_mirror import check_installed
 from mathrl.config import ConfigError
 from mathrl.rewards import TaskError
 from mathrl.tasks import BUILT_IN
@@ -109,6 +110,8 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     if plan.config.backend == "mint":
         api_key(env)
         base_url(env)
+    if plan.config.wandb_project is not None:
+        check_installed()
     return asyncio.run(train(plan, env, __version__, _say))
 
 
@@ -154,6 +157,8 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
                 if args.log_samples is not None
                 else recorded.get("log_samples", reliability.log_samples)
             ),
+            # The W&B mirror carries over too: the resumed steps go on in the same W&B run.
+            wandb_project=reliability.wandb_project or recorded.get("wandb_project"),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"--resume: {folder / 'config.json'} lacks a setting ({exc})") from None

@@ -30,6 +30,7 @@ RESUMABLE = (
     *RELIABILITY,
     *TASK_WORK,
     "log_samples",
+    "wandb_project",
     "fake_fault_rate",
     "fake_latency",
     "fake_checkpoints",
@@ -53,6 +54,7 @@ DEFAULTS_DECIDED_LATER = {
     "fake_checkpoints": "mathrl-fake in the temp folder",
     "retries": "none: the retry window alone",
     "reward_workers": "one per core",
+    "wandb_project": "none: no mirror",
 }
 
 

@@ -163,6 +163,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_samples", "--log-samples", "MINT_RL_LOG_SAMPLES",
             "groups of each step whose completions go into the run folder's samples.jsonl",
             _int),
+    Setting("wandb_project", "--wandb", "MINT_RL_WANDB",
+            "mirror the metrics to this Weights & Biases project (needs mathrl[wandb])", _text),
     Setting("fake_fault_rate", "--fake-fault-rate", None,
             "share of fake calls that fail transiently (--backend fake only)", _float),
     Setting("fake_latency", "--fake-latency", None,

@@ -26,6 +26,7 @@ from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOU
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
 from mathrl.cli.settings import FakeOptions, worded
+from mathrl.cli.wandb_mirror import WandbMirror
 from mathrl.config import Config
 from mathrl.loop import run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, RunResult, StepMetrics
@@ -211,7 +212,12 @@ async def train(
             where[:] = [folder.path]
             speak(f"run folder: {folder.path} (task {task.name})")
             out.line(model_line(config, backend.tokenizer.vocab_size))
-            observer = Observers(folder, latest, SeedLines(out, speak), progress)
+            mirrors: list[WandbMirror] = []
+            if config.wandb_project is not None:
+                mirror = WandbMirror(config.wandb_project, folder.path, asdict(config))
+                speak(f"mirroring metrics to W&B: {mirror.where}")
+                mirrors.append(mirror)
+            observer = Observers(folder, latest, SeedLines(out, speak), progress, *mirrors)
             workers = Workers(config.reward_workers, config.reward_timeout)
             try:
                 result = await run_grpo_async(
@@ -222,6 +228,8 @@ async def train(
                 return _failed(exc, latest, folder.path, out, speak)
             finally:
                 workers.close()
+                for mirror_ in mirrors:
+                    mirror_.close()
                 await backend.close()
     finally:
         for signum in EXIT_SIGNAL:

@@ -1,0 +1,99 @@
+"""`--wandb PROJECT`: a run's metrics mirrored to Weights & Biases, as they are recorded.
+
+For: `mathrl.cli.train`, which adds a `WandbMirror` to a run's observers when
+asked. wandb is an optional extra (`pip install 'mathrl[wandb]'`); only this
+module imports it. W&B's own settings apply (`WANDB_MODE=offline` writes the
+run under the run folder and needs no network or key). The W&B run's id comes
+from the run folder, so a resumed run goes on in the same W&B run. Nothing
+secret goes to W&B: its config is the run's settings, which hold no key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mathrl.config import ConfigError
+from mathrl.report import EvalMetrics, Observer, StepMetrics
+
+
+def check_installed() -> None:
+    """ConfigError unless wandb can be imported: say how to install it."""
+    if importlib.util.find_spec("wandb") is None:
+        raise ConfigError(
+            "--wandb needs the wandb package (got none installed): "
+            "pip install 'mathrl[wandb]', or leave --wandb out"
+        )
+
+
+def run_id(folder: Path) -> str:
+    """The W&B run id of the run in `folder`: the same for every resume of it."""
+    return hashlib.blake2b(str(folder.resolve()).encode(), digest_size=8).hexdigest()
+
+
+class WandbMirror(Observer):
+    """Logs each step's and each evaluation's metrics to one W&B run."""
+
+    def __init__(self, project: str, folder: Path, config: Mapping[str, Any]) -> None:
+        check_installed()
+        import wandb
+
+        try:
+            self.run = wandb.init(
+                project=project,
+                id=run_id(folder),
+                resume="allow",
+                name=folder.name,
+                dir=str(folder),
+                config=dict(config),
+                settings=wandb.Settings(console="off", silent=True),
+            )
+        except Exception as exc:  # no key, no network: wandb says which
+            raise ConfigError(
+                f"--wandb could not start a W&B run in project {project!r} ({exc}); "
+                "run `wandb login`, or set WANDB_MODE=offline"
+            ) from None
+        self.run.define_metric("train/step")
+        self.run.define_metric("train/*", step_metric="train/step")
+        self.run.define_metric("eval/step")
+        self.run.define_metric("eval/*", step_metric="eval/step")
+
+    @property
+    def where(self) -> str:
+        """The run's page, or its folder when offline."""
+        return str(self.run.url or self.run.dir)
+
+    def on_step(self, metrics: StepMetrics) -> None:
+        logged = {
+            "train/step": metrics.step,
+            "train/accuracy": metrics.accuracy,
+            "train/mean_reward": metrics.mean_reward,
+            "train/datums": metrics.datums,
+            "train/groups_kept": metrics.groups_kept,
+            "train/sampled_tokens": metrics.sampled_tokens,
+            "train/truncated": metrics.truncated,
+            "train/seconds": metrics.seconds,
+            "train/sampling_seconds": metrics.sampling_seconds,
+            "train/training_seconds": metrics.training_seconds,
+            **{f"train/reward/{name}": value for name, value in metrics.reward_parts.items()},
+        }
+        if metrics.loss is not None:
+            logged["train/loss"] = metrics.loss
+        self.run.log(logged)
+
+    def on_eval(self, metrics: EvalMetrics) -> None:
+        self.run.log(
+            {
+                "eval/step": metrics.step,
+                "eval/accuracy": metrics.accuracy,
+                "eval/mean_reward": metrics.mean_reward,
+                "eval/correct": metrics.correct,
+                **{f"eval/reward/{name}": value for name, value in metrics.reward_parts.items()},
+            }
+        )
+
+    def close(self) -> None:
+        self.run.finish()

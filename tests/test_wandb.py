@@ -1,0 +1,101 @@
+"""`--wandb PROJECT`: the metrics mirrored to Weights & Biases, tested in its offline mode."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mathrl.cli.wandb_mirror
+from cli_process import run_cli, run_main
+from mathrl.report import EvalMetrics, StepMetrics
+
+pytest.importorskip("wandb", reason="the wandb extra is not installed")  # nox installs it
+OFFLINE = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "MINT_API_KEY": "sk-do-not-send"}
+
+
+def offline_runs(folder: Path) -> list[Path]:
+    """The W&B offline run files under a run folder, oldest first."""
+    return sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))
+
+
+def test_a_run_mirrors_its_steps_and_evaluations_and_nothing_secret(tmp_path: Path) -> None:
+    args = ["--backend", "fake", "--steps", "4", "--eval-every", "2", "--eval-problems", "8"]
+    plain = run_cli(tmp_path, *args, "--log-dir", "plain")
+    mirrored = run_cli(tmp_path, *args, "--log-dir", "run", "--wandb", "mathrl-test", **OFFLINE)
+    assert mirrored.returncode == 0, mirrored.stderr
+    # stdout is the same with the mirror as without, apart from where the weights went.
+    assert mirrored.stdout.splitlines()[:-1] == plain.stdout.splitlines()[:-1]
+    (record,) = offline_runs(tmp_path / "run")
+    assert f"mathrl: mirroring metrics to W&B: run/wandb/{record.parent.name}/files" in (
+        mirrored.stderr
+    )
+    logged = record.read_bytes()
+    for key in (b"train/accuracy", b"train/mean_reward", b"train/loss", b"eval/accuracy"):
+        assert key in logged, key
+    assert b"sk-do-not-send" not in logged
+    assert b"mathrl-test" in logged
+
+
+def test_a_resumed_run_goes_on_in_the_same_wandb_run(tmp_path: Path) -> None:
+    first = run_cli(tmp_path, "--backend", "fake", "--steps", "2", "--log-dir", "run",
+                    "--wandb", "mathrl-test", **OFFLINE)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    resumed = run_cli(tmp_path, "--resume", "run", "--steps", "3", **OFFLINE)
+    assert resumed.returncode == 0, resumed.stderr
+    runs = offline_runs(tmp_path / "run")
+    assert len(runs) == 2
+    assert len({path.name for path in runs}) == 1  # one W&B run id for both
+    assert runs[0].name == f"run-{mathrl.cli.wandb_mirror.run_id(tmp_path / 'run')}.wandb"
+
+
+def test_without_wandb_installed_the_flag_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = importlib.util.find_spec
+
+    def missing(name: str, *args: Any) -> Any:
+        return None if name == "wandb" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    done = run_main(tmp_path, "--backend", "fake", "--wandb", "mathrl-test")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "mathrl: error: --wandb needs the wandb package (got none installed): "
+        "pip install 'mathrl[wandb]', or leave --wandb out\n"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_project_name_wandb_refuses_is_refused_first(tmp_path: Path) -> None:
+    done = run_main(tmp_path, "--backend", "fake", "--wandb", "team/project")
+    assert done.returncode == 2
+    assert done.stderr.startswith("mathrl: error: --wandb must be a W&B project name: ")
+    assert done.stderr.endswith("(got 'team/project')\n")
+
+
+class Recorded:
+    """Stands in for a wandb run: keeps what is logged."""
+
+    def __init__(self) -> None:
+        self.logged: list[dict[str, float]] = []
+
+    def log(self, data: dict[str, float]) -> None:
+        self.logged.append(data)
+
+
+def test_reward_parts_are_mirrored_under_their_names() -> None:
+    mirror = mathrl.cli.wandb_mirror.WandbMirror.__new__(mathrl.cli.wandb_mirror.WandbMirror)
+    recorded = Recorded()
+    mirror.run = recorded  # type: ignore[assignment]  # a stand-in for wandb's Run
+    parts = {"first_try": 0.5, "second_try": 0.1}
+    mirror.on_step(StepMetrics(3, 0.6, 0.6, 8, 4, 4, 0, 100, None, reward_parts=parts))
+    mirror.on_eval(EvalMetrics(2, 0.75, 3, 4, 0.8, "tinker://x", reward_parts=parts))
+    step, evaluation = recorded.logged
+    assert step["train/step"] == 3
+    assert "train/loss" not in step  # nothing was trained
+    assert (step["train/reward/first_try"], step["train/reward/second_try"]) == (0.5, 0.1)
+    assert (evaluation["eval/step"], evaluation["eval/accuracy"]) == (2, 0.75)
+    assert evaluation["eval/reward/second_try"] == 0.1
