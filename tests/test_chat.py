@@ -182,6 +182,15 @@ def test_a_template_that_rewrites_earlier_turns_still_gives_the_reply_alone(chat
     qwen3 = tokenizer_with(QWEN3_LIKE)
     reply = qwen3.render_reply({"role": "user", "content": "higher"}, {})
     assert chatml.decode(reply) == "\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n"
+    # Mistral-style: only the assistant's turn ends with an end-of-turn token (here the
+    # end of text), a user's does not: the reply is everything after the assistant's.
+    mistral = tokenizer_with(
+        "{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+        "{% else %}{{ m['content'] }}<|endoftext|>{% endif %}{% endfor %}"
+    )
+    assert mistral.end_of_turn_id == mistral.eos_token_id
+    reply = mistral.render_reply({"role": "user", "content": "higher"}, {})
+    assert chatml.decode(reply) == "[INST] higher [/INST]"
     # A template with no end-of-turn token after an assistant's turn cannot take a reply.
     bare = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% endfor %}"
     with pytest.raises(BackendError, match="does not end an assistant's turn with its end-of"):

@@ -6,7 +6,7 @@ import asyncio
 import os
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import strategies as st_
 from mathrl.adapter import AdapterError, Feedback, Message, Response
 from mathrl.backend import Completion, SampleParams
 from mathrl.config import TrainConfig
-from mathrl.episodes import Episode, Player, Turn, add_scores, turn_seed
+from mathrl.episodes import Episode, Player, Turn, add_scores, all_or_none, text_tokens, turn_seed
 from mathrl.grpo import episode_datum
 from mathrl.loop import run_grpo
 from mathrl.resolved import Task, as_task
@@ -411,3 +411,68 @@ def test_a_conversation_game_learns_its_later_turns_on_the_fake(tmp_path: Path) 
     assert all(reply.startswith(("higher: ", "lower: ")) for s in later for _, reply in s.earlier)
     rewards = [m.mean_reward for m in result.steps]
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3
+
+
+def test_all_or_none_cancels_the_rest_at_the_first_failure() -> None:
+    async def go() -> asyncio.Task[None]:
+        waiting = asyncio.ensure_future(asyncio.sleep(30))
+
+        async def fail() -> None:
+            raise KeyError("first")
+
+        with pytest.raises(KeyError):
+            await all_or_none([waiting, fail()])
+        await asyncio.sleep(0)
+        return waiting
+
+    assert asyncio.run(go()).cancelled()
+
+
+class WithBos(ByteTokenizer):
+    """Adds a beginning-of-text token (255) to every text, as a Llama tokenizer does."""
+
+    def encode(self, text: str) -> list[int]:
+        return [255, *super().encode(text)]
+
+
+def test_a_reply_in_mid_sequence_has_no_beginning_of_text_token() -> None:
+    # "hi" is [104, 105]; encoded alone it is [255, 104, 105]; a reply is just [104, 105].
+    assert text_tokens(WithBos(), "hi") == [104, 105]
+    assert text_tokens(ByteTokenizer(), "hi") == [104, 105]
+
+
+class EmptyReply(Guess):
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        return Feedback("" if len(responses) < 2 else None)
+
+
+def test_an_empty_reply_lets_the_model_go_on() -> None:
+    sampler = Scripted("3\n", "5\n")
+    (episode,) = play(as_task(EmptyReply()), sampler, 5)
+    assert len(episode.turns) == 2
+    assert sampler.requests[1][0] == sampler.requests[0][0] + TOK.encode("3\n")
+
+
+def test_the_first_turn_keeps_to_the_episode_budget() -> None:
+    guess = Guess()
+    guess.episode_tokens = 3  # type: ignore[attr-defined]  # fewer than max_tokens (8)
+    sampler = Scripted("1234567\n")
+    play(as_task(guess), sampler, 5)
+    assert sampler.requests[0][2].max_tokens == 3
+
+
+class NoReplies(ByteTokenizer):
+    def render_reply(self, message: Mapping[str, str], options: Mapping[str, Any]) -> list[int]:
+        raise ValueError(f"this template has no {message['role']!r} role")
+
+
+def test_a_reply_the_template_cannot_render_is_a_task_error() -> None:
+    task = as_task(ChatGuess())
+
+    async def go() -> list[Episode]:
+        player = Player(NoReplies(), Scripted("3<eos>"), task, Workers.inline())
+        params = replace(PARAMS, stop=(), end_of_turn=True)
+        return await player.group(5, task.adapter.make_prompt(5), [1, 2], 1, params)
+
+    with pytest.raises(TaskError, match=r"feedback raised ValueError: this template has no 'user'"):
+        asyncio.run(go())

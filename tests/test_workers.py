@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import signal
 import threading
 import time
 
@@ -114,3 +115,37 @@ def test_in_process_kills_a_child_past_its_timeout() -> None:
     with pytest.raises(Late, match=r"^it did not return within 0\.2 s$"):
         in_process(lambda: time.sleep(30), 0.2)()
     assert multiprocessing.active_children() == []
+
+
+def test_a_work_process_leaves_the_trainers_signals_to_the_trainer() -> None:
+    # A Ctrl-C to the process group must reach the trainer's handler once, not twice.
+    assert in_process(lambda: signal.getsignal(signal.SIGINT), 10)() == signal.SIG_IGN
+    assert in_process(lambda: signal.set_wakeup_fd(-1), 10)() == -1  # none inherited
+
+
+def test_a_closed_pool_lets_its_watchdog_go_and_a_hung_thread_never_serves_again() -> None:
+    release = threading.Event()
+    workers = Workers(size=1, timeout=0.05)
+    (late,) = run_in(workers, lambda: release.wait(10))
+    assert isinstance(late, Late)
+    watchdog = workers._watchdog
+    workers.close()
+    assert watchdog is not None
+    watchdog.join(5)
+    assert not watchdog.is_alive()
+    # Used again after close: a fresh thread serves it (the hung one is not the pool's).
+    assert run_in(workers, lambda: "again") == ["again"]
+    release.set()
+    workers.close()
+
+
+def test_a_call_of_several_task_calls_has_their_time() -> None:
+    release = threading.Event()
+    with Workers(size=1, timeout=0.05) as workers:
+
+        async def go() -> object:
+            return await workers.run(lambda: release.wait(10), calls=3)
+
+        with pytest.raises(Late, match=r"^it did not return within 0\.15 s \(3 calls of up to "):
+            asyncio.run(go())
+        release.set()

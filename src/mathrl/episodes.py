@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -101,12 +101,31 @@ def reply_tokens(
     """The tokens of the environment's reply `said` after the model's turn `after_T`."""
     assert said.reply is not None
     if isinstance(prompt, str):
-        return tokenizer.encode(said.reply)
+        return text_tokens(tokenizer, said.reply)
     opening = (
         [] if after_T and after_T[-1] == tokenizer.end_of_turn_id else [tokenizer.end_of_turn_id]
     )
     message = {"role": said.role, "content": said.reply}
     return opening + tokenizer.render_reply(message, task.chat_template_options)
+
+
+def text_tokens(tokenizer: Tokenizer, text: str) -> list[int]:
+    """`text`'s tokens in the middle of a sequence: without what the tokenizer adds to any
+    text at its start (a Llama tokenizer's beginning-of-text token, say)."""
+    tokens, added = tokenizer.encode(text), tokenizer.encode("")
+    return tokens[len(added) :] if added and tokens[: len(added)] == added else tokens
+
+
+async def all_or_none(awaitables: Sequence[Awaitable[T]]) -> list[T]:
+    """`asyncio.gather`, but the first failure cancels the others (a failed step's other
+    episodes stop sampling and scoring at once)."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 def add_scores(scores: Sequence[Score]) -> Score:
@@ -132,17 +151,19 @@ class Player(Generic[P]):
         self, problem: P, prompt: Prompt, prompt_T: Sequence[int], size: int, params: SampleParams
     ) -> list[Episode]:
         """`size` episodes of `problem`, their first turns drawn by one request."""
-        firsts = await self.sampler.sample(prompt_T, size, params)
+        budget = self.task.episode_budget(params.max_tokens)
+        first = replace(params, max_tokens=min(params.max_tokens, budget))
+        firsts = await self.sampler.sample(prompt_T, size, first)
         if self.on_done is not None:
             self.on_done(len(firsts))
         if not self.task.plays_episodes:
             return await self._one_turn(problem, prompt, firsts, params)
         shared: dict[tuple[object, ...], asyncio.Future[Any]] = {}
-        played = await asyncio.gather(
-            *(
-                self._episode(problem, prompt, prompt_T, params, g, first, shared)
-                for g, first in enumerate(firsts)
-            )
+        played = await all_or_none(
+            [
+                self._episode(problem, prompt, prompt_T, params, g, completion, shared)
+                for g, completion in enumerate(firsts)
+            ]
         )
         if self.task.rewards_groups:
             finals = [e.final for e, _, _ in played]
@@ -168,7 +189,8 @@ class Player(Generic[P]):
             ends = await group_rewards(self.task, problem, finals, self._work, timeout)
         else:
             alone = partial(rewards_alone, self.task, problem, finals)
-            ends = await self._work("compute_reward", finals, alone)
+            calls = len({_key(r) for r in finals})  # each may take the timeout
+            ends = await self._work("compute_reward", finals, alone, calls)
         return [
             Episode((Turn(c, r),), total, parts)
             for c, r, (total, parts) in zip(firsts, finals, ends, strict=True)
@@ -198,12 +220,9 @@ class Player(Generic[P]):
             said = await self._feedback(problem, history, shared) if task.plays_episodes else None
             if said is not None:
                 scores.append(checked_reward(task, "feedback", said.reward, response))
-            reply_T = (
-                reply_tokens(tokenizer, task, prompt, completion.tokens, said)
-                if said is not None and said.reply is not None and turn < task.max_turns
-                else []
-            )
-            if not reply_T or used + len(reply_T) >= budget:
+            goes_on = said is not None and said.reply is not None and turn < task.max_turns
+            reply_T = self._reply(prompt, completion, said, response) if goes_on else []
+            if not goes_on or used + len(reply_T) >= budget:
                 turns.append(Turn(completion, response))
                 break
             assert said is not None
@@ -221,6 +240,17 @@ class Player(Generic[P]):
                 lambda: reward_of(task, problem, response),
             )  # fmt: skip
         return Episode(tuple(turns)), scores, end
+
+    def _reply(
+        self, prompt: Prompt, completion: Completion, said: Feedback | None, response: Response
+    ) -> list[int]:
+        """The reply's tokens; TaskError if the chat template cannot render it (a role it
+        refuses, say)."""
+        assert said is not None
+        try:
+            return reply_tokens(self.tokenizer, self.task, prompt, completion.tokens, said)
+        except Exception as exc:
+            raise TaskError(self.task, "feedback", exc, response) from None
 
     async def _feedback(
         self, problem: P, history: tuple[Response, ...], shared: dict[tuple[object, ...], Any]
@@ -256,11 +286,12 @@ class Player(Generic[P]):
         result: T = await shared[key]
         return result
 
-    async def _work(self, method: str, given: object, fn: Callable[[], T]) -> T:
+    async def _work(self, method: str, given: object, fn: Callable[[], T], calls: int = 1) -> T:
+        """`fn()` (`calls` of the task's calls) in the pool; TaskError if it fails or is late."""
         if self.task.work_in_processes and self.workers.size:
-            fn = in_process(fn, self.workers.timeout)
+            fn = in_process(fn, self.workers.timeout, calls)
         try:
-            return await self.workers.run(fn)
+            return await self.workers.run(fn, calls)
         except TaskError:
             raise
         except Exception as exc:  # past the timeout, or its process died or could not answer

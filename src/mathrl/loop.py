@@ -156,11 +156,9 @@ class _Run(Generic[P]):
             raise
         finally:
             # A failure mid-run must not leave requests running.
-            for started in self.rollouts.values():  # one that failed unawaited fails with them
+            for started in [*self.rollouts.values(), *filter(None, [self.evaluating])]:
                 if not started.cancel() and not started.cancelled():
-                    started.exception()
-            if self.evaluating is not None:
-                self.evaluating.cancel()
+                    started.exception()  # failed unawaited: it fails with the run
         if self.state_step != done:  # stopped between state saves: keep what was trained
             self._saved(done, "state", await (await self._save(done, "state")))
         stopped = done < config.steps

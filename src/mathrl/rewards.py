@@ -32,7 +32,7 @@ class TaskError(Exception):
 
     def __init__(self, task: Task[Any], method: str, exc: BaseException, given: object) -> None:
         if isinstance(exc, Late):
-            what = f"{method} did not return within {exc.seconds:g} s"
+            what = f"{method} {str(exc).removeprefix('it ')}"
         else:
             what = f"{method} raised {type(exc).__name__}: {describe(exc, 200)}"
         # A Response shows as its text.

@@ -16,7 +16,6 @@ they make one step.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -26,7 +25,7 @@ from typing import TypeVar
 from mathrl.adapter import Prompt, Response
 from mathrl.backend import SampleParams, Sampler, Tokenizer, TrainResult
 from mathrl.config import TrainConfig
-from mathrl.episodes import Episode, Player
+from mathrl.episodes import Episode, Player, all_or_none
 from mathrl.grpo import Datum, group_advantages, is_constant_group
 from mathrl.report import Sample, SampleGroup, StepMetrics
 from mathrl.resolved import Task
@@ -137,19 +136,17 @@ async def play_groups(
     the same samples.
     """
     task = player.task
-    return list(
-        await asyncio.gather(
-            *(
-                player.group(
-                    problem, prompt, prompt_T, size or config.group,
-                    sample_params(task, config, prompt, request_seed(config.seed, step, p),
-                                  greedy=greedy),
-                )
-                for p, (problem, prompt, prompt_T) in enumerate(
-                    zip(problems_P, prompts_P, prompts_P_T, strict=True)
-                )
+    return await all_or_none(
+        [
+            player.group(
+                problem, prompt, prompt_T, size or config.group,
+                sample_params(task, config, prompt, request_seed(config.seed, step, p),
+                              greedy=greedy),
             )
-        )
+            for p, (problem, prompt, prompt_T) in enumerate(
+                zip(problems_P, prompts_P, prompts_P_T, strict=True)
+            )
+        ]
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ import itertools
 import multiprocessing
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -38,8 +39,8 @@ class WorkerDied(RuntimeError):
     """The process a call ran in ended without returning (a crash, or a kill)."""
 
 
-def in_process(fn: Callable[[], T], timeout: float) -> Callable[[], T]:
-    """`fn`, to run in a child process forked for the call, killed after `timeout` seconds.
+def in_process(fn: Callable[[], T], timeout: float, calls: int = 1) -> Callable[[], T]:
+    """`fn`, to run in a child process forked for the call, killed after `calls` x `timeout` s.
 
     The child is a copy of this process (nothing is pickled on the way in), so
     a task's objects and any module it was loaded from are all there; the
@@ -50,13 +51,14 @@ def in_process(fn: Callable[[], T], timeout: float) -> Callable[[], T]:
 
     def call() -> T:
         context = multiprocessing.get_context("fork")
-        receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=_answer, args=(fn, send), daemon=True)
-        child.start()
-        send.close()
+        with _FORKING:  # no other child may inherit this pipe's write end, or its EOF is lost
+            receive, send = context.Pipe(duplex=False)
+            child = context.Process(target=_answer, args=(fn, send), daemon=True)
+            child.start()
+            send.close()
         try:
-            if not receive.poll(timeout):
-                raise Late(timeout)
+            if not receive.poll(timeout * calls):
+                raise Late(timeout, calls)
             ok, value = receive.recv()
         except EOFError:
             child.join()
@@ -76,8 +78,16 @@ def in_process(fn: Callable[[], T], timeout: float) -> Callable[[], T]:
     return call
 
 
+_FORKING = threading.Lock()
+
+
 def _answer(fn: Callable[[], Any], send: Any) -> None:
     """In the child: send (True, fn()) or (False, the exception), pickled."""
+    # The trainer's signal handling is not the child's: a Ctrl-C to the process group
+    # must reach the trainer's handler once, through the trainer's own wake-up pipe.
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         answer: tuple[bool, Any] = (True, fn())
     except Exception as exc:
@@ -89,14 +99,17 @@ def _answer(fn: Callable[[], Any], send: Any) -> None:
 
 
 class Late(TimeoutError):
-    """A call still running `seconds` after it started: the pool gave up waiting for it."""
+    """A call still running after `calls` x `each` seconds: the pool gave up waiting for it."""
 
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"it did not return within {seconds:g} s")
-        self.seconds = seconds
+    def __init__(self, each: float, calls: int = 1) -> None:
+        self.seconds = each * calls
+        several = f" ({calls} calls of up to {each:g} s each)" if calls > 1 else ""
+        super().__init__(f"it did not return within {self.seconds:g} s{several}")
+        self.each, self.calls = each, calls
 
 
-_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]", int]
+"""A call, the loop awaiting it, its future there, and how many of a task's calls it makes."""
 
 
 def borrowed(workers: Workers | None) -> contextlib.AbstractContextManager[Workers]:
@@ -127,9 +140,10 @@ class Workers:
         self._lock = threading.Lock()
         self._due = threading.Condition(self._lock)
         self._deadlines: list[tuple[float, int, _Job]] = []  # a heap, earliest first
-        self._running: set[int] = set()
+        self._running: dict[int, threading.Thread] = {}  # call -> the thread running it
         self._ids = itertools.count()
         self._watchdog: threading.Thread | None = None
+        self._closed = False
 
     @classmethod
     def inline(cls) -> Workers:
@@ -140,14 +154,15 @@ class Workers:
         """
         return cls(size=0)
 
-    async def run(self, fn: Callable[[], T]) -> T:
-        """`fn()` on a worker thread; `Late` (a TimeoutError) if it runs longer than `timeout`."""
+    async def run(self, fn: Callable[[], T], calls: int = 1) -> T:
+        """`fn()` on a worker thread; `Late` (a TimeoutError) if it runs longer than `calls`
+        times the pool's timeout (`fn` making that many of a task's calls)."""
         if self.size == 0:
             return fn()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._start()
-        self._jobs.put((fn, loop, future))
+        self._jobs.put((fn, loop, future, calls))
         return await future
 
     def __enter__(self) -> Workers:
@@ -157,16 +172,20 @@ class Workers:
         self.close()
 
     def close(self) -> None:
-        """Let idle threads end (busy ones end after their call)."""
-        with self._lock:
+        """Let idle threads end (busy ones after their call), and the watchdog once no call
+        is running. The pool starts again if used after."""
+        with self._due:
             for _ in self._threads:
                 self._jobs.put(None)
             self._threads.clear()
+            self._closed = True
+            self._due.notify()
 
     def _start(self) -> None:
         with self._lock:
+            self._closed = False
             missing = self.size - len(self._threads)
-            if self._watchdog is None:
+            if self._watchdog is None or not self._watchdog.is_alive():
                 self._watchdog = threading.Thread(
                     target=self._watch, name="mathrl-watchdog", daemon=True
                 )
@@ -180,11 +199,16 @@ class Workers:
             while True:
                 while self._deadlines and self._deadlines[0][1] not in self._running:
                     heapq.heappop(self._deadlines)  # finished in time
+                if self._closed and not self._deadlines:
+                    self._watchdog = None
+                    return
                 wait = self._deadlines[0][0] - time.monotonic() if self._deadlines else None
                 if wait is not None and wait <= 0:
-                    _, ident, (_, loop, future) = heapq.heappop(self._deadlines)
-                    self._running.discard(ident)
-                    _hand_over(loop, future, None, Late(self.timeout))
+                    _, ident, (_, loop, future, calls) = heapq.heappop(self._deadlines)
+                    hung = self._running.pop(ident)
+                    if hung in self._threads:  # it is not the pool's any more
+                        self._threads.remove(hung)
+                    _hand_over(loop, future, None, Late(self.timeout, calls))
                     self._due.release()
                     try:
                         self._spawn()  # the hung call keeps its thread: another takes its place
@@ -201,13 +225,14 @@ class Workers:
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            fn, loop, future = job
+            fn, loop, future, calls = job
             if future.done():  # given up on before it started
                 continue
             ident = next(self._ids)
+            deadline = time.monotonic() + self.timeout * calls
             with self._due:
-                self._running.add(ident)
-                heapq.heappush(self._deadlines, (time.monotonic() + self.timeout, ident, job))
+                self._running[ident] = threading.current_thread()
+                heapq.heappush(self._deadlines, (deadline, ident, job))
                 self._due.notify()
             result: Any = None
             error: BaseException | None = None
@@ -218,7 +243,7 @@ class Workers:
             with self._due:
                 if ident not in self._running:
                     return  # the watchdog gave up on this call and replaced this thread
-                self._running.discard(ident)
+                del self._running[ident]
             _hand_over(loop, future, result, error)
 
 

@@ -124,7 +124,7 @@ class HFTokenizer:
         before = self._chat(history, **options).count(self.end_of_turn_id)
         rendered = self._chat([*history, message], add_generation_prompt=True, **options)
         ends = [i for i, t in enumerate(rendered) if t == self.end_of_turn_id]
-        if before == 0 or len(ends) <= before:
+        if before == 0 or len(ends) < before:
             raise BackendError(
                 "the model's chat template does not end an assistant's turn with its "
                 "end-of-turn token, so an environment's reply cannot follow the sampled "

@@ -21,7 +21,7 @@ from typing import Any
 
 from mathrl.adapter import Ending, Feedback, Prompt, Response
 from mathrl.backend import Tokenizer
-from mathrl.episodes import reply_tokens
+from mathrl.episodes import reply_tokens, text_tokens
 from mathrl.resolved import prompt_key
 from mathrl.rewards import reward_total
 from mathrl.testing.checker import Checker
@@ -122,7 +122,7 @@ class EpisodeChecks:
                     return None
             response = ended_as_asked(text, stops, chat) if ended is None else Response(text, ended)
             history.append(Response(str(response), response.ended, response.stop, turn))
-            turn_T = self.tokenizer.encode(str(response))
+            turn_T = text_tokens(self.tokenizer, str(response))
             turn_T += [self.tokenizer.end_of_turn_id] if response.ended == "end_of_turn" else []
             used += len(turn_T)
             answer = self.feedback(problem, history, label)
