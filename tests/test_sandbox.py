@@ -28,7 +28,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mathrl.tasks.code import sandbox
-from mathrl.tasks.code.sandbox import STATUSES, JsonValue, Limits, Outcome, call_function
+from mathrl.tasks.code.sandbox import (
+    STATUSES,
+    JsonValue,
+    Limits,
+    Outcome,
+    call_function,
+    remove_tree,
+)
 
 FAST = Limits(cpu_seconds=1, wall_seconds=3.0)
 MARGIN = 2.0  # seconds beyond the wall limit a call may take, start-up and clean-up included
@@ -411,6 +418,20 @@ ESCAPES = {  # name: (body of f, which returns 'escaped' if it got out; layers t
         {"hook", "kernel"},
     ),
     "signal the trainer": ("os.kill(os.getppid(), 0)\n    return 'escaped'", {"hook", "kernel"}),
+    "signal the trainer when a pipe is ready (F_SETOWN)": (
+        "import fcntl\n    r, w = os.pipe()\n    fcntl.fcntl(r, fcntl.F_SETOWN, os.getppid())\n"
+        "    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "choose the signal a ready pipe sends (F_SETSIG)": (
+        "import fcntl\n    r, w = os.pipe()\n    fcntl.fcntl(r, 10, 9)\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
+    "own a pipe by ioctl (FIOSETOWN)": (
+        "import fcntl, struct\n    r, w = os.pipe()\n"
+        "    fcntl.ioctl(r, 0x8901, struct.pack('i', os.getppid()))\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
     "signal through a pidfd": (
         "import _signal\n    _signal.pidfd_send_signal(os.pidfd_open(os.getppid()), 0)\n"
         "    return 'escaped'",
@@ -431,6 +452,31 @@ def test_escapes_score_nothing_and_change_nothing(
     body, _ = ESCAPES[name]
     outcome = box.run(f"import os\ndef f():\n    {body}\n")
     assert scores_nothing(outcome, "escaped"), outcome
+
+
+@pytest.mark.parametrize("which", ["both", "hook"])
+def test_whatever_the_code_leaves_in_its_folder_is_removed(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    # 1,010 folders deep (past Python's recursion limit, where shutil.rmtree raised
+    # RecursionError into the trainer), and a folder it can neither read nor enter.
+    use_layers(which, monkeypatch)
+    outcome = box.run(
+        "import os\n"
+        "def f():\n"
+        "    path = 'd'\n"
+        "    for _ in range(1010):\n"
+        "        os.mkdir(path)\n"
+        "        path += '/d'\n"
+        "    os.mkdir('locked')\n"
+        "    open('locked/x', 'w').write('x')\n"
+        "    try:\n"
+        "        os.chmod('locked', 0)  # where the kernel layers allow it\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    return 'done'\n"
+    )
+    assert outcome.results == ("done",)  # and Box.run found its folder gone
 
 
 def test_the_network_is_out_of_reach(box: Box, layers: str) -> None:
@@ -481,3 +527,23 @@ def test_the_folder_holds_at_most_file_bytes(
         "    return 'filled'\n"
     )
     assert scores_nothing(box.run(source), "filled")
+
+
+def test_removing_a_folder_never_follows_links_and_never_raises(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    tree = tmp_path / "tree"
+    deep = tree
+    for _ in range(1100):  # deeper than Python's recursion limit
+        deep /= "d"
+        deep.mkdir(parents=deep.parent == tree)
+    (deep / "file").write_text("x")
+    (tree / "link").symlink_to(outside, target_is_directory=True)
+    (tree / "locked").mkdir()
+    (tree / "locked" / "x").write_text("x")
+    (tree / "locked").chmod(0)
+    remove_tree(str(tree))
+    assert not tree.exists()
+    assert (outside / "keep.txt").read_text() == "keep"
+    remove_tree(str(tree))  # gone already: nothing to do, and no error

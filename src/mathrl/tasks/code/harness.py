@@ -38,13 +38,20 @@ def guard(root):
         ("os.remove", 1, 1), ("os.rmdir", 1, 1), ("os.mkdir", 1, 2), ("os.chmod", 1, 2),
         ("os.chown", 1, 3), ("os.utime", 1, 3), ("os.rename", 2, 2), ("os.truncate", 1, 9),
         ("os.setxattr", 1, 9), ("os.removexattr", 1, 9))
-    watched = always | {"import", "open"} | {row[0] for row in table}
+    # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY: ways to have the kernel signal
+    # another process (the trainer) when a descriptor is ready, without kill().
+    owner_commands = frozenset((8, 10, 15, 1024, 1026))
+    watched = always | {"import", "open", "fcntl.fcntl"} | {row[0] for row in table}
 
     def hook(event, args):
         if event not in watched:
             return
         if event in always:
             raise deny("sandbox: " + event + " is not allowed")
+        if event == "fcntl.fcntl":
+            if args[1] in owner_commands:
+                raise deny("sandbox: fcntl command %d is not allowed" % args[1])
+            return
         if event == "import":
             for name in parts_of(args[0], "."):  # all: "x._ctypes" would load _ctypes too
                 if name in modules or name_starts(name, ("_test", "_xx")):

@@ -76,7 +76,9 @@ def kernel_layers() -> Kernel | None:
 
 
 def seccomp_program(denied: Sequence[int]) -> bytes:
-    """Classic BPF for x86-64: EPERM for `denied` and for clones other than threads."""
+    """Classic BPF for x86-64: EPERM for `denied`, for clones other than threads, and for
+    the fcntl and ioctl commands that make the kernel signal another process (F_SETOWN,
+    F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY; FIOSETOWN, SIOCSPGRP)."""
 
     def op(code: int, k: int, if_true: int = 0, if_false: int = 0) -> bytes:
         return struct.pack("=HBBI", code, if_true, if_false, k)
@@ -89,6 +91,11 @@ def seccomp_program(denied: Sequence[int]) -> bytes:
         *(op(equal, 435, 0, 1), op(give, 0x50026)),  # clone3: ENOSYS, so glibc uses clone
         *(op(equal, 56, 0, 4), op(load, 16), op(any_bit, 0x10000, 0, 1)),  # CLONE_THREAD?
         *(op(give, allow), op(give, eperm)),
+        *(op(equal, 72, 0, 8), op(load, 24)),  # fcntl: its command (the low 32 bits)
+        *(op(equal, 8, 5), op(equal, 10, 4), op(equal, 15, 3), op(equal, 1024, 2)),
+        *(op(equal, 1026, 1), op(give, allow), op(give, eperm)),
+        *(op(equal, 16, 0, 5), op(load, 24)),  # ioctl: its request
+        *(op(equal, 0x8901, 2), op(equal, 0x8902, 1), op(give, allow), op(give, eperm)),
     ]
     for number in denied:
         program += [op(equal, number, 0, 1), op(give, eperm)]

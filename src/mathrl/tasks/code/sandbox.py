@@ -35,7 +35,6 @@ import json
 import os
 import resource
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -123,7 +122,44 @@ def call_function(
         ) as child:  # fmt: skip
             return _collect(child, request, len(inputs), limits)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_tree(workdir)
+
+
+def remove_tree(top: str) -> None:
+    """Remove `top` and all under it, as far as possible; never raise.
+
+    Whatever the child left: a tree deeper than Python's recursion limit
+    (where `shutil.rmtree` raises RecursionError), folders it made unreadable,
+    entries that will not go (those stay, and so do the folders holding them).
+    Each folder is opened once, so this always ends.
+    """
+    with contextlib.suppress(OSError):
+        os.rmdir(top)  # the usual case: empty (a private tmpfs took the child's files)
+        return
+    stack = [(top, False)]
+    while stack:
+        folder, emptied = stack.pop()
+        if emptied:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+            continue
+        stack.append((folder, True))
+        with contextlib.suppress(OSError):
+            os.chmod(folder, 0o700)
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                inner = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                inner = False
+            if inner:
+                stack.append((entry.path, False))
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def _collect(child: subprocess.Popen[bytes], request: bytes, n: int, limits: Limits) -> Outcome:
