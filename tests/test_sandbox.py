@@ -16,6 +16,7 @@ import os
 import platform
 import re
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -412,6 +413,11 @@ ESCAPES = {  # name: (body of f, which returns 'escaped' if it got out; layers t
         {"hook", "kernel"},
     ),
     "import ctypes": ("import ctypes\n    return 'escaped'", {"hook"}),
+    "a banned module already loaded": (
+        "import sys\n    banned = ['_posixsubprocess', '_ctypes', '_posixshmem']\n"
+        "    return 'escaped' if any(name in sys.modules for name in banned) else 'no'",
+        {"hook"},
+    ),
     "fork by ctypes": (
         "import ctypes\n    libc = ctypes.CDLL(None)\n    pid = libc.fork()\n"
         "    if pid == 0:\n        libc._exit(0)\n    return 'escaped' if pid > 0 else 'failed'",
@@ -547,3 +553,28 @@ def test_removing_a_folder_never_follows_links_and_never_raises(tmp_path: Path) 
     assert not tree.exists()
     assert (outside / "keep.txt").read_text() == "keep"
     remove_tree(str(tree))  # gone already: nothing to do, and no error
+
+
+@functools.cache
+def interpreter_with_posixsubprocess_built_in() -> str | None:
+    """A Python 3 here whose `_posixsubprocess` is built in, as Debian's and Ubuntu's is."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(candidate, os.X_OK):
+            check = "import sys; print('_posixsubprocess' in sys.builtin_module_names)"
+            answer = subprocess.run([candidate, "-c", check], capture_output=True, text=True)
+            if answer.stdout.strip() == "True":
+                return candidate
+    return None
+
+
+@pytest.mark.parametrize("which", ["both", "hook"])
+def test_a_banned_module_built_into_the_interpreter_is_refused(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    python = interpreter_with_posixsubprocess_built_in()
+    if python is None:
+        pytest.skip("no Python here has _posixsubprocess built in (Debian's python3 does)")
+    use_layers(which, monkeypatch)
+    monkeypatch.setattr(sys, "executable", python)
+    outcome = box.run("import os\ndef f():\n    import _posixsubprocess\n    return 'escaped'\n")
+    assert scores_nothing(outcome, "escaped"), outcome

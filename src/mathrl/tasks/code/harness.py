@@ -12,6 +12,10 @@ nothing but the standard library, and because nothing in it may run here.
 HARNESS = r'''
 import io, json, os, sys
 
+BANNED = """ctypes _ctypes _posixsubprocess _posixshmem _multiprocessing sqlite3 _sqlite3 readline
+    _curses _curses_panel _tkinter _lsprof _dbm _gdbm xxlimited xxlimited_35 ossaudiodev
+    nis""".split()
+
 
 def guard(root):
     # The hook's state is this call's cells, all immutable: the completion can rebind builtins
@@ -31,9 +35,7 @@ def guard(root):
         socket.sendmsg socket.getaddrinfo socket.gethostbyname socket.gethostbyaddr
         socket.getnameinfo socket.sethostname fcntl.ioctl sqlite3.connect
         sqlite3.enable_load_extension ctypes.dlopen ctypes.call_function ctypes.cdata""".split())
-    modules = frozenset("""ctypes _ctypes _posixsubprocess _posixshmem _multiprocessing sqlite3
-        _sqlite3 readline _curses _curses_panel _tkinter _lsprof _dbm _gdbm xxlimited
-        xxlimited_35 ossaudiodev nis""".split())
+    modules = frozenset(BANNED)
     table = (  # event, how many leading path arguments, where its dir_fd arguments start
         ("os.remove", 1, 1), ("os.rmdir", 1, 1), ("os.mkdir", 1, 2), ("os.chmod", 1, 2),
         ("os.chown", 1, 3), ("os.utime", 1, 3), ("os.rename", 2, 2), ("os.truncate", 1, 9),
@@ -103,6 +105,8 @@ def disarm():
     import _imp, _signal, posix
     for name in sys.builtin_module_names:
         __import__(name)
+    for name in BANNED:  # a banned module built into the interpreter (Debian's _posixsubprocess)
+        sys.modules.pop(name, None)  # must be imported again, which the hook sees and refuses
     names = "mkfifo mknod chroot pidfd_open setpriority nice sched_setscheduler sched_setparam"
     gone = [module.__dict__.pop(name, None) for module in (posix, os) for name in names.split()]
     gone.append(_signal.__dict__.pop("pidfd_send_signal", None))
