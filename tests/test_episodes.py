@@ -476,3 +476,26 @@ def test_a_reply_the_template_cannot_render_is_a_task_error() -> None:
 
     with pytest.raises(TaskError, match=r"feedback raised ValueError: this template has no 'user'"):
         asyncio.run(go())
+
+
+class SlowJudge(Guess):
+    async def compute_group_rewards(
+        self, responses: Sequence[Response], problem: int
+    ) -> list[float]:
+        await asyncio.sleep(30)
+        return [0.0] * len(responses)
+
+
+class JudgeTimesOut(Guess):
+    async def compute_group_rewards(
+        self, responses: Sequence[Response], problem: int
+    ) -> list[float]:
+        raise TimeoutError("the judge's own service timed out")
+
+
+def test_an_async_judge_has_the_pools_time_and_its_own_timeouts_are_its_errors() -> None:
+    with Workers(size=1, timeout=0.05) as workers:
+        with pytest.raises(TaskError, match=r"compute_group_rewards did not return within 0\.05"):
+            play(as_task(SlowJudge()), Scripted("5\n"), 5, workers=workers)
+        with pytest.raises(TaskError, match=r"raised TimeoutError: the judge's own service"):
+            play(as_task(JudgeTimesOut()), Scripted("5\n"), 5, workers=workers)
