@@ -184,7 +184,7 @@ def test_the_default_budget_is_two_turns_of_tokens_a_turn() -> None:
 class ChatGuess(Guess):
     episode_tokens = 200  # the template's messages are long next to the fake's tokens
 
-    def make_prompt(self, problem: int) -> list[Message]:  # type: ignore[override]
+    def make_prompt(self, problem: int) -> list[Message]:  # type: ignore[override]  # chat, not text
         return [{"role": "user", "content": "Guess my digit."}]
 
 
@@ -385,7 +385,7 @@ class ChatGame(Guess):
         rng = random.Random(f"chat-game/{seed}/{step}")
         return [rng.randint(0, 9) * 1000 + rng.randint(0, 999) for _ in range(size)]
 
-    def make_prompt(self, problem: int) -> list[Message]:  # type: ignore[override]
+    def make_prompt(self, problem: int) -> list[Message]:  # type: ignore[override]  # chat, not text
         return [{"role": "user", "content": f"Game {problem % 1000}: guess my digit."}]
 
     def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
