@@ -152,6 +152,11 @@ class Adapter(Protocol[ProblemT]):
       them), for `check_adapter`'s reference episode and the fake backend's
       policy, which learns it. Default: `reference_completion(problem)`, the
       right answer once more.
+    - `work_in_processes: bool`: run each `compute_reward`, plain
+      `compute_group_rewards` and `feedback` call in a child process forked
+      for it, for Python work that holds the interpreter's lock (its answer
+      comes back pickled; what it changes stays in the child). Default False:
+      worker threads.
 
     Step numbering: training step k (1, 2, ..., steps) calls
     `build_dataset(seed, k, batch)`; nothing calls it with a step below 1,
