@@ -90,6 +90,20 @@ class BonusUncounted(Retry):
         return sum(r == 1.0 for r in rewards) / len(rewards) if rewards else 0.0
 
 
+class PaysLater(Retry):
+    """A right answer at the second turn pays five times the first's."""
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        right = super().compute_reward(completion, problem)
+        return 5 * right if isinstance(completion, Response) and completion.turn > 1 else right
+
+
+class AppendsToHistory(Retry):
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        history = responses + ["(the game)"]  # type: ignore[operator]  # noqa: RUF005  # the mistake under test
+        return super().feedback(problem, history[:-1])
+
+
 @pytest.mark.parametrize(
     ("adapter", "expected"),
     [
@@ -107,6 +121,8 @@ class BonusUncounted(Retry):
         (PunishesRecovery(), r"^the recovery episode \(a wrong first turn, then the "
             r"reference's\) earns -1, less than staying wrong \(0\) on .*: reference_turn must "
             r"play the best turn after any history"),
+        (PaysLater(), r"^the recovery episode earns 5, more than the reference episode's 1 "),
+        (AppendsToHistory(), r"^feedback\(turn 1 of .*\) raised TypeError: can only concatenate "),
         (BonusUncounted(), r"^the reference episode earns 1\.5, which evaluate\(\[1\.5\] \* 4\) "
             r"scores 0\.0, not 1\.0 on .*: reference_completion and reference_turn must play a "
             r"fully correct episode"),
@@ -120,3 +136,27 @@ def test_each_episode_check_names_what_it_found(adapter: Any, expected: str) -> 
 def test_a_sound_environment_passes() -> None:
     assert check_adapter(Retry()).startswith("task 'retry'")
     assert check_adapter(CodeFeedbackAdapter()).startswith("task 'code-feedback'")
+
+
+class ThreeRounds(Retry):
+    """Three rounds whatever happens; each right answer pays 0.6, then 0.3, then 0.1."""
+
+    max_turns = 3
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        turn = len(responses)
+        right = super().compute_reward(responses[-1], problem) == 1.0
+        pay = (0.6, 0.3, 0.1)[turn - 1] if right else 0.0
+        return Feedback("Again: " if turn < 3 else None, pay)
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        return 0.0  # all of it comes turn by turn
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r == 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+def test_an_episode_paid_turn_by_turn_is_added_as_the_loop_adds_it() -> None:
+    # 0.6 + 0.3 + 0.1 is 0.9999999999999999 added left to right; math.fsum gives 1.0, as
+    # the loop does, and evaluate counts exactly 1.0 as right.
+    assert check_adapter(ThreeRounds()).startswith("task 'retry'")

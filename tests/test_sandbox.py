@@ -540,11 +540,17 @@ def test_removing_a_folder_never_follows_links_and_never_raises(tmp_path: Path) 
     outside.mkdir()
     (outside / "keep.txt").write_text("keep")
     tree = tmp_path / "tree"
-    deep = tree
-    for _ in range(1100):  # deeper than Python's recursion limit
-        deep /= "d"
-        deep.mkdir(parents=deep.parent == tree)
-    (deep / "file").write_text("x")
+    # Deeper than Python's recursion limit, and longer than a path may be (PATH_MAX, 4096):
+    # made a folder at a time from the one before, as the child would.
+    tree.mkdir()
+    folder = os.open(tree, os.O_RDONLY)
+    for _ in range(2500):
+        os.mkdir("dd", dir_fd=folder)
+        inner = os.open("dd", os.O_RDONLY, dir_fd=folder)
+        os.close(folder)
+        folder = inner
+    os.close(os.open("file", os.O_WRONLY | os.O_CREAT, dir_fd=folder))
+    os.close(folder)
     (tree / "link").symlink_to(outside, target_is_directory=True)
     (tree / "locked").mkdir()
     (tree / "locked" / "x").write_text("x")

@@ -90,6 +90,7 @@ def test_reward_parts_are_mirrored_under_their_names() -> None:
     mirror = mathrl.cli.wandb_mirror.WandbMirror.__new__(mathrl.cli.wandb_mirror.WandbMirror)
     recorded = Recorded()
     mirror.run = recorded  # type: ignore[assignment]  # a stand-in for wandb's Run
+    mirror.live, mirror.warn = True, print
     parts = {"first_try": 0.5, "second_try": 0.1}
     mirror.on_step(StepMetrics(3, 0.6, 0.6, 8, 4, 4, 0, 100, None, reward_parts=parts))
     mirror.on_eval(EvalMetrics(2, 0.75, 3, 4, 0.8, "tinker://x", reward_parts=parts))
@@ -99,3 +100,47 @@ def test_reward_parts_are_mirrored_under_their_names() -> None:
     assert (step["train/reward/first_try"], step["train/reward/second_try"]) == (0.5, 0.1)
     assert (evaluation["eval/step"], evaluation["eval/accuracy"]) == (2, 0.75)
     assert evaluation["eval/reward/second_try"] == 0.1
+
+
+class Broken:
+    """A wandb run whose service went away."""
+
+    def log(self, data: dict[str, float]) -> None:
+        raise ConnectionResetError("wandb-core is gone")
+
+    def finish(self) -> None:
+        raise ConnectionResetError("wandb-core is gone")
+
+
+def test_wandb_failing_mid_run_stops_the_mirror_with_one_warning_not_the_run() -> None:
+    warnings: list[str] = []
+    mirror = mathrl.cli.wandb_mirror.WandbMirror.__new__(mathrl.cli.wandb_mirror.WandbMirror)
+    mirror.run = Broken()  # type: ignore[assignment]  # a stand-in for wandb's Run
+    mirror.live, mirror.warn = True, warnings.append
+    for step in (1, 2):
+        mirror.on_step(StepMetrics(step, 0.5, 0.5, 8, 4, 4, 0, 100, 0.1))
+    mirror.close()
+    assert warnings == [
+        "stopped mirroring to W&B (ConnectionResetError: wandb-core is gone); training goes on",
+        "W&B could not finish its run (ConnectionResetError: wandb-core is gone)",
+    ]
+
+
+def test_a_run_mirrored_elsewhere_resumes_without_wandb_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = run_cli(tmp_path, "--backend", "fake", "--steps", "2", "--log-dir", "run",
+                    "--wandb", "mathrl-test", **OFFLINE)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    real = importlib.util.find_spec
+
+    def missing(name: str, *args: Any) -> Any:
+        return None if name == "wandb" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    resumed = run_main(tmp_path, "--resume", "run", "--steps", "3")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "mathrl: not mirroring to W&B project 'mathrl-test': wandb is not installed here" in (
+        resumed.stderr
+    )
+    assert resumed.stdout.splitlines()[1].startswith("Step 3:")

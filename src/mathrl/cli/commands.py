@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from dotenv import dotenv_values
 
@@ -115,6 +116,18 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return asyncio.run(train(plan, env, __version__, _say))
 
 
+def _recorded_mirror(recorded: Mapping[str, Any]) -> str | None:
+    """The run's W&B project, unless wandb is missing here: then a warning, and no mirror."""
+    project = recorded.get("wandb_project")
+    if project is not None:
+        try:
+            check_installed()
+        except ConfigError:
+            _say(f"not mirroring to W&B project {project!r}: wandb is not installed here")
+            return None
+    return str(project) if project is not None else None
+
+
 def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | None:
     folder = Path(args.resume)
     try:
@@ -158,7 +171,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
                 else recorded.get("log_samples", reliability.log_samples)
             ),
             # The W&B mirror carries over too: the resumed steps go on in the same W&B run.
-            wandb_project=reliability.wandb_project or recorded.get("wandb_project"),
+            wandb_project=reliability.wandb_project or _recorded_mirror(recorded),
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"--resume: {folder / 'config.json'} lacks a setting ({exc})") from None

@@ -213,13 +213,13 @@ async def train(
             speak(f"run folder: {folder.path} (task {task.name})")
             out.line(model_line(config, backend.tokenizer.vocab_size))
             mirrors: list[WandbMirror] = []
-            if config.wandb_project is not None:
-                mirror = WandbMirror(config.wandb_project, folder.path, asdict(config))
-                speak(f"mirroring metrics to W&B: {mirror.where}")
-                mirrors.append(mirror)
-            observer = Observers(folder, latest, SeedLines(out, speak), progress, *mirrors)
             workers = Workers(config.reward_workers, config.reward_timeout)
             try:
+                if config.wandb_project is not None:
+                    settings = asdict(config)
+                    mirrors.append(WandbMirror(config.wandb_project, folder.path, settings, speak))
+                    speak(f"mirroring metrics to W&B: {mirrors[0].where}")
+                observer = Observers(folder, latest, SeedLines(out, speak), progress, *mirrors)
                 result = await run_grpo_async(
                     backend, task, config.train, observer,
                     resume=plan.resume, stop=stop, workers=workers,

@@ -5,14 +5,16 @@ asked. wandb is an optional extra (`pip install 'mathrl[wandb]'`); only this
 module imports it. W&B's own settings apply (`WANDB_MODE=offline` writes the
 run under the run folder and needs no network or key). The W&B run's id comes
 from the run folder, so a resumed run goes on in the same W&B run. Nothing
-secret goes to W&B: its config is the run's settings, which hold no key.
+secret goes to W&B: its config is the run's settings, which hold no key. W&B failing
+mid-run stops the mirror with one warning, never the training.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +32,30 @@ def check_installed() -> None:
 
 
 def run_id(folder: Path) -> str:
-    """The W&B run id of the run in `folder`: the same for every resume of it."""
-    return hashlib.blake2b(str(folder.resolve()).encode(), digest_size=8).hexdigest()
+    """The W&B run id of the run in `folder`: the same for every resume of it, wherever the
+    folder moves, and new for a new run made at the same path (its creation time differs)."""
+    try:
+        created = str(json.loads((folder / "config.json").read_text()).get("created", ""))
+    except (OSError, ValueError, AttributeError):
+        created = ""
+    key = f"{folder.name}/{created}"
+    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
 class WandbMirror(Observer):
     """Logs each step's and each evaluation's metrics to one W&B run."""
 
-    def __init__(self, project: str, folder: Path, config: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        project: str,
+        folder: Path,
+        config: Mapping[str, Any],
+        warn: Callable[[str], None],
+    ) -> None:
         check_installed()
         import wandb
 
+        self.warn = warn
         try:
             self.run = wandb.init(
                 project=project,
@@ -49,7 +64,7 @@ class WandbMirror(Observer):
                 name=folder.name,
                 dir=str(folder),
                 config=dict(config),
-                settings=wandb.Settings(console="off", silent=True),
+                settings=wandb.Settings(console="off", silent=True, init_timeout=60),
             )
         except Exception as exc:  # no key, no network: wandb says which
             raise ConfigError(
@@ -61,10 +76,21 @@ class WandbMirror(Observer):
         self.run.define_metric("eval/step")
         self.run.define_metric("eval/*", step_metric="eval/step")
 
+        self.live = True
+
     @property
     def where(self) -> str:
         """The run's page, or its folder when offline."""
         return str(self.run.url or self.run.dir)
+
+    def _log(self, logged: Mapping[str, float]) -> None:
+        if not self.live:
+            return
+        try:
+            self.run.log(dict(logged))
+        except Exception as exc:  # W&B's trouble is not the run's: keep training
+            self.live = False
+            self.warn(f"stopped mirroring to W&B ({type(exc).__name__}: {exc}); training goes on")
 
     def on_step(self, metrics: StepMetrics) -> None:
         logged = {
@@ -82,10 +108,10 @@ class WandbMirror(Observer):
         }
         if metrics.loss is not None:
             logged["train/loss"] = metrics.loss
-        self.run.log(logged)
+        self._log(logged)
 
     def on_eval(self, metrics: EvalMetrics) -> None:
-        self.run.log(
+        self._log(
             {
                 "eval/step": metrics.step,
                 "eval/accuracy": metrics.accuracy,
@@ -96,4 +122,7 @@ class WandbMirror(Observer):
         )
 
     def close(self) -> None:
-        self.run.finish()
+        try:
+            self.run.finish()
+        except Exception as exc:
+            self.warn(f"W&B could not finish its run ({type(exc).__name__}: {exc})")

@@ -37,8 +37,8 @@ RECOVERING_FROM = WRONG[1]
 class _Played:
     label: str
     final: Response
-    said: float
-    """The feedback's reward, summed over the turns."""
+    said: tuple[float, ...]
+    """The feedback's reward at each turn."""
 
 
 class EpisodeChecks:
@@ -72,7 +72,14 @@ class EpisodeChecks:
         ends = self.rewards.score([p.final for p in played], problem, f"episodes of {where}")
         if ends is None:
             return
-        best, *totals = [p.said + end for p, end in zip(played, ends, strict=True)]
+        # Added as the loop adds them (`math.fsum`), so no rounding tells them apart.
+        best, *totals = [math.fsum((*p.said, end)) for p, end in zip(played, ends, strict=True)]
+        self.c.expect(
+            any(total < best for total in totals),
+            f"every episode tried earns the reference episode's {best:g} on {where}: the "
+            "task's rewards cannot tell a right episode from a wrong one",
+            key="episodes-all-equal",
+        )
         for p, total in zip(played[1:], totals, strict=True):
             self.c.expect(
                 total <= best,
@@ -113,7 +120,7 @@ class EpisodeChecks:
         """
         stops, chat = self.task.stop_for(prompt), not isinstance(prompt, str)
         history: list[Response] = []
-        used, said = 0, 0.0
+        used, said = 0, list[float]()
         for turn in range(1, self.task.max_turns + 1):
             text = first if first is not None and (turn == 1 or repeat) else None
             if text is None:
@@ -122,13 +129,19 @@ class EpisodeChecks:
                     return None
             response = ended_as_asked(text, stops, chat) if ended is None else Response(text, ended)
             history.append(Response(str(response), response.ended, response.stop, turn))
+            if not repeat and (turn > 1 or first is None):  # a reference turn: within max_tokens
+                self.rewards.fits(text, stops, chat, f"{where}, turn {turn}")
             turn_T = text_tokens(self.tokenizer, str(response))
-            turn_T += [self.tokenizer.end_of_turn_id] if response.ended == "end_of_turn" else []
+            closing = {
+                "end_of_turn": [self.tokenizer.end_of_turn_id],
+                "end_of_sequence": [self.tokenizer.eos_token_id],
+            }
+            turn_T += closing.get(response.ended, [])
             used += len(turn_T)
             answer = self.feedback(problem, history, label)
             if answer is None:
                 return None
-            said += answer[1]
+            said.append(answer[1])
             if answer[0].reply is None or turn == self.task.max_turns:
                 break
             used += len(reply_tokens(self.tokenizer, self.task, prompt, turn_T, answer[0]))
@@ -139,11 +152,11 @@ class EpisodeChecks:
             f"more than the episode's budget of {budget}: raise the task's episode_tokens",
             key="episode-budget",
         )
-        return _Played(label, history[-1], said)
+        return _Played(label, history[-1], tuple(said))
 
     def reference_turn(self, problem: Any, history: Sequence[Response], where: str) -> str | None:
         what = f"reference_turn({where})" if history else f"reference_completion({where})"
-        ok, text = self.c.call(what, partial(self.task.reference_turn, problem, list(history)))
+        ok, text = self.c.call(what, partial(self.task.reference_turn, problem, tuple(history)))
         if not ok or not self.c.expect(
             isinstance(text, str),
             f"{what} must return a str (got {shown(text)})",
@@ -158,7 +171,8 @@ class EpisodeChecks:
         """`feedback(problem, history)`, checked, and its reward; None if it failed a check."""
         what = f"feedback(turn {len(history)} of {label})"
         method = self.adapter.feedback  # type: ignore[attr-defined]  # optional: plays_episodes
-        ok, said = self.c.call(what, lambda: method(problem, list(history)), key="feedback")
+        # A tuple, as the loop passes it: a task that would append to it fails here too.
+        ok, said = self.c.call(what, lambda: method(problem, tuple(history)), key="feedback")
         if not ok:
             return None
         total = reward_total(said.reward) if isinstance(said, Feedback) else None
@@ -174,7 +188,7 @@ class EpisodeChecks:
         ):
             return None
         assert total is not None
-        ok, again = self.c.call(what, lambda: method(problem, list(history)), key="feedback")
+        ok, again = self.c.call(what, lambda: method(problem, tuple(history)), key="feedback")
         self.c.expect(
             not ok or again == said,
             f"{what} returned {shown(said)} then {shown(again)} for the same history: "

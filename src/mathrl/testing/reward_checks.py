@@ -49,7 +49,7 @@ class RewardChecks:
         self.adapter = checker.task.adapter
         self.tokenizer = tokenizer
         self.method = "compute_group_rewards" if self.task.rewards_groups else "compute_reward"
-        self._cache: dict[tuple[int, str, str, str | None], object] = {}
+        self._cache: dict[tuple[int, str, str, str | None, int], object] = {}
         """compute_reward's answers so far (rewards are pure): the reference is scored once."""
 
     def run(self, problems: Sequence[Any], others: Sequence[Any]) -> None:
@@ -102,7 +102,7 @@ class RewardChecks:
             lookalike = ended_as_asked(ref.translate(FULL_WIDTH), stops, chat)
             scores = self.score([reference, lookalike], problem, where)
             c.expect(
-                scores is None or scores[1] < scores[0],
+                scores is None or scores[1] < scores[0] or self.task.plays_episodes,
                 f"{self.method} gives the reference written with full-width digits "
                 f"({shown(str(lookalike))}) the reference's reward on {where}: int() and "
                 "str.isdigit() accept such digits; match [0-9] instead",
@@ -141,7 +141,8 @@ class RewardChecks:
             key="wrong-beats-reference",
         )
         self.c.expect(
-            any(s < best for s in others),
+            # An episode's task may reward its turns alone: the episode checks see the whole.
+            self.task.plays_episodes or any(s < best for s in others),
             f"{self.method} gave every wrong completion tried ({shown([str(w) for w in wrong])}) "
             f"the reference's reward {best} on {where}: it cannot tell right from wrong",
             key="wrong-not-less",
@@ -187,7 +188,7 @@ class RewardChecks:
         else:
             values = []
             for response in group:
-                key = (id(problem), str(response), response.ended, response.stop)
+                key = (id(problem), str(response), response.ended, response.stop, response.turn)
                 if key not in self._cache:
                     ok, value = self.c.call(
                         f"compute_reward({shown(str(response), 30)}, {label})",
@@ -234,7 +235,8 @@ class RewardChecks:
             return
         ok, full = c.call("evaluate", lambda: self.adapter.evaluate([best] * 4), key="evaluate")
         c.expect(
-            not ok or full == 1.0,
+            # An episode's reward holds its turns' too: the episode checks evaluate the whole.
+            not ok or full == 1.0 or self.task.plays_episodes,
             f"the reference completion earns {best}, which evaluate([{best}] * 4) scores "
             f"{shown(full)}, not 1.0: reference_completion must return a fully correct "
             "answer, and evaluate must count the maximum reward as correct",

@@ -31,6 +31,7 @@ could disarm the hook; with the kernel layers alone, the code may exec another p
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import resource
@@ -40,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import TypeAlias
 
@@ -128,38 +129,74 @@ def call_function(
 def remove_tree(top: str) -> None:
     """Remove `top` and all under it, as far as possible; never raise.
 
-    Whatever the child left: a tree deeper than Python's recursion limit
-    (where `shutil.rmtree` raises RecursionError), folders it made unreadable,
-    entries that will not go (those stay, and so do the folders holding them).
-    Each folder is opened once, so this always ends.
+    Whatever the child left: a tree deeper than Python's recursion limit or
+    longer than a path may be (folders are moved up into `top` as they are
+    met, so no path grows), folders it made unreadable, links (removed, never
+    followed), entries that will not go (those stay, with the folders holding
+    them). Every round removes or moves something, or it stops. The child's
+    whole process group is dead by now, so nothing changes under it.
     """
     with contextlib.suppress(OSError):
         os.rmdir(top)  # the usual case: empty (a private tmpfs took the child's files)
         return
-    stack = [(top, False)]
-    while stack:
-        folder, emptied = stack.pop()
-        if emptied:
+    try:
+        root = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    moved = itertools.count()
+    try:
+        while _empty_one_level(root, moved):
+            pass
+    finally:
+        os.close(root)
+    with contextlib.suppress(OSError):
+        os.rmdir(top)
+
+
+def _empty_one_level(root: int, moved: Iterator[int]) -> bool:
+    """Remove `root`'s files, move its folders' folders up into it, remove its emptied
+    folders; True if anything changed."""
+    changed = False
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return False
+    for entry in entries:
+        if not _is_folder(entry):
             with contextlib.suppress(OSError):
-                os.rmdir(folder)
+                os.unlink(entry.name, dir_fd=root)
+                changed = True
             continue
-        stack.append((folder, True))
         with contextlib.suppress(OSError):
-            os.chmod(folder, 0o700)
+            os.chmod(entry.name, 0o700, dir_fd=root)  # a folder, not a link: seen above
         try:
-            entries = list(os.scandir(folder))
+            inner = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
         except OSError:
             continue
-        for entry in entries:
-            try:
-                inner = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                inner = False
-            if inner:
-                stack.append((entry.path, False))
-            else:
+        try:
+            for item in list(os.scandir(inner)):
                 with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+                    if _is_folder(item):
+                        up = f".up{next(moved)}"
+                        os.rename(item.name, up, src_dir_fd=inner, dst_dir_fd=root)
+                    else:
+                        os.unlink(item.name, dir_fd=inner)
+                    changed = True
+        except OSError:
+            pass
+        finally:
+            os.close(inner)
+        with contextlib.suppress(OSError):
+            os.rmdir(entry.name, dir_fd=root)
+            changed = True
+    return changed
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _collect(child: subprocess.Popen[bytes], request: bytes, n: int, limits: Limits) -> Outcome:
