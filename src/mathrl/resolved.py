@@ -76,14 +76,30 @@ class Task(Generic[P]):
         return callable(getattr(self.adapter, "heldout_dataset", None))
 
     @property
+    def group_rewards(self) -> Callable[[list[Response], P], Any] | None:
+        """The adapter's `compute_group_rewards` (plain or `async`), or None.
+
+        Optional in the contract, so not on the `Adapter` type: found here, once,
+        for everything that calls it.
+        """
+        method = getattr(self.adapter, "compute_group_rewards", None)
+        return method if callable(method) else None
+
+    @property
+    def feedback(self) -> Callable[[P, Sequence[Response]], Any] | None:
+        """The adapter's `feedback` (its environment), or None for a one-turn task."""
+        method = getattr(self.adapter, "feedback", None)
+        return method if callable(method) else None
+
+    @property
     def rewards_groups(self) -> bool:
         """True when the adapter scores whole groups (`compute_group_rewards`)."""
-        return callable(getattr(self.adapter, "compute_group_rewards", None))
+        return self.group_rewards is not None
 
     @property
     def plays_episodes(self) -> bool:
         """True when the adapter's environment answers the model (`feedback`)."""
-        return callable(getattr(self.adapter, "feedback", None))
+        return self.feedback is not None
 
     def episode_budget(self, max_tokens: int) -> int:
         """The tokens an episode may add after its prompt, at `max_tokens` a turn."""

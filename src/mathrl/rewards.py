@@ -163,9 +163,8 @@ async def group_rewards(
 
     An `async` judge runs on the event loop, limited to `timeout` seconds (None: no limit).
     """
-    # The adapter's type is the minimal contract; `rewards_groups` was set only after
-    # resolution saw this optional method on it, so the attribute is there.
-    method = task.adapter.compute_group_rewards  # type: ignore[attr-defined]
+    method = task.group_rewards
+    assert method is not None, "called for a task that scores groups only"
     name, given = "compute_group_rewards", list(responses_G)
     if inspect.iscoroutinefunction(method):  # a judge that awaits: on the event loop
         values = task_call(task, name, given, given, problem)

@@ -170,7 +170,8 @@ class EpisodeChecks:
     ) -> tuple[Feedback, float] | None:
         """`feedback(problem, history)`, checked, and its reward; None if it failed a check."""
         what = f"feedback(turn {len(history)} of {label})"
-        method = self.adapter.feedback  # type: ignore[attr-defined]  # optional: plays_episodes
+        method = self.task.feedback
+        assert method is not None, "checked for a task that plays episodes only"
         # A tuple, as the loop passes it: a task that would append to it fails here too.
         ok, said = self.c.call(what, lambda: method(problem, tuple(history)), key="feedback")
         if not ok:

@@ -175,9 +175,8 @@ class RewardChecks:
         """The rewards of `group` (each alone, or as one group), each checked finite."""
         if self.task.rewards_groups:
             what = f"compute_group_rewards({label})"
-            # Optional in the contract, so absent from the adapter's declared type;
-            # `rewards_groups` is true only when resolution found it on the adapter.
-            method = self.adapter.compute_group_rewards  # type: ignore[attr-defined]
+            method = self.task.group_rewards
+            assert method is not None, "checked for a task that scores groups only"
             ok, values = self.c.call(what, lambda: _resolve(method(list(group), problem)))
             if not ok or not self.c.expect(
                 isinstance(values, Sequence) and len(values) == len(group),

@@ -53,7 +53,7 @@ class CodeFeedbackAdapter(CodeAdapter):
         failure = first_failure(code_of(responses[-1]), problem)
         return Feedback(None if failure is None else REPLY.format(failure=failure))
 
-    def compute_reward(self, completion: str, problem: CodeProblem) -> dict[str, float]:  # type: ignore[override]  # named parts, where the code task returns a number
+    def compute_reward(self, completion: str, problem: CodeProblem) -> dict[str, float]:
         passed = first_failure(code_of(completion), problem) is None
         turn = completion.turn if isinstance(completion, Response) else 1
         return {

@@ -21,6 +21,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from mathrl.adapter import Reward
 from mathrl.tasks.code.sandbox import JsonValue, Limits, Outcome, call_function
 
 FENCE = "```"
@@ -170,7 +171,8 @@ class CodeAdapter:
             task=problem.spec.describe(problem.param),
         )
 
-    def compute_reward(self, completion: str, problem: CodeProblem) -> float:
+    def compute_reward(self, completion: str, problem: CodeProblem) -> Reward:
+        """The share of the hidden tests `f` passes (a number; a subclass may name parts)."""
         code = code_of(completion)  # the stop, and anything after it, is not code
         return score(code, problem) if code.strip() else 0.0
 
