@@ -39,8 +39,10 @@ from mathrl.rewards import (
     TaskError,
     checked_reward,
     group_rewards,
+    response_key,
     response_of,
     reward_of,
+    rewards_alone,
     task_call,
 )
 from mathrl.text import shown
@@ -166,9 +168,7 @@ class Player(Generic[P]):
             ]
         )
         if self.task.rewards_groups:
-            finals = [e.final for e, _, _ in played]
-            timeout = self.workers.timeout if self.workers.size else None
-            ends = await group_rewards(self.task, problem, finals, self._work, timeout)
+            ends = await self._group_rewards(problem, [e.final for e, _, _ in played])
         else:
             ends = [end for _, _, end in played]
         episodes_G = []
@@ -185,16 +185,21 @@ class Player(Generic[P]):
         chat = not isinstance(prompt, str)
         finals = [response_of(self.tokenizer, c.tokens, params.stop, chat) for c in firsts]
         if self.task.rewards_groups:
-            timeout = self.workers.timeout if self.workers.size else None
-            ends = await group_rewards(self.task, problem, finals, self._work, timeout)
+            ends = await self._group_rewards(problem, finals)
         else:
             alone = partial(rewards_alone, self.task, problem, finals)
-            calls = len({_key(r) for r in finals})  # each may take the timeout
+            calls = len({response_key(r) for r in finals})  # each may take the timeout
             ends = await self._work("compute_reward", finals, alone, calls)
         return [
             Episode((Turn(c, r),), total, parts)
             for c, r, (total, parts) in zip(firsts, finals, ends, strict=True)
         ]
+
+    async def _group_rewards(self, problem: P, finals: Sequence[Response]) -> list[Score]:
+        """`compute_group_rewards` of the group's last turns: plain in the pool, or `async`
+        on the loop with the pool's timeout."""
+        timeout = self.workers.timeout if self.workers.size else None
+        return await group_rewards(self.task, problem, finals, self._work, timeout)
 
     async def _episode(
         self,
@@ -217,16 +222,13 @@ class Player(Generic[P]):
             response = response_of(tokenizer, completion.tokens, params.stop, chat, turn)
             used += len(completion.tokens)
             history = (*(t.response for t in turns), response)
-            said = await self._feedback(problem, history, shared) if task.plays_episodes else None
-            if said is not None:
-                scores.append(checked_reward(task, "feedback", said.reward, response))
-            goes_on = said is not None and said.reply is not None and turn < task.max_turns
+            said = await self._feedback(problem, history, shared)
+            scores.append(checked_reward(task, "feedback", said.reward, response))
+            goes_on = said.reply is not None and turn < task.max_turns
             reply_T = self._reply(prompt, completion, said, response) if goes_on else []
             if not goes_on or used + len(reply_T) >= budget:
                 turns.append(Turn(completion, response))
                 break
-            assert said is not None
-            assert said.reply is not None
             turns.append(Turn(completion, response, said.reply, tuple(reply_T)))
             used += len(reply_T)
             context_T += [*completion.tokens, *reply_T]
@@ -236,17 +238,16 @@ class Player(Generic[P]):
         end: Score = (0.0, {})
         if not task.rewards_groups:
             end = await self._shared(
-                shared, ("reward", _key(response)), "compute_reward", response,
+                shared, ("reward", response_key(response)), "compute_reward", response,
                 lambda: reward_of(task, problem, response),
             )  # fmt: skip
         return Episode(tuple(turns)), scores, end
 
     def _reply(
-        self, prompt: Prompt, completion: Completion, said: Feedback | None, response: Response
+        self, prompt: Prompt, completion: Completion, said: Feedback, response: Response
     ) -> list[int]:
         """The reply's tokens; TaskError if the chat template cannot render it (a role it
         refuses, say)."""
-        assert said is not None
         try:
             return reply_tokens(self.tokenizer, self.task, prompt, completion.tokens, said)
         except Exception as exc:
@@ -268,7 +269,7 @@ class Player(Generic[P]):
                 raise TaskError(self.task, "feedback", problem_, history[-1])
             return said
 
-        key = ("feedback", *map(_key, history))
+        key = ("feedback", *map(response_key, history))
         result: Feedback = await self._shared(shared, key, "feedback", history[-1], ask)
         return result
 
@@ -296,16 +297,3 @@ class Player(Generic[P]):
             raise
         except Exception as exc:  # past the timeout, or its process died or could not answer
             raise TaskError(self.task, method, exc, given) from None
-
-
-def rewards_alone(task: Task[P], problem: P, responses: Sequence[Response]) -> list[Score]:
-    """Each response's `compute_reward`, once per distinct response (rewards are pure)."""
-    seen: dict[tuple[object, ...], Score] = {}
-    for response in responses:
-        if _key(response) not in seen:
-            seen[_key(response)] = reward_of(task, problem, response)
-    return [seen[_key(response)] for response in responses]
-
-
-def _key(response: Response) -> tuple[object, ...]:
-    return (str(response), response.ended, response.stop, response.turn)

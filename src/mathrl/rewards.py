@@ -126,24 +126,34 @@ async def rewards_of(
     problem are scored once, which changes nothing but the cost (rewards are
     pure), and that matters for rewards that run code. A task that scores
     groups (`compute_group_rewards`) is asked once per problem. `work` runs
-    each call (by default right here, one after another).
+    each problem's scoring (by default right here, one after another).
     """
     rewards_P_G, parts_P_G = [], []
     for problem, responses_G in zip(problems_P, responses_P_G, strict=True):
         if task.rewards_groups:
             totals = await group_rewards(task, problem, responses_G, work)
         else:
-            seen: dict[tuple[str, str, str | None], tuple[float, dict[str, float]]] = {}
-            for r in responses_G:
-                key = (str(r), r.ended, r.stop)
-                if key not in seen:
-                    seen[key] = await work(
-                        "compute_reward", r, partial(reward_of, task, problem, r)
-                    )
-            totals = [seen[str(r), r.ended, r.stop] for r in responses_G]
+            alone = partial(rewards_alone, task, problem, responses_G)
+            totals = await work("compute_reward", list(responses_G), alone)
         rewards_P_G.append([t for t, _ in totals])
         parts_P_G.append([p for _, p in totals])
     return Scores(rewards_P_G, parts_P_G)
+
+
+def response_key(response: Response) -> tuple[object, ...]:
+    """What a response is to a pure reward: its text, how it ended, and at which turn."""
+    return (str(response), response.ended, response.stop, response.turn)
+
+
+def rewards_alone(
+    task: Task[P], problem: P, responses: Sequence[Response]
+) -> list[tuple[float, dict[str, float]]]:
+    """Each response's `compute_reward`, once per distinct response (rewards are pure)."""
+    seen: dict[tuple[object, ...], tuple[float, dict[str, float]]] = {}
+    for response in responses:
+        if response_key(response) not in seen:
+            seen[response_key(response)] = reward_of(task, problem, response)
+    return [seen[response_key(response)] for response in responses]
 
 
 def reward_of(task: Task[P], problem: P, response: Response) -> tuple[float, dict[str, float]]:
