@@ -45,6 +45,8 @@ class HFTokenizer:
         self.eos_text = hf.decode([self._eos])
         """The EOS token as text, for stop strings."""
         self._end_of_turn: int | None = None
+        self._history_ends: dict[str, int] = {}
+        """End-of-turn tokens of `render_reply`'s short history, by template options."""
 
     @property
     def eos_token_id(self) -> int:
@@ -121,7 +123,10 @@ class HFTokenizer:
         """
         self._require_template()
         history = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
-        before = self._chat(history, **options).count(self.end_of_turn_id)
+        key = repr(sorted(options.items()))  # every reply renders; the history once per options
+        if key not in self._history_ends:
+            self._history_ends[key] = self._chat(history, **options).count(self.end_of_turn_id)
+        before = self._history_ends[key]
         rendered = self._chat([*history, message], add_generation_prompt=True, **options)
         ends = [i for i, t in enumerate(rendered) if t == self.end_of_turn_id]
         if before == 0 or len(ends) < before:
