@@ -81,7 +81,7 @@ class WandbMirror(Observer):
     @property
     def where(self) -> str:
         """The run's page, or its folder when offline."""
-        return str(self.run.url or self.run.dir)
+        return str(self.run.dir if self.run.offline else self.run.url)  # offline: no URL to ask
 
     def _log(self, logged: Mapping[str, float]) -> None:
         if not self.live:
