@@ -70,12 +70,15 @@ def test_reward_worked_examples() -> None:
         "import os\nos._exit(0)\n",
         "def f(x):\n    while True:\n        pass\n",
         "import os\nos.fork()\ndef f(x):\n    return x * x + 3\n",
-        "open('/tmp/escape-from-mathrl', 'w').write('x')\ndef f(x):\n    return x * x + 3\n",
+        # /var/tmp and /dev/shm: world-writable (its own /tmp is its folder, a private tmpfs)
+        "open('/var/tmp/escape-from-mathrl', 'w').write('x')\ndef f(x):\n    return x * x + 3\n",
+        "open('/dev/shm/escape-from-mathrl', 'w').write('x')\ndef f(x):\n    return x * x + 3\n",
     ],
 )
 def test_code_that_misbehaves_scores_nothing(code: str) -> None:
     assert CodeAdapter().compute_reward(code, SQUARE_PLUS_3) == 0.0
-    assert not Path("/tmp/escape-from-mathrl").exists()
+    assert not Path("/var/tmp/escape-from-mathrl").exists()
+    assert not Path("/dev/shm/escape-from-mathrl").exists()
 
 
 def test_the_code_task_passes_check_adapter() -> None:

@@ -20,8 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mathrl.tasks.code import sandbox
+from mathrl.tasks.code.kernel import kernel_layers
 from mathrl.tasks.code.sandbox import (
     STATUSES,
     JsonValue,
@@ -88,13 +89,20 @@ class Box:
 
 
 @pytest.fixture
-def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Box:
-    world, sandboxes = tmp_path / "world", tmp_path / "sandboxes"
+def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
+    # The world is outside /tmp (the child's /tmp is its own tmpfs) and open to every user, so
+    # only the sandbox stands between the code and it, whoever the child runs as.
+    parent = "/var/tmp" if os.access("/var/tmp", os.W_OK) else str(tmp_path)
+    top = Path(tempfile.mkdtemp(prefix="mathrl-test-", dir=parent))
+    world, sandboxes = top / "world", top / "sandboxes"
     (world / "sub").mkdir(parents=True)
     (world / "keep.txt").write_text("keep")
+    for path in (top, world, world / "sub", world / "keep.txt"):
+        path.chmod(0o777 if path.is_dir() else 0o666)
     sandboxes.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(sandboxes))
-    return Box(world, sandboxes)
+    yield Box(world, sandboxes)
+    remove_tree(str(top))
 
 
 # What the machine offers the kernel layers is asked here, not of the sandbox: a layer that
@@ -438,6 +446,12 @@ ESCAPES = {  # name: (body of f, which returns 'escaped' if it got out; layers t
         "    fcntl.ioctl(r, 0x8901, struct.pack('i', os.getppid()))\n    return 'escaped'",
         {"hook", "kernel"},
     ),
+    "write through os.open's dir_fd, which the hook's open event does not show": (
+        "folder = os.open(WORLD, os.O_RDONLY)\n"
+        "    os.close(os.open('new.txt', os.O_WRONLY | os.O_CREAT, dir_fd=folder))\n"
+        "    return 'escaped'",
+        {"kernel"},  # the hook's path checks are a second line: the kernel layers hold
+    ),
     "signal through a pidfd": (
         "import _signal\n    _signal.pidfd_send_signal(os.pidfd_open(os.getppid()), 0)\n"
         "    return 'escaped'",
@@ -518,6 +532,53 @@ def test_files_of_other_users_stay_unreadable(
     assert scores_nothing(outcome, "secret"), outcome
 
 
+@pytest.mark.parametrize("which", ["both", "kernel"])  # reads are not the hook's to stop
+def test_the_child_is_never_real_root(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    # Root's own private file, and a raw block device root owns (another user's files are
+    # readable through one): a child with root's uid owned both, capabilities or not.
+    use_layers(which, monkeypatch)
+    private = box.world / "root-only.txt"
+    private.write_text("secret")
+    private.chmod(0o600)
+    source = (
+        "import os\n"
+        "def f():\n"
+        "    with open(WORLD + '/root-only.txt') as file:\n"
+        "        return file.read()\n"
+        "def g():\n"
+        "    devices = sorted(os.listdir('/dev'))\n"
+        "    blocks = [d for d in devices if d.startswith(('loop', 'sd', 'vd', 'nvme'))]\n"
+        "    for name in blocks:\n"
+        "        try:\n"
+        "            os.close(os.open('/dev/' + name, os.O_RDONLY))\n"
+        "            return 'escaped'\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return [os.getuid(), os.geteuid(), os.getgid(), os.getgroups()]\n"
+    )
+    assert scores_nothing(box.run(source), "secret")
+    ids = box.run(source, function="g").results[0]
+    assert ids != "escaped"
+    assert isinstance(ids, list), ids
+    assert 0 not in ids[:3], ids  # uid, euid, gid
+    assert ids[3] in ([], [ids[2]]), ids  # no supplementary groups but its own
+
+
+@pytest.mark.parametrize("which", ["both", "kernel"])
+def test_the_child_sees_only_its_own_process(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    use_layers(which, monkeypatch)
+    source = (
+        "import os\n"
+        "def f():\n"
+        "    return [os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit())]\n"
+    )
+    assert box.run(source).results == ([1, ["1"]],)
+
+
 @pytest.mark.parametrize("which", ["both", "kernel"])  # disk space is not the hook's to limit
 def test_the_folder_holds_at_most_file_bytes(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
@@ -582,5 +643,8 @@ def test_a_banned_module_built_into_the_interpreter_is_refused(
         pytest.skip("no Python here has _posixsubprocess built in (Debian's python3 does)")
     use_layers(which, monkeypatch)
     monkeypatch.setattr(sys, "executable", python)
+    kernel = kernel_layers()
+    if kernel is not None:
+        monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, executable=python))
     outcome = box.run("import os\ndef f():\n    import _posixsubprocess\n    return 'escaped'\n")
     assert scores_nothing(outcome, "escaped"), outcome

@@ -42,6 +42,13 @@ class AdapterError(TypeError):
     """An object is not a usable adapter. The message names the member and what it got."""
 
 
+class Unavailable(Exception):
+    """A task's `preflight` found this machine cannot run it as it promises.
+
+    The message is one line: what is missing and how to get it.
+    """
+
+
 class Response(str):
     """A decoded completion, as a reward sees it: its text, and how sampling ended it.
 
@@ -128,6 +135,13 @@ class Adapter(Protocol[ProblemT]):
     - `wrong_completions(problem) -> Sequence[str]`: plausible wrong answers,
       which the fake backend writes instead of the reference now and then, so
       partial credit and format rewards show offline. Default: none.
+
+    - `preflight() -> str | None`: check, once before training (and in
+      `check_adapter`), that this machine can run the task as it promises:
+      return one line saying what the task relies on (the command line prints
+      it on stderr and records it in the run folder's config.json), or None.
+      Raise `Unavailable` with one line naming what is missing and how to get
+      it; the run then stops before training, with exit code 2. Default: None.
 
     Episodes (several turns; a task without `feedback` is an episode of one turn):
 

@@ -44,6 +44,7 @@ OPTIONAL_METHODS = (
     "wrong_completions",
     "feedback",
     "reference_turn",
+    "preflight",
 )
 MAX_TURNS = 100
 """The most turns an episode may declare."""
@@ -115,6 +116,12 @@ class Task(Generic[P]):
         if own is not None and responses:
             return own(problem, responses)
         return self.adapter.reference_completion(problem)
+
+    def preflight(self) -> str | None:
+        """The adapter's `preflight()`: a line on what it relies on, or None; may raise
+        `Unavailable` (see `Adapter`)."""
+        own: Callable[[], str | None] | None = getattr(self.adapter, "preflight", None)
+        return own() if own is not None else None
 
     def stop_for(self, prompt: Prompt) -> tuple[str, ...]:
         """The stop sequences of a completion of `prompt`."""

@@ -25,6 +25,7 @@ from typing import Any
 from dotenv import dotenv_values
 
 from mathrl import __version__
+from mathrl.adapter import Unavailable
 from mathrl.backend import BackendError
 from mathrl.cli.exit_codes import (
     EXIT_FAILURE,
@@ -59,6 +60,7 @@ from mathrl.cli.settings import (
 from mathrl.cli.train import Plan, train
 from mathrl.cli.wandb_mirror import check_installed
 from mathrl.config import ConfigError
+from mathrl.resolved import Task
 from mathrl.rewards import TaskError
 from mathrl.tasks import BUILT_IN
 from mathrl.text import one_line, shown
@@ -98,6 +100,25 @@ def _flags(args: argparse.Namespace) -> dict[str, str | None]:
     return {s.field: getattr(args, s.field, None) for s in SETTINGS}
 
 
+def _allow_weak_sandbox(weak_sandbox: bool) -> None:
+    if weak_sandbox:
+        from mathrl.tasks.code.sandbox import allow_missing_layers
+
+        allow_missing_layers()
+
+
+def _preflight(task: Task[Any], weak_sandbox: bool) -> str | None:
+    """The task's preflight line, said on stderr; a missing requirement is a ConfigError."""
+    _allow_weak_sandbox(weak_sandbox)
+    try:
+        line = task.preflight()
+    except Unavailable as exc:
+        raise ConfigError(str(exc)) from None
+    if line is not None:
+        _say(one_line(str(line), 500))
+    return line
+
+
 def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     args = train_parser().parse_args(argv)
     if args.resume is not None:
@@ -113,6 +134,7 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
         base_url(env)
     if plan.config.wandb_project is not None:
         check_installed()
+    plan = replace(plan, preflight=_preflight(plan.task, plan.config.weak_sandbox))
     return asyncio.run(train(plan, env, __version__, _say))
 
 
@@ -210,13 +232,16 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
     return Plan(config, task, point, run_folder, fake)
 
 
-def _check_command(argv: Sequence[str]) -> int:
+def _check_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     from mathrl.testing import check_adapter
 
     args = check_parser().parse_args(argv)
     task = load_task(args.adapter, source="check-adapter")
+    _allow_weak_sandbox(build_config(_flags(args), env, only=["weak_sandbox"]).weak_sandbox)
     try:
-        summary = check_adapter(task, learns=args.learns)
+        summary = check_adapter(task, learns=args.learns)  # its summary has the preflight line
+    except Unavailable as exc:
+        raise ConfigError(str(exc)) from None
     except AssertionError as exc:
         header, *violations = str(exc).splitlines()
         _say(header.rstrip(":"))
@@ -270,6 +295,7 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     if args.temperature is None:  # greedy unless asked: MINT_RL_TEMPERATURE is training's
         config = replace(config, train=replace(config.train, temperature=0.0))
     task = load_task(config.adapter)
+    _preflight(task, config.weak_sandbox)
     return asyncio.run(sample(config, task, env, args.model_path, count, _say))
 
 
@@ -278,13 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     command, rest = (args[0], args[1:]) if args[:1] and not args[0].startswith("-") else ("", args)
     try:
-        if command == "check-adapter":
-            return _check_command(rest)
         if command == "tasks":
             return _tasks_command(rest)
         if command == "plot":
             return _plot_command(rest)
         env = environment()
+        if command == "check-adapter":
+            return _check_command(rest, env)
         if command == "sample":
             return _sample_command(rest, env)
         if command:

@@ -24,8 +24,8 @@ RELIABILITY = (
     "retry_window",
 )
 """How long to wait and how often to retry: what any run against a service may change."""
-TASK_WORK = ("reward_workers", "reward_timeout")
-"""Where and for how long the task's own calls run: they change no reward."""
+TASK_WORK = ("reward_workers", "reward_timeout", "weak_sandbox")
+"""Where, for how long and how isolated the task's own calls run: they change no reward."""
 RESUMABLE = (
     *RELIABILITY,
     *TASK_WORK,
@@ -159,6 +159,7 @@ def check_parser() -> Parser:
     parser.add_argument(
         "--learns", action="store_true", help="also train 20 steps on the fake backend"
     )
+    _add_settings(parser, ["weak_sandbox"])
     return parser
 
 

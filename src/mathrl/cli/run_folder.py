@@ -124,6 +124,13 @@ class RunFolder(Observer):
         )
         return folder
 
+    def note_preflight(self, line: str) -> None:
+        """Add the task's preflight line (what it relies on, e.g. the sandbox's layers) to
+        config.json's `preflight` list, with the time: one entry per session of the run."""
+        record = json.loads((self.path / CONFIG).read_text(encoding="utf-8"))
+        entry = {"at": datetime.now(UTC).isoformat(timespec="seconds"), "line": line}
+        self.write_config({**record, "preflight": [*record.get("preflight", []), entry]})
+
     def write_config(self, record: Mapping[str, Any]) -> None:
         with self._writing(CONFIG, "w") as f:
             json.dump(record, f, indent=2)

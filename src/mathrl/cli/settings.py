@@ -159,6 +159,9 @@ SETTINGS: tuple[Setting, ...] = (
             _int),
     Setting("reward_timeout", "--reward-timeout", "MINT_RL_REWARD_TIMEOUT",
             "seconds one reward or environment step may take before the run fails", _float),
+    Setting("weak_sandbox", "--weak-sandbox", "MINT_RL_WEAK_SANDBOX",
+            "run model-written code with the sandbox layers this machine has, instead of "
+            "refusing to (a warning names what is missing)", parse_bool),
     Setting("log_dir", "--log-dir", "MINT_RL_LOG_DIR", "the run folder", _text),
     Setting("log_samples", "--log-samples", "MINT_RL_LOG_SAMPLES",
             "groups of each step whose completions go into the run folder's samples.jsonl",

@@ -112,6 +112,8 @@ class Plan:
     folder: RunFolder | None = None
     fake: FakeOptions = field(default_factory=FakeOptions)
     """The fake backend's knobs (only with `--backend fake`)."""
+    preflight: str | None = None
+    """The task's preflight line (what it relies on), for the run folder."""
 
 
 def retry_policy(config: Config) -> RetryPolicy:
@@ -210,6 +212,8 @@ async def train(
                 config, task.name, fingerprint, version, asdict(plan.fake)
             )
             where[:] = [folder.path]
+            if plan.preflight is not None:
+                folder.note_preflight(plan.preflight)
             speak(f"run folder: {folder.path} (task {task.name})")
             out.line(model_line(config, backend.tokenizer.vocab_size))
             mirrors: list[WandbMirror] = []

@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mathrl.adapter import Adapter, AdapterError
+from mathrl.adapter import Adapter, AdapterError, Unavailable
 from mathrl.backend import Tokenizer
 from mathrl.resolved import Task, as_task
 from mathrl.testing.checker import Checker
 from mathrl.testing.episode_checks import EpisodeChecks
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.testing.reward_checks import RewardChecks
+from mathrl.text import one_line, shown
 
 __all__ = ["ADVERSARIAL", "WRONG", "check_adapter", "random_texts"]
 
@@ -57,6 +58,7 @@ def check_adapter(
     except AdapterError as exc:
         raise AssertionError(f"1 violation of the Adapter contract:\n- {exc}") from None
     checker = Checker(task)
+    ready = _preflight(checker)
     train = checker.dataset(seeds, steps, size)
     held = checker.heldout(seeds[0], heldout_size, guard_steps, size) if train else []
     tokenizer = tokenizer or ByteTokenizer()
@@ -73,7 +75,34 @@ def check_adapter(
             f"{n} violation{'s' * (n != 1)} of the Adapter contract by task "
             f"{task.name!r} ({task.identity}):\n{lines}"
         )
-    return f"task {task.name!r} ({task.identity}) passed {checker.checks} checks"
+    return f"task {task.name!r} ({task.identity}) passed {checker.checks} checks" + (
+        f"; {ready}" if ready else ""
+    )
+
+
+def _preflight(checker: Checker) -> str | None:
+    """`preflight()` returns None or one line; `Unavailable` (this machine cannot run the
+    task) passes through, since no check can stand in for what is missing."""
+    try:
+        line = checker.task.preflight()
+    except Unavailable:
+        raise
+    except Exception as exc:
+        checker.expect(
+            False,
+            f"preflight() must not raise (it raised {type(exc).__name__}: "
+            f"{one_line(str(exc), 200)}) except Unavailable",
+            "preflight",
+        )
+        return None
+    one = isinstance(line, str) and line.isprintable() and 0 < len(line) <= 500
+    checker.expect(
+        line is None or one,
+        f"preflight() must return None or one printable line "
+        f"of at most 500 characters (got {shown(line)})",
+        "preflight",
+    )
+    return line if one else None
 
 
 def _learning(checker: Checker) -> None:

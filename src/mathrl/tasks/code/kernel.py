@@ -1,10 +1,29 @@
-"""The sandbox's kernel layers: namespaces, a tmpfs, Landlock, seccomp, no capabilities.
+"""The sandbox's kernel layers: who the child is, what it sees, what it may do.
 
-For: `mathrl.tasks.code.sandbox`, which builds a `Kernel` in the trainer (`kernel_layers`,
-cached) and enters it in the child between fork and exec (`Kernel.enter`, its
-preexec function), where nothing may allocate much or import anything. Each
-step that the kernel or a non-root trainer refuses is skipped, and the other
-layers still hold. Linux only; seccomp on x86-64 only.
+For: `mathrl.tasks.code.sandbox`, which builds a `Kernel` in the trainer
+(`kernel_layers`, cached) and enters it in the child between fork and exec
+(`Kernel.enter`, its preexec function), where nothing may import anything.
+
+The layers, each a bit of the mask the child reports (`LAYERS`):
+
+- identity: never real root. A root trainer's child switches to uid and gid
+  65534 (nobody) with no groups; a non-root trainer's child runs in a new
+  user namespace as the trainer's own, unprivileged uid.
+- pid, net, mount: its own namespaces. In the pid namespace it is process 1
+  and its /proc shows only itself; the network has only a loopback.
+- tmpfs: its folder is a private tmpfs of `file_bytes` in total, mounted
+  over /tmp (so the host's /tmp is out of sight, and every path to it can
+  be entered). Without it, the folder the trainer made is its cwd.
+- capabilities: none, and none to gain (the bounding set is emptied).
+- landlock: writes only beneath its folder, no TCP, no signals out.
+- seccomp (x86-64 only): no fork, exec*at, kill, ptrace, sockets, mounts,
+  namespaces, owner-signal `fcntl`/`ioctl` commands and more (`SECCOMP`).
+
+A step the kernel refuses stops the child before it runs anything, with a
+`sandbox-missing` line naming it, unless the trainer allowed missing layers;
+then that step is skipped and the others still hold. The pid namespace needs
+one more process: the child forks once after `unshare`, and the first process
+(outside the namespace) waits and exits as its child did.
 """
 
 from __future__ import annotations
@@ -14,45 +33,219 @@ import ctypes
 import functools
 import os
 import platform
+import resource
 import signal
 import struct
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+LAYERS = ("identity", "pid", "net", "mount", "tmpfs", "capabilities", "landlock", "seccomp")
+"""Bit i of a child's layer mask is LAYERS[i]."""
+ALL_LAYERS = (1 << len(LAYERS)) - 1
+NOBODY = 65534
+"""The uid and gid a root trainer's child runs as."""
+SETUP_FAILED = 121
+"""The exit code of a child that stopped because a required layer failed."""
+
+_NEWNS, _NEWUSER, _NEWPID, _NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
+_NOSUID_NODEV, _NOEXEC, _BIND, _REC, _PRIVATE = 6, 8, 0x1000, 0x4000, 0x40000
+
+
+def bit(layer: str) -> int:
+    return 1 << LAYERS.index(layer)
 
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
-    """The kernel layers, ready to enter. A step that fails is skipped; the others still hold."""
+    """The kernel layers, ready to enter in a child between fork and exec."""
 
     libc: Any
+    root: bool  # the trainer is root: switch the child to NOBODY, no user namespace
+    executable: str  # the interpreter the child runs, as a real path
+    exposed: tuple[bytes, bytes] | None  # (folder hiding the interpreter, its prefix)
     landlock: tuple[Any, int, int] | None  # ruleset attribute, its size, rights in cwd
+    landlock_abi: int
     seccomp: tuple[Any, Any] | None  # sock_fprog, and the program it points at (kept alive)
 
-    def enter(self, folder: bytes, tmpfs: bytes) -> None:
+    def enter(
+        self, tmpfs: bytes, cpu_seconds: int, strict: bool
+    ) -> None:  # pragma: no cover (child)
+        """Set up every layer in this child, or stop it (`strict`) at the first that fails.
+
+        Writes `sandbox-missing LAYER ERRNO` for each failed step and, last,
+        `sandbox-layers MASK` to fd 2 (the parent's stderr pipe): the child's
+        untrusted code never holds fd 2's pipe, so these lines cannot be forged.
+
+        This, `_expose`, `_map_self` and `_wait_and_exit_alike` run only in the
+        child, between fork and exec, where coverage cannot record them ("no
+        cover (child)"): tests/test_sandbox.py and test_sandbox_layers.py check
+        what each step does, from inside the child and from the trainer.
+        """
         libc, word = self.libc, ctypes.c_ulong
-        libc.prctl(1, word(signal.SIGKILL), word(0), word(0), word(0))  # die with the trainer
-        libc.unshare(0x40000000)  # CLONE_NEWNET
-        if (
-            libc.unshare(0x20000) == 0  # CLONE_NEWNS, MS_REC | MS_PRIVATE, then tmpfs on cwd
-            and libc.mount(b"none", b"/", None, word(0x44000), None) == 0
-            and libc.mount(b"tmpfs", folder, b"tmpfs", word(6), tmpfs) == 0  # nosuid, nodev
-        ):
-            with contextlib.suppress(OSError):
-                os.chdir(folder)
-        libc.prctl(38, word(1), word(0), word(0), word(0))  # PR_SET_NO_NEW_PRIVS
-        if self.landlock is not None:
+        done, reachable = 0, self.exposed is None  # can NOBODY run the interpreter?
+
+        def failed(layer: str, errno: int) -> None:
+            os.write(2, b"sandbox-missing %s %d\n" % (layer.encode(), errno))
+            if strict:
+                os._exit(SETUP_FAILED)
+
+        def call(layer: str, result: int) -> bool:
+            if result != 0:
+                failed(layer, ctypes.get_errno())
+            return result == 0
+
+        def prctl(option: int, *arguments: Any) -> int:
+            return int(libc.prctl(option, *arguments, *[word(0)] * (4 - len(arguments))))
+
+        def mount(source: bytes, target: bytes, kind: bytes | None, flags: int) -> int:
+            return int(libc.mount(source, target, kind, word(flags), None))
+
+        prctl(1, word(signal.SIGKILL))  # PR_SET_PDEATHSIG: die with the trainer
+        if not self.root and call("identity", libc.unshare(_NEWUSER)):
+            try:
+                _map_self()
+                done |= bit("identity")
+            except OSError as exc:
+                failed("identity", exc.errno or 0)
+        for layer, flag in (("net", _NEWNET), ("mount", _NEWNS)):
+            if call(layer, libc.unshare(flag)):
+                done |= bit(layer)
+        if call("pid", libc.unshare(_NEWPID)):
+            child = os.fork()
+            if child:
+                _wait_and_exit_alike(child, cpu_seconds)  # never returns
+            prctl(1, word(signal.SIGKILL))  # die with it
+        if done & bit("mount") and not call("mount", mount(b"none", b"/", None, _REC | _PRIVATE)):
+            done &= ~bit("mount")
+        if done & bit("mount"):  # else no tmpfs, and /proc stays the host's: their bits stay 0
+            if call("tmpfs", libc.mount(b"tmpfs", b"/tmp", b"tmpfs", word(_NOSUID_NODEV), tmpfs)):
+                try:
+                    os.chdir(b"/tmp")
+                    done |= bit("tmpfs")
+                except OSError as exc:
+                    failed("tmpfs", exc.errno or 0)
+            if self.root and self.exposed is not None:
+                reachable = self._expose(*self.exposed, failed)
+            proc = os.getpid() == 1  # its own /proc, which shows only its own processes
+            if proc and call("pid", mount(b"proc", b"/proc", b"proc", _NOSUID_NODEV | _NOEXEC)):
+                done |= bit("pid")
+        capabilities = True
+        for capability in (*range(8), *range(9, 64), 8):  # CAP_SETPCAP (8), needed to drop, last
+            result = prctl(24, word(capability))  # PR_CAPBSET_DROP
+            capabilities &= result == 0 or ctypes.get_errno() == 22  # EINVAL: no such capability
+        if self.root and not reachable:  # the weak set-up goes on as root, with no capabilities
+            failed("identity", 13)  # EACCES
+        elif self.root:
+            try:
+                os.setgroups([])
+                os.setresgid(NOBODY, NOBODY, NOBODY)
+                os.setresuid(NOBODY, NOBODY, NOBODY)  # clears every capability too
+                done |= bit("identity")
+            except OSError as exc:
+                failed("identity", exc.errno or 0)
+        if capabilities:
+            done |= bit("capabilities")
+        else:
+            failed("capabilities", ctypes.get_errno())
+        no_new_privileges = call("seccomp", prctl(38, word(1)))  # PR_SET_NO_NEW_PRIVS
+        if self.landlock is None:
+            failed("landlock", 38)  # ENOSYS
+        elif no_new_privileges:
             attribute, size, rights = self.landlock
             ruleset = libc.syscall(word(444), attribute, word(size), word(0))
             if ruleset >= 0:
                 rule = struct.pack("=Qi", rights, os.open(".", os.O_PATH | os.O_CLOEXEC))
-                libc.syscall(word(445), word(ruleset), word(1), rule, word(0))  # path beneath
-                libc.syscall(word(446), word(ruleset), word(0))  # restrict self
-        for capability in (*range(8), *range(9, 64), 8):  # CAP_SETPCAP (8), needed to drop, last
-            libc.prctl(24, word(capability), word(0), word(0), word(0))  # PR_CAPBSET_DROP
-        if self.seccomp is not None:
-            libc.prctl(22, word(2), self.seccomp[0], word(0), word(0))  # PR_SET_SECCOMP
+                if (
+                    call("landlock", libc.syscall(word(445), word(ruleset), word(1), rule, word(0)))
+                    and call("landlock", libc.syscall(word(446), word(ruleset), word(0)))
+                ):  # fmt: skip
+                    done |= bit("landlock")
+            else:
+                failed("landlock", ctypes.get_errno())
+        if self.seccomp is None:
+            failed("seccomp", 38)
+        elif no_new_privileges and call("seccomp", prctl(22, word(2), self.seccomp[0])):
+            done |= bit("seccomp")
+        os.write(2, b"sandbox-layers %d\n" % done)
+
+    def _expose(self, hider: bytes, prefix: bytes, failed: Any) -> bool:  # pragma: no cover (child)
+        """Let NOBODY reach the interpreter's prefix inside `hider` (say /root, mode 700):
+        a tmpfs over `hider` hides the rest of it, and the prefix is bound back in."""
+        libc, word = self.libc, ctypes.c_ulong
+        try:
+            original = os.open(prefix, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            failed("identity", exc.errno or 0)
+            return False
+        try:
+            if libc.mount(b"tmpfs", hider, b"tmpfs", word(_NOSUID_NODEV), b"size=65536,mode=755"):
+                failed("identity", ctypes.get_errno())
+                return False
+            path = hider
+            for part in prefix[len(hider) :].strip(b"/").split(b"/"):
+                path += b"/" + part
+                os.mkdir(path, 0o755)
+            source = b"/proc/self/fd/%d" % original
+            if libc.mount(source, prefix, None, word(_BIND | _REC), None):
+                failed("identity", ctypes.get_errno())
+                return False
+            return True
+        except OSError as exc:
+            failed("identity", exc.errno or 0)
+            return False
+        finally:
+            os.close(original)
+
+
+def _map_self() -> None:  # pragma: no cover (child)
+    """In a new user namespace: be the trainer's own uid and gid there too."""
+    uid, gid = os.geteuid(), os.getegid()
+    maps = (("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"), ("gid_map", f"{gid} {gid} 1"))
+    for name, text in maps:
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+def _wait_and_exit_alike(child: int, cpu_seconds: int) -> None:  # pragma: no cover (child)
+    """The first process, outside the pid namespace: hold nothing, wait, end as `child` did.
+
+    As process 1 of its namespace the child ignores SIGXCPU, so the CPU limit
+    ends it with the hard limit's SIGKILL; that is reported as SIGXCPU here.
+    """
+    code = SETUP_FAILED
+    try:
+        os.closerange(0, 2**16)  # its pipes and the trainer's descriptors: the child's alone
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _, status, usage = os.wait4(child, 0)
+        if os.WIFEXITED(status):
+            code = os.WEXITSTATUS(status)
+        else:
+            number = os.WTERMSIG(status)
+            if number == signal.SIGKILL and usage.ru_utime + usage.ru_stime >= cpu_seconds:
+                number = signal.SIGXCPU
+            code = 128 + number
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(number, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+            os.kill(os.getpid(), number)
+    finally:
+        os._exit(code)
+
+
+def _exposed(prefix: str) -> tuple[bytes, bytes] | None:
+    """The topmost folder above `prefix` that other users cannot enter, if any, and `prefix`."""
+    path = Path(prefix)
+    for folder in reversed(path.parents):
+        with contextlib.suppress(OSError):
+            if not folder.stat().st_mode & 0o001:
+                return os.fsencode(folder), os.fsencode(path)
+    return None
 
 
 @functools.cache
@@ -72,7 +265,10 @@ def kernel_layers() -> Kernel | None:
         program = ctypes.create_string_buffer(SECCOMP, len(SECCOMP))
         header = struct.pack("@HP", len(SECCOMP) // 8, ctypes.addressof(program))
         seccomp = (ctypes.create_string_buffer(header, len(header)), program)
-    return Kernel(libc, landlock, seccomp)
+    root = os.geteuid() == 0
+    executable = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    exposed = _exposed(os.path.realpath(sys.base_prefix)) if root else None
+    return Kernel(libc, root, executable, exposed, landlock, max(abi, 0), seccomp)
 
 
 def seccomp_program(denied: Sequence[int]) -> bytes:
@@ -107,8 +303,10 @@ SECCOMP = seccomp_program(
     # ptrace process_vm_readv/writev socket socketpair io_uring_setup mknod(at) chmod fchmod
     # fchmodat(2) chown fchown lchown fchownat utime utimes futimesat utimensat (l/f)setxattr
     # (l/f)removexattr setxattrat removexattrat mount umount2 unshare setns chroot setpriority
-    # bpf userfaultfd perf_event_open add_key request_key keyctl
+    # bpf userfaultfd perf_event_open add_key request_key keyctl, and the new mount API:
+    # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr
     (57, 58, 322, 62, 200, 234, 129, 297, 424, 434, 438, 101, 310, 311, 41, 53, 425, 133, 259,
      90, 91, 268, 452, 92, 93, 94, 260, 132, 235, 261, 280, 188, 189, 190, 197, 198, 199, 463,
-     466, 165, 166, 272, 308, 161, 141, 321, 323, 298, 248, 249, 250)
+     466, 165, 166, 272, 308, 161, 141, 321, 323, 298, 248, 249, 250,
+     428, 429, 430, 431, 432, 433, 442)
 )  # fmt: skip

@@ -9,23 +9,26 @@ network, or files outside its own empty temporary folder.
 Layers; tests/test_sandbox.py shows each one alone stopping the attacks it is meant for:
 * Always: rlimits (CPU, address space, file size, open files, processes, no core); SIGKILL to
   the process group at the wall-clock deadline or past the output cap; `python -I -S -B` with
-  an empty environment; a fresh cwd, removed afterwards.
+  an empty environment; a fresh cwd, removed afterwards (`remove_tree`, which survives whatever
+  the child leaves there).
 * An audit hook, set before the completion runs: no processes, signals, sockets, ctypes or other
-  escape-hatch modules, subinterpreters, tracing, hand-made code objects, rlimit changes, chdir
-  or links; no write, removal or metadata change outside cwd. Unaudited escape routes
-  (os.mkfifo, os.mknod, os.chroot, pidfd signals) are removed from the modules.
-* Kernel layers, set between fork and exec and skipped silently where the kernel or a non-root
-  trainer does not allow them: a network namespace (loopback only); a private tmpfs of
-  `file_bytes` as cwd; Landlock (writes only in cwd, no TCP, no signals or ptrace out of the
-  sandbox); on x86-64 a seccomp filter (no fork, exec*at, kill, ptrace, sockets, mknod, chmod,
-  chown, utime, xattrs, mount); no capabilities, so even as root it cannot raise a hard rlimit
-  or read other users' private files.
+  escape-hatch modules (also when built into the interpreter), subinterpreters, tracing,
+  hand-made code objects, rlimit changes, chdir, links or owner-signal fcntl commands; no
+  write, removal or metadata change outside cwd. Unaudited escape routes (os.mkfifo, os.mknod,
+  os.chroot, pidfd signals) are removed from the modules. Its path checks can be raced with
+  descriptors swapped by a signal handler, so they are a second line: the kernel layers hold.
+* Kernel layers (`mathrl.tasks.code.kernel`), set between fork and exec: never real root (uid
+  65534, or a user namespace as the trainer's own unprivileged uid); its own pid, network and
+  mount namespaces, a /proc that shows only itself, a private tmpfs of `file_bytes` in total as
+  cwd; no capabilities; Landlock (writes only in cwd, no TCP, no signals out); on x86-64 a
+  seccomp filter (no fork, exec*at, kill, ptrace, sockets, mounts, owner-signal fcntl...).
 
-Not isolated: reads of files that are world-readable or root's own (a `.env` beside the trainer,
-say: the code can return what it read as a result), CPU cores, memory bandwidth, and the kernel
-itself. RLIMIT_NPROC does not bind root. With the hook alone, a memory-safety bug in CPython
-could disarm the hook; with the kernel layers alone, the code may exec another program in place
-(which stays confined).
+They fail closed: a layer the machine cannot set up stops the call (`SandboxError`) and
+`check_layers` refuses the machine, unless `allow_missing_layers()` was called (the command
+line's --weak-sandbox); then what can be set up is, and `check_layers` names what is missing.
+
+Not isolated: reads of world-readable files (the code can return what it read as a result),
+CPU cores, memory bandwidth, and the kernel itself.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import contextlib
 import itertools
 import json
 import os
+import platform
 import resource
 import selectors
 import signal
@@ -45,8 +49,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import TypeAlias
 
+from mathrl.adapter import Unavailable
 from mathrl.tasks.code.harness import HARNESS
-from mathrl.tasks.code.kernel import Kernel, kernel_layers
+from mathrl.tasks.code.kernel import (
+    ALL_LAYERS,
+    LAYERS,
+    NOBODY,
+    Kernel,
+    bit,
+    kernel_layers,
+)
 from mathrl.text import one_line
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
@@ -57,6 +69,27 @@ too much output; crashed: the child ended without a result (exit, signal, out of
 
 _LAYERS = frozenset({"hook", "kernel"})
 """The optional layers in force. Tests narrow it to show that each layer holds on its own."""
+_REQUIRE_ALL = [True]
+"""Whether a kernel layer that cannot be set up stops the call (see allow_missing_layers)."""
+WEAK_SANDBOX_VARIABLE = "MINT_RL_WEAK_SANDBOX"
+"""The variable (and --weak-sandbox the flag) that lets the command line run with what is there."""
+
+
+class SandboxError(OSError):
+    """A kernel layer could not be set up for a call, and missing layers are not allowed."""
+
+
+class SandboxUnavailable(Unavailable):
+    """This machine cannot set up every layer (`check_layers`). One line: what and how."""
+
+
+def allow_missing_layers(allowed: bool = True) -> None:
+    """Run with the kernel layers this machine can set up, instead of refusing to run.
+
+    Process-wide, for the command line's --weak-sandbox. What is given up is
+    named by `check_layers` (and the README's sandbox section).
+    """
+    _REQUIRE_ALL[0] = not allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +131,20 @@ def call_function(
     """Run `source` in a fresh sandboxed Python, call `function(*args)` for each args in `inputs`.
 
     Results come back through JSON: tuples as lists, dict keys as strings. Never raises because
-    of `source`; raises ValueError for a bad `function` or `inputs`, OSError if no child starts.
+    of `source`; raises ValueError for a bad `function` or `inputs`, OSError if no child starts,
+    and SandboxError (an OSError) if a kernel layer cannot be set up and none may be missing.
     """
+    outcome, _ = _call(source, function, inputs, limits, _REQUIRE_ALL[0])
+    return outcome
+
+
+def _call(
+    source: str,
+    function: str,
+    inputs: Sequence[Sequence[JsonValue]],
+    limits: Limits,
+    strict: bool,
+) -> tuple[Outcome, Setup]:
     if not isinstance(function, str) or not function.isidentifier():
         raise ValueError(f"function must be a Python identifier, got {function!r}")
     if any(isinstance(args, str | bytes) or not isinstance(args, Sequence) for args in inputs):
@@ -113,17 +158,142 @@ def call_function(
         ).encode()  # fmt: skip
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"inputs must hold JSON values only, got {exc}") from None
+    kernel = kernel_layers() if "kernel" in _LAYERS else None
     workdir = tempfile.mkdtemp(prefix="mathrl-sandbox-")
     try:
-        kernel = kernel_layers() if "kernel" in _LAYERS else None
+        if kernel is not None and kernel.root:  # its own folder, should no tmpfs cover it
+            os.chown(workdir, NOBODY, NOBODY)
         with subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", "-c", HARNESS], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir, env={}, close_fds=True,
-            start_new_session=True, preexec_fn=_confine(limits, workdir, kernel),
+            [kernel.executable if kernel else sys.executable, "-I", "-S", "-B", "-c", HARNESS],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
+            env={}, close_fds=True, start_new_session=True,
+            preexec_fn=_confine(limits, kernel, strict),
         ) as child:  # fmt: skip
-            return _collect(child, request, len(inputs), limits)
+            outcome, setup = _collect(child, request, len(inputs), limits)
     finally:
         remove_tree(workdir)
+    if strict and kernel is not None and setup.missing:
+        raise SandboxError(f"sandbox: {setup.advice(kernel)}")
+    return outcome, setup
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What the child's set-up reported: the layers it has (a mask of LAYERS), and the
+    error number of each layer that failed."""
+
+    mask: int = 0
+    missing: tuple[tuple[str, int], ...] = ()
+
+    def advice(self, kernel: Kernel) -> str:
+        """One line: the first layer that failed (or is missing), and how to get it."""
+        unreported = [(name, 0) for name in LAYERS if not self.mask & bit(name)]
+        return _advice(*[*self.missing, *unreported, ("", 0)][0], kernel)
+
+
+def _advice(layer: str, errno: int, kernel: Kernel) -> str:
+    why = f" ({os.strerror(errno)})" if errno else ""
+    unprivileged = (
+        "unprivileged user namespaces are disabled: sysctl -w kernel.unprivileged_userns_clone=1 "
+        "and user.max_user_namespaces=10000 (on Ubuntu also "
+        "kernel.apparmor_restrict_unprivileged_userns=0), or run as root"
+    )
+    advice = {
+        "identity": (
+            f"cannot run the child as uid {NOBODY} with {kernel.executable}{why}: "
+            "the interpreter must be readable by other users"
+            if kernel.root
+            else f"no user namespace for the child{why}: {unprivileged}"
+        ),
+        "landlock": (
+            f"Landlock is off{why}: Linux >= 5.13 with landlock in the lsm= boot parameter"
+        ),
+        "seccomp": (
+            f"no seccomp filter for {platform.machine()}: only x86-64 has one"
+            if kernel.seccomp is None
+            else f"the seccomp filter cannot be installed{why}"
+        ),
+        "capabilities": f"cannot drop the child's capabilities{why}",
+        "tmpfs": f"cannot mount a tmpfs as the child's folder{why}",
+        "pid": f"no pid namespace with its own /proc for the child{why}",
+    }.get(layer, f"no {layer} namespace for the child{why}")
+    if layer in ("net", "mount", "pid") and not kernel.root and errno == 1:  # EPERM
+        advice += f"; {unprivileged}"
+    elif layer in ("net", "mount", "pid", "tmpfs") and errno == 1:
+        advice += "; in a container, allow unshare and mount (for example Docker's --privileged)"
+    return advice
+
+
+@dataclass(frozen=True, slots=True)
+class Layers:
+    """The kernel layers a child gets on this machine (`check_layers`)."""
+
+    setup: Setup
+    root: bool
+    landlock_abi: int
+    file_bytes: int
+
+    @property
+    def complete(self) -> bool:
+        return self.setup.mask == ALL_LAYERS
+
+    def describe(self) -> str:
+        """One line, e.g. "sandbox: uid 65534, pid+net+mount namespaces, tmpfs 1 MiB, no
+        capabilities, Landlock ABI 7, seccomp x86-64"; a warning naming what is missing."""
+        mask, parts = self.setup.mask, []
+        namespaces = [name for name in ("pid", "net", "mount") if mask & bit(name)]
+        if mask & bit("identity") and not self.root:
+            namespaces.insert(0, "user")
+        if mask & bit("identity") and self.root:
+            parts.append(f"uid {NOBODY}")
+        if namespaces:
+            parts.append("+".join(namespaces) + " namespaces")
+        if mask & bit("tmpfs"):
+            parts.append(f"tmpfs {_size(self.file_bytes)}")
+        if mask & bit("capabilities"):
+            parts.append("no capabilities")
+        if mask & bit("landlock"):
+            parts.append(f"Landlock ABI {self.landlock_abi}")
+        if mask & bit("seccomp"):
+            parts.append("seccomp x86-64")
+        layers = ", ".join(parts) or "no kernel layers"
+        missing = [name for name in LAYERS if not mask & bit(name)]
+        if missing:
+            return f"warning: sandbox without {', '.join(missing)} (--weak-sandbox): {layers}"
+        return f"sandbox: {layers}"
+
+
+def _size(n: int) -> str:
+    return (
+        f"{n // 2**20} MiB"
+        if n % 2**20 == 0
+        else f"{n // 2**10} KiB"
+        if n % 1024 == 0
+        else f"{n} B"
+    )
+
+
+def check_layers(limits: Limits = Limits()) -> Layers:
+    """Set up a child once and report its kernel layers; raise SandboxUnavailable (one line:
+    what is missing and how to get it) if any is, unless `allow_missing_layers()` was called."""
+    kernel = kernel_layers()
+    if kernel is None:
+        raise SandboxUnavailable(f"sandbox: the kernel layers need Linux, not {sys.platform}")
+    weak = not _REQUIRE_ALL[0]
+    try:  # strict: the first layer missing stops the child, and is named
+        outcome, setup = _call("def f():\n    return 1\n", "f", [[]], limits, strict=not weak)
+    except SandboxError as exc:
+        raise SandboxUnavailable(
+            f"{exc}; or run with what is there: --weak-sandbox (or {WEAK_SANDBOX_VARIABLE}=1)"
+        ) from None
+    except OSError as exc:
+        raise SandboxUnavailable(f"sandbox: no child could start ({exc})") from None
+    if outcome.results != (1,):
+        raise SandboxUnavailable(f"sandbox: a test call failed: {outcome.detail}")
+    layers = Layers(setup, kernel.root, kernel.landlock_abi, limits.file_bytes)
+    if not weak and not layers.complete:  # a layer missing that no set-up step reported
+        raise SandboxUnavailable(f"sandbox: {setup.advice(kernel)}; or run with --weak-sandbox")
+    return layers
 
 
 def remove_tree(top: str) -> None:
@@ -199,7 +369,9 @@ def _is_folder(entry: os.DirEntry[str]) -> bool:
         return False
 
 
-def _collect(child: subprocess.Popen[bytes], request: bytes, n: int, limits: Limits) -> Outcome:
+def _collect(
+    child: subprocess.Popen[bytes], request: bytes, n: int, limits: Limits
+) -> tuple[Outcome, Setup]:
     assert child.stdin is not None
     assert child.stdout is not None
     assert child.stderr is not None
@@ -244,7 +416,27 @@ def _collect(child: subprocess.Popen[bytes], request: bytes, n: int, limits: Lim
                     kill(child.pid, signal.SIGKILL)
             child.wait()
     stdout, stderr = streams.values()
-    nothing, code = (None,) * n, child.returncode
+    setup, stderr = _setup(stderr)
+    return _outcome(stdout, stderr, child.returncode, killed, n, limits), setup
+
+
+def _setup(stderr: bytes) -> tuple[Setup, bytes]:
+    """The set-up's lines at the start of stderr, parsed, and the rest of stderr."""
+    mask, missing = 0, []
+    while stderr.startswith(b"sandbox-"):
+        line, _, stderr = stderr.partition(b"\n")
+        what, _, value = line.rpartition(b" ")
+        if what == b"sandbox-layers":
+            mask = int(value)
+        elif what.startswith(b"sandbox-missing "):
+            missing.append((what.split()[1].decode(), int(value)))
+    return Setup(mask, tuple(missing)), stderr
+
+
+def _outcome(
+    stdout: bytes, stderr: bytes, code: int, killed: str, n: int, limits: Limits
+) -> Outcome:
+    nothing = (None,) * n
     if killed:
         return Outcome("timeout" if "wall" in killed else "output_limit", nothing, killed)
     if code == -signal.SIGXCPU:
@@ -272,7 +464,7 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _confine(limits: Limits, workdir: str, kernel: Kernel | None) -> Callable[[], None]:
+def _confine(limits: Limits, kernel: Kernel | None, strict: bool) -> Callable[[], None]:
     """The preexec_fn. It runs between fork and exec, so it gets everything ready-made."""
 
     def pair(what: int, soft: int, hard: int) -> tuple[int, tuple[int, int]]:
@@ -289,11 +481,13 @@ def _confine(limits: Limits, workdir: str, kernel: Kernel | None) -> Callable[[]
         pair(resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1),
         pair(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
     ]
-    folder, tmpfs = os.fsencode(workdir), b"size=%d,nr_inodes=1024,mode=700" % limits.file_bytes
+    tmpfs = b"size=%d,nr_inodes=1024,mode=700" % limits.file_bytes
+    if kernel is not None and kernel.root:
+        tmpfs += b",uid=%d,gid=%d" % (NOBODY, NOBODY)
 
-    def confine() -> None:
+    def confine() -> None:  # pragma: no cover (child: see Kernel.enter)
         if kernel is not None:
-            kernel.enter(folder, tmpfs)
+            kernel.enter(tmpfs, limits.cpu_seconds, strict)
         for what, values in rlimits:
             resource.setrlimit(what, values)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mathrl.adapter import Reward
-from mathrl.tasks.code.sandbox import JsonValue, Limits, Outcome, call_function
+from mathrl.tasks.code.sandbox import JsonValue, Limits, Outcome, call_function, check_layers
 
 FENCE = "```"
 LIMITS = Limits(cpu_seconds=2, wall_seconds=5.0)
@@ -178,6 +178,10 @@ class CodeAdapter:
 
     def reference_completion(self, problem: CodeProblem) -> str:
         return problem.reference()
+
+    def preflight(self) -> str:
+        """The sandbox's layers on this machine; SandboxUnavailable if one is missing."""
+        return check_layers(LIMITS).describe()
 
     def evaluate(self, rewards: Sequence[float]) -> float:
         """The share of completions that pass every test."""

@@ -1,0 +1,347 @@
+"""The sandbox fails closed: its kernel layers are all there, or it says which is not and stops.
+
+Layers are made unavailable for real where this machine allows it (a seccomp filter that
+refuses `unshare` or Landlock's calls to the whole command, as a container might), and by
+replacing the trainer's view of the machine where it cannot (another architecture). The
+unprivileged configuration runs the same payloads as uid 65534 through `setpriv`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import mathrl
+from cli_process import run_cli
+from mathrl.tasks.code import sandbox
+from mathrl.tasks.code.kernel import kernel_layers
+from mathrl.tasks.code.sandbox import (
+    SandboxError,
+    SandboxUnavailable,
+    allow_missing_layers,
+    call_function,
+    check_layers,
+)
+
+REFUSE = str(Path(__file__).with_name("refuse_syscalls.py"))
+UNSHARE, LANDLOCK_CREATE_RULESET = 272, 444
+X86_64 = platform.machine() == "x86_64"
+CODE_RUN = (
+    "--backend",
+    "fake",
+    "--adapter",
+    "code",
+    "--steps",
+    "1",
+    "--batch",
+    "2",
+    "--group",
+    "2",
+)
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with missing layers refused, as a fresh process does."""
+    monkeypatch.setattr(sandbox, "_REQUIRE_ALL", [True])
+
+
+def test_this_machine_has_every_layer() -> None:
+    line = check_layers().describe()
+    who = "uid 65534" if os.geteuid() == 0 else "user+pid+net+mount namespaces"
+    assert line.startswith(f"sandbox: {who}"), line
+    assert "pid+net+mount namespaces, tmpfs 1 MiB, no capabilities, Landlock ABI " in line
+    assert line.endswith(", seccomp x86-64" if X86_64 else ""), line
+
+
+def test_a_missing_layer_stops_every_call_unless_missing_layers_are_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kernel = kernel_layers()
+    assert kernel is not None
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, landlock=None))
+    honest = "def f(x):\n    return x + 1\n"
+    with pytest.raises(SandboxError, match=r"^sandbox: Landlock is off .*Linux >= 5\.13"):
+        call_function(honest, "f", [[1]])
+    with pytest.raises(SandboxUnavailable, match=r"Landlock is off.*--weak-sandbox"):
+        check_layers()
+    allow_missing_layers()
+    assert call_function(honest, "f", [[1]]).results == (2,)
+    line = check_layers().describe()
+    assert line.startswith("warning: sandbox without landlock (--weak-sandbox): "), line
+    assert "Landlock" not in line
+
+
+def test_another_architecture_counts_as_missing_seccomp(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    elsewhere = kernel_layers.__wrapped__()  # functools.cache's function, uncached
+    assert elsewhere is not None
+    assert elsewhere.seccomp is None
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: elsewhere)
+    with pytest.raises(SandboxUnavailable, match="no seccomp filter for aarch64: only x86-64"):
+        check_layers()
+
+
+needs_x86_64 = pytest.mark.skipif(not X86_64, reason="refuse_syscalls.py filters x86-64 calls")
+
+
+@needs_x86_64
+@pytest.mark.parametrize(
+    ("refused", "says"),
+    [
+        (UNSHARE, "no net namespace for the child (Operation not permitted)"),
+        (LANDLOCK_CREATE_RULESET, "Landlock is off"),
+    ],
+)
+def test_a_run_refuses_to_start_without_a_layer(tmp_path: Path, refused: int, says: str) -> None:
+    run = subprocess.run(
+        [sys.executable, REFUSE, str(refused), sys.executable, "-m", "mathrl", *CODE_RUN],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    assert run.stdout == ""
+    [line] = run.stderr.splitlines()
+    assert line.startswith("mathrl: error: sandbox: "), line
+    assert says in line
+    assert line.endswith("or run with what is there: --weak-sandbox (or MINT_RL_WEAK_SANDBOX=1)")
+    assert not (tmp_path / "runs").exists()  # it stopped before training
+
+
+@needs_x86_64
+@pytest.mark.parametrize("opt_in", [("--weak-sandbox",), ("--weak-sandbox", "true")])
+def test_the_opt_in_runs_with_what_is_there_and_says_what_is_missing(
+    tmp_path: Path, opt_in: tuple[str, ...]
+) -> None:
+    folder = tmp_path / "run"
+    run = subprocess.run(
+        [sys.executable, REFUSE, str(UNSHARE), sys.executable, "-m", "mathrl", *CODE_RUN,
+         "--log-dir", str(folder), *opt_in],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    warning = run.stderr.splitlines()[0]
+    assert warning.startswith("mathrl: warning: sandbox without "), warning
+    assert "pid, net, mount, tmpfs (--weak-sandbox): " in warning
+    assert "Landlock ABI" in warning  # what could be set up still is
+    assert run.stdout.splitlines()[1] == "Step 1: accuracy=75.0%, datums=2"
+    [record] = json.loads((folder / "config.json").read_text())["preflight"]
+    assert record["line"] == warning.removeprefix("mathrl: ")
+
+
+def test_the_variable_is_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = kernel_layers()
+    assert kernel is not None
+    # In this process, so Landlock is "missing" by replacing the trainer's view of it.
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, landlock=None))
+    from cli_process import run_main
+
+    refused = run_main(tmp_path, "check-adapter", "code")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("mathrl: error: sandbox: Landlock is off")
+    allowed = run_main(tmp_path, "check-adapter", "code", MINT_RL_WEAK_SANDBOX="1")
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stdout.rstrip().endswith(
+        "; warning: sandbox without landlock (--weak-sandbox): " + _layers_but_landlock()
+    )
+
+
+def _layers_but_landlock() -> str:
+    who = "uid 65534, " if os.geteuid() == 0 else "user+"
+    seccomp = ", seccomp x86-64" if X86_64 else ""
+    return f"{who}pid+net+mount namespaces, tmpfs 1 MiB, no capabilities{seccomp}"
+
+
+def test_a_run_records_its_layers_on_stderr_and_in_its_folder(tmp_path: Path) -> None:
+    run = run_cli(tmp_path, *CODE_RUN, "--log-dir", "run")
+    assert run.returncode == 0, run.stderr
+    line = run.stderr.splitlines()[0]
+    assert line == f"mathrl: {check_layers().describe()}"
+    [record] = json.loads((tmp_path / "run" / "config.json").read_text())["preflight"]
+    assert record["line"] == line.removeprefix("mathrl: ")
+    resumed = run_cli(tmp_path, "--resume", "run", "--steps", "2")
+    assert resumed.returncode == 0, resumed.stderr
+    assert line in resumed.stderr.splitlines()
+    records = json.loads((tmp_path / "run" / "config.json").read_text())["preflight"]
+    assert [r["line"] for r in records] == [record["line"]] * 2  # one per session
+
+
+# --- as an unprivileged user -----------------------------------------------------------------
+
+UNPRIVILEGED_SCRIPT = r"""
+import json, os, socket, sys
+from mathrl.tasks.code import sandbox
+from mathrl.tasks.code.sandbox import call_function, check_layers, SandboxUnavailable
+
+world, payloads = sys.argv[1], json.loads(sys.argv[2])
+report = {"uid": os.getuid()}
+try:
+    report["layers"] = check_layers().describe()
+except SandboxUnavailable as exc:
+    report["refused"] = str(exc)
+    print(json.dumps(report))
+    raise SystemExit
+with socket.create_server(("127.0.0.1", 0)) as server:
+    port = server.getsockname()[1]
+    for name, source in payloads.items():
+        source = source.replace("WORLD", repr(world)).replace("PORT", str(port))
+        outcome = call_function(source, "f", [[]])
+        report[name] = [outcome.status, outcome.results[0], outcome.detail]
+print(json.dumps(report))
+"""
+
+PAYLOADS = {  # each returns 'escaped' if it got out
+    "read root's private file": ("def f():\n    return open(WORLD + '/root-only.txt').read()\n"),
+    "read a raw block device": (
+        "import os\n"
+        "def f():\n"
+        "    for name in sorted(os.listdir('/dev')):\n"
+        "        if name.startswith(('loop', 'sd', 'vd', 'nvme')):\n"
+        "            try:\n"
+        "                os.close(os.open('/dev/' + name, os.O_RDONLY))\n"
+        "                return 'escaped'\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "    return 'no'\n"
+    ),
+    "processes": (
+        "import os\n"
+        "def f():\n"
+        "    return [os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit())]\n"
+    ),
+    "write outside": (
+        "def f():\n    open(WORLD + '/new.txt', 'w').write('x')\n    return 'escaped'\n"
+    ),
+    "write through os.open's dir_fd": (
+        "import os\n"
+        "def f():\n"
+        "    folder = os.open(WORLD, os.O_RDONLY)\n"
+        "    os.close(os.open('new.txt', os.O_WRONLY | os.O_CREAT, dir_fd=folder))\n"
+        "    return 'escaped'\n"
+    ),
+    "fork": "import os\ndef f():\n    os.fork()\n    return 'escaped'\n",
+    "import _posixsubprocess": "def f():\n    import _posixsubprocess\n    return 'escaped'\n",
+    "F_SETOWN the trainer": (
+        "import fcntl, os\n"
+        "def f():\n"
+        "    r, w = os.pipe()\n"
+        "    fcntl.fcntl(r, fcntl.F_SETOWN, os.getppid())\n"
+        "    return 'escaped'\n"
+    ),
+    "connect to the trainer's loopback": (
+        "import socket\n"
+        "def f():\n"
+        "    socket.create_connection(('127.0.0.1', PORT), timeout=1)\n"
+        "    return 'escaped'\n"
+    ),
+    "fill the folder": (
+        "def f():\n"
+        "    written = 0\n"
+        "    for i in range(64):\n"
+        "        try:\n"
+        "            with open(f'{i}.bin', 'wb') as file:\n"
+        "                written += file.write(bytes(2**19))\n"
+        "        except OSError:\n"
+        "            break\n"
+        "    return written\n"
+    ),
+    "a deep tree left behind": (
+        "import os\n"
+        "def f():\n"
+        "    path, depth = 'd', 0\n"
+        "    while depth < 1400:\n"
+        "        try:\n"
+        "            os.mkdir(path)\n"
+        "        except OSError:  # the tmpfs holds 1,024 entries\n"
+        "            break\n"
+        "        path, depth = path + '/d', depth + 1\n"
+        "    return depth\n"
+    ),
+}
+
+
+@pytest.fixture
+def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(a copy of mathrl that uid 65534 can import, a world folder open to every user)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to become uid 65534")
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("needs a Python that uid 65534 can run: /usr/bin/python3")
+    top = Path(tempfile.mkdtemp(prefix="mathrl-unprivileged-", dir="/var/tmp"))
+    code, world = top / "code", top / "world"
+    shutil.copytree(Path(mathrl.__file__).parent, code / "mathrl")
+    info = code / f"mathrl-{mathrl.__version__}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: mathrl\nVersion: {mathrl.__version__}\n"
+    )
+    world.mkdir()
+    private = world / "root-only.txt"
+    private.write_text("secret")
+    private.chmod(0o600)
+    for path in [top, *top.rglob("*")]:
+        if path != private:
+            path.chmod(0o777 if path.is_dir() else 0o644)
+    yield code, world
+    shutil.rmtree(top)
+
+
+def as_nobody(code: Path, world: Path, refuse: int | None = None) -> dict[str, object]:
+    command = ["/usr/bin/python3", "-c", UNPRIVILEGED_SCRIPT, str(world), json.dumps(PAYLOADS)]
+    if refuse is not None:
+        command = ["/usr/bin/python3", REFUSE, str(refuse), *command]
+    run = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command],
+        capture_output=True, text=True, cwd=world.parent, timeout=300, check=False,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(code), "TMPDIR": str(world.parent)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    report: dict[str, object] = json.loads(run.stdout)
+    return report
+
+
+def test_as_an_unprivileged_user_every_payload_fails(unprivileged: tuple[Path, Path]) -> None:
+    code, world = unprivileged
+    before = sorted(p.name for p in world.iterdir())
+    report = as_nobody(code, world)
+    assert report["uid"] == 65534
+    layers = report["layers"]
+    assert isinstance(layers, str)
+    assert layers.startswith("sandbox: user+pid+net+mount namespaces, tmpfs 1 MiB, "), layers
+    assert "no capabilities, Landlock ABI" in layers
+    assert report["processes"] == ["ok", [1, ["1"]], ""]  # it sees only itself
+    written = report["fill the folder"]
+    assert isinstance(written, list)
+    assert written[1] <= 2**20  # the folder's total is capped
+    deep = report["a deep tree left behind"]
+    assert isinstance(deep, list)
+    assert deep[0] == "ok"
+    assert deep[1] >= 1000  # past Python's recursion limit, and the trainer survived it
+    for name in PAYLOADS:
+        assert report[name] != ["ok", "escaped", ""], name
+    assert sorted(p.name for p in world.iterdir()) == before  # nothing written outside
+    assert not list(world.parent.glob("mathrl-sandbox-*"))  # the trainer cleaned up
+
+
+@needs_x86_64
+def test_as_an_unprivileged_user_without_user_namespaces_the_sandbox_refuses(
+    unprivileged: tuple[Path, Path],
+) -> None:
+    code, world = unprivileged
+    report = as_nobody(code, world, refuse=UNSHARE)
+    refused = report["refused"]
+    assert isinstance(refused, str)
+    assert refused.startswith("sandbox: no user namespace for the child (Operation not permitted)")
+    assert "sysctl -w kernel.unprivileged_userns_clone=1" in refused
+    assert refused.endswith("--weak-sandbox (or MINT_RL_WEAK_SANDBOX=1)")
