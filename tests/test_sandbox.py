@@ -579,6 +579,21 @@ def test_the_child_sees_only_its_own_process(
     assert box.run(source).results == ([1, ["1"]],)
 
 
+@pytest.mark.parametrize("which", ["both", "kernel"])
+def test_the_child_has_no_capabilities_and_none_to_gain(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    use_layers(which, monkeypatch)
+    source = (
+        "def f():\n"
+        "    status = open('/proc/self/status').read().splitlines()\n"
+        "    keys = ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp:')\n"
+        "    return [line.split()[1] for line in status if line.startswith(keys)]\n"
+    )
+    seccomp = "2" if landlock_and_seccomp() else "0"
+    assert box.run(source).results == (["0" * 16] * 5 + ["1", seccomp],)
+
+
 @pytest.mark.parametrize("which", ["both", "kernel"])  # disk space is not the hook's to limit
 def test_the_folder_holds_at_most_file_bytes(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str

@@ -8,6 +8,7 @@ unprivileged configuration runs the same payloads as uid 65534 through `setpriv`
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import mathrl
+import mathrl_fakes
 from cli_process import run_cli
 from mathrl.tasks.code import sandbox
 from mathrl.tasks.code.kernel import kernel_layers
@@ -230,6 +232,11 @@ PAYLOADS = {  # each returns 'escaped' if it got out
         "    os.close(os.open('new.txt', os.O_WRONLY | os.O_CREAT, dir_fd=folder))\n"
         "    return 'escaped'\n"
     ),
+    "capabilities": (
+        "def f():\n"
+        "    status = open('/proc/self/status').read().splitlines()\n"
+        "    return [line.split()[1] for line in status if line.startswith(('CapEff', 'CapBnd'))]\n"
+    ),
     "fork": "import os\ndef f():\n    os.fork()\n    return 'escaped'\n",
     "import _posixsubprocess": "def f():\n    import _posixsubprocess\n    return 'escaped'\n",
     "F_SETOWN the trainer": (
@@ -271,6 +278,10 @@ PAYLOADS = {  # each returns 'escaped' if it got out
 }
 
 
+COMMAND_LINE_NEEDS = ("rich", "pygments", "markdown_it", "mdurl", "dotenv", "jinja2", "markupsafe")
+"""What `python -m mathrl --backend fake` imports besides the standard library."""
+
+
 @pytest.fixture
 def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(a copy of mathrl that uid 65534 can import, a world folder open to every user)."""
@@ -280,7 +291,9 @@ def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         pytest.skip("needs a Python that uid 65534 can run: /usr/bin/python3")
     top = Path(tempfile.mkdtemp(prefix="mathrl-unprivileged-", dir="/var/tmp"))
     code, world = top / "code", top / "world"
-    shutil.copytree(Path(mathrl.__file__).parent, code / "mathrl")
+    for package in (mathrl, mathrl_fakes, *map(importlib.import_module, COMMAND_LINE_NEEDS)):
+        assert package.__file__ is not None
+        shutil.copytree(Path(package.__file__).parent, code / package.__name__)
     info = code / f"mathrl-{mathrl.__version__}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
@@ -321,6 +334,7 @@ def test_as_an_unprivileged_user_every_payload_fails(unprivileged: tuple[Path, P
     assert layers.startswith("sandbox: user+pid+net+mount namespaces, tmpfs 1 MiB, "), layers
     assert "no capabilities, Landlock ABI" in layers
     assert report["processes"] == ["ok", [1, ["1"]], ""]  # it sees only itself
+    assert report["capabilities"] == ["ok", ["0" * 16, "0" * 16], ""]  # effective, bounding
     written = report["fill the folder"]
     assert isinstance(written, list)
     assert written[1] <= 2**20  # the folder's total is capped
@@ -345,3 +359,19 @@ def test_as_an_unprivileged_user_without_user_namespaces_the_sandbox_refuses(
     assert refused.startswith("sandbox: no user namespace for the child (Operation not permitted)")
     assert "sysctl -w kernel.unprivileged_userns_clone=1" in refused
     assert refused.endswith("--weak-sandbox (or MINT_RL_WEAK_SANDBOX=1)")
+
+
+def test_as_an_unprivileged_user_a_run_records_its_layers(unprivileged: tuple[Path, Path]) -> None:
+    code, world = unprivileged
+    run = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+         "-m", "mathrl", *CODE_RUN, "--log-dir", str(world / "run")],
+        capture_output=True, text=True, cwd=world, timeout=300, check=False,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(code), "HOME": str(world),
+             "TMPDIR": str(world)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    line = run.stderr.splitlines()[0]
+    assert line.startswith("mathrl: sandbox: user+pid+net+mount namespaces, tmpfs 1 MiB, "), line
+    [record] = json.loads((world / "run" / "config.json").read_text())["preflight"]
+    assert record["line"] == line.removeprefix("mathrl: ")
