@@ -579,6 +579,31 @@ def test_the_child_sees_only_its_own_process(
     assert box.run(source).results == ([1, ["1"]],)
 
 
+def test_a_process_the_child_starts_ends_with_it(box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where nothing stops it from starting one (no hook, no seccomp: any machine but x86-64,
+    # with --weak-sandbox), a process it starts dies with its pid namespace.
+    kernel = kernel_layers()
+    assert kernel is not None
+    use_layers("kernel", monkeypatch)
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, seccomp=None))
+    monkeypatch.setattr(sandbox, "_REQUIRE_ALL", [True])
+    sandbox.allow_missing_layers()
+    marker = "30.0123"
+    source = (
+        "import os\n"
+        "def f():\n"
+        "    if os.fork() == 0:\n"
+        "        os.setsid()  # out of the process group the trainer kills\n"
+        f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n"
+        "    return 'spawned'\n"
+    )
+    assert box.run(source, limits=replace(FAST, processes=8)).results == ("spawned",)
+    time.sleep(0.2)  # the kernel kills the namespace's processes as its process 1 ends
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            assert marker.encode() not in (entry / "cmdline").read_bytes(), entry
+
+
 @pytest.mark.parametrize("which", ["both", "kernel"])
 def test_the_child_has_no_capabilities_and_none_to_gain(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
