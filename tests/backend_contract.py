@@ -17,6 +17,7 @@ import pytest
 
 from mathrl.backend import Backend, BackendError, SampleParams
 from mathrl.grpo import build_datum
+from mathrl.losses import Loss
 from mathrl.tasks.addition import FEWSHOT, AdditionProblem
 
 
@@ -88,6 +89,16 @@ async def _check(backend: Backend) -> None:
     assert losses[1] != pytest.approx(losses[0], rel=1e-6)  # training did move the weights
     with pytest.raises(BackendError):
         await (await backend.submit_load_state(state + "-missing"))
+
+    # Every loss of mathrl.losses trains, from the same state; the clipped ones say how much
+    # they clipped. At ratio 1 (the weights that sampled) they all start with the same slope.
+    for loss in (Loss("ppo"), Loss("ppo", 0.9, 1.1), Loss("cispo"), Loss("dro", beta=0.1)):
+        await (await backend.submit_load_state(state))
+        result = await (await backend.submit_train_step(datums_D, 1e-3, loss))
+        assert math.isfinite(result.loss)
+        if loss.clips and "clipped:frac" in result.metrics:
+            assert 0.0 <= result.metrics["clipped:frac"] <= 1.0
+    await (await backend.submit_load_state(state))
 
     # Misuse the service refuses.
     good = datums_D[0]

@@ -37,6 +37,7 @@ from tinker import types
 
 from mathrl.backend import BackendError, SampleParams
 from mathrl.grpo import Datum
+from mathrl.losses import LOSSES, Loss
 from mathrl_fakes import (
     ByteTokenizer,
     CallLog,
@@ -55,6 +56,7 @@ IMPORTANCE_SAMPLING_INPUTS = {
     "logprobs": "float32",
     "advantages": "float32",
 }
+CLIPS = {"clip_low_threshold", "clip_high_threshold"}
 HANG_POINTS = ("connect", "create_lora_training_client", "create_sampling_client", "get_tokenizer")
 
 
@@ -169,6 +171,8 @@ class FakeMintServer:
         self.release = threading.Event()
         self.sampling_params: list[types.SamplingParams] = []
         """Every SamplingParams received, in order."""
+        self.loss_fn_configs: list[tuple[str, dict[str, float] | None]] = []
+        """Every forward_backward's loss_fn and loss_fn_config, in order."""
         self.tokenizer = FakeHFTokenizer()
         self.states: set[str] = set()
         """Names save_state has used."""
@@ -259,22 +263,45 @@ class FakeMintServer:
         )
 
     def forward_backward(
-        self, data: list[types.Datum], loss_fn: str
+        self,
+        data: list[types.Datum],
+        loss_fn: str,
+        loss_fn_config: Mapping[str, float] | None = None,
     ) -> types.ForwardBackwardOutput:
         if loss_fn not in get_args(types.LossFnType):
             raise refused(f"unknown loss_fn {loss_fn!r}")
-        if loss_fn != "importance_sampling":
-            raise refused(f"the fake implements only importance_sampling (got {loss_fn!r})")
+        if loss_fn not in LOSSES:
+            raise refused(f"the fake implements only {', '.join(LOSSES)} (got {loss_fn!r})")
+        self.loss_fn_configs.append(
+            (loss_fn, None if loss_fn_config is None else dict(loss_fn_config))
+        )
+        loss = self._loss(loss_fn, loss_fn_config or {})
         if not data:
             raise refused("forward_backward needs at least one datum")
         datums_D = [self._datum(i, d) for i, d in enumerate(data)]
         model = self.engine.model
         try:
-            loss = model.forward_backward(datums_D)
+            metrics = model.forward_backward(datums_D, loss)
         except BackendError as exc:
             raise refused(str(exc)) from None
         outputs = [{"logprobs": types.TensorData(model.logprobs(d), "float32")} for d in datums_D]
-        return types.ForwardBackwardOutput("ArrayRecord", outputs, {"loss:sum": loss})
+        return types.ForwardBackwardOutput("ArrayRecord", outputs, metrics)
+
+    @staticmethod
+    def _loss(name: str, config: Mapping[str, float]) -> Loss:
+        """The loss `name` with the service's settings: unknown keys are refused."""
+        keys = {"ppo": CLIPS, "cispo": CLIPS, "dro": {"beta"}}.get(name, set())
+        if not set(config) <= keys:
+            raise refused(f"loss_fn_config for {name} takes {sorted(keys)} (got {sorted(config)})")
+        try:
+            return Loss(
+                name,  # type: ignore[arg-type]  # checked against LOSSES above
+                config.get("clip_low_threshold"),
+                config.get("clip_high_threshold"),
+                config.get("beta"),
+            )
+        except ValueError as exc:
+            raise refused(str(exc)) from None
 
     def _datum(self, index: int, datum: types.Datum) -> Datum:
         if not isinstance(datum, types.Datum):
@@ -432,14 +459,18 @@ class FakeTrainingClient:
         self, data: list[types.Datum], loss_fn: str, loss_fn_config: dict[str, float] | None = None
     ) -> FakeAPIFuture[types.ForwardBackwardOutput]:
         return self.server.run_now(
-            "forward_backward", len(data), lambda: self.server.forward_backward(data, loss_fn)
+            "forward_backward",
+            len(data),
+            lambda: self.server.forward_backward(data, loss_fn, loss_fn_config),
         )
 
     async def forward_backward_async(
         self, data: list[types.Datum], loss_fn: str, loss_fn_config: dict[str, float] | None = None
     ) -> FakeAPIFuture[types.ForwardBackwardOutput]:
         return self.server.submit(
-            "forward_backward", len(data), lambda: self.server.forward_backward(data, loss_fn)
+            "forward_backward",
+            len(data),
+            lambda: self.server.forward_backward(data, loss_fn, loss_fn_config),
         )
 
     def optim_step(self, adam_params: types.AdamParams) -> FakeAPIFuture[types.OptimStepResponse]:

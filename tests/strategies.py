@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from mathrl.cli.settings import SETTINGS
 from mathrl.config import MAX_SEED, TrainConfig
+from mathrl.losses import Loss
 from mathrl.tasks.addition import OPERAND_MAX, AdditionProblem
 
 operands = st.integers(min_value=0, max_value=OPERAND_MAX)
@@ -157,3 +158,23 @@ messages = st.lists(
     max_size=4,
 )
 """A conversation: one to four turns of any text."""
+
+
+logprobs = st.floats(min_value=-12.0, max_value=0.0)
+"""A token's logprob under a policy: from nearly impossible to certain."""
+
+advantages = st.floats(min_value=-10.0, max_value=10.0)
+"""A token's advantage."""
+
+clip_pairs = st.tuples(st.floats(0.0, 1.0), st.floats(1.0, 10.0))
+"""(clip_low, clip_high) thresholds of the ratio."""
+
+losses = st.one_of(
+    st.just(Loss()),
+    st.builds(Loss, st.sampled_from(["ppo", "cispo"]), st.floats(0.0, 1.0), st.floats(1.0, 10.0)),
+    st.builds(Loss, st.just("dro"), beta=st.floats(0.0, 1.0)),
+)
+"""Any loss of `mathrl.losses`, with any valid settings."""
+
+scales = st.sampled_from(["none", "group", "batch"])
+"""How advantages are scaled."""

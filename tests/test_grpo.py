@@ -7,10 +7,19 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import assume, given
+from hypothesis import strategies as st
 
 import strategies as st_
 from mathrl.backend import check_datums, check_train_step
-from mathrl.grpo import Datum, build_datum, episode_datum, group_advantages, is_constant_group
+from mathrl.grpo import (
+    Datum,
+    build_datum,
+    episode_datum,
+    group_advantages,
+    is_constant_group,
+    minibatches,
+    step_advantages,
+)
 
 
 @given(st_.reward_groups)
@@ -207,3 +216,87 @@ def test_built_datums_pass_the_service_checks(
         short = replace(datum, **{name: getattr(datum, name)[:-1]})
         with pytest.raises(ValueError, match=f"{name}={len(getattr(datum, name)) - 1}"):
             check_datums([short], vocab_size=None)
+
+
+# --- reward scaling and minibatches --------------------------------------------------------
+
+
+@given(st.lists(st_.reward_groups, min_size=1, max_size=6))
+def test_no_scaling_is_the_group_mean_baseline_of_before(rewards_P_G: list[list[float]]) -> None:
+    assert step_advantages(rewards_P_G, "none") == [group_advantages(g) for g in rewards_P_G]
+
+
+@given(st.lists(st_.reward_groups, min_size=1, max_size=6), st_.scales)
+def test_scaled_advantages_keep_sign_and_zero_out_constant_groups(
+    rewards_P_G: list[list[float]], scale: str
+) -> None:
+    plain, scaled = step_advantages(rewards_P_G, "none"), step_advantages(rewards_P_G, scale)
+    for rewards_G, plain_G, scaled_G in zip(rewards_P_G, plain, scaled, strict=True):
+        if is_constant_group(rewards_G):
+            assert scaled_G == [0.0] * len(rewards_G)
+        for p, s in zip(plain_G, scaled_G, strict=True):
+            assert (p > 0) == (s > 0)
+            assert (p < 0) == (s < 0)
+
+
+@given(st.lists(st_.reward_groups, min_size=1, max_size=6))
+def test_near_zero_spread_never_makes_huge_advantages(rewards_P_G: list[list[float]]) -> None:
+    # |r - mean| <= s (G - 1) / sqrt(G) for the sample std s, and s / (s + eps) < 1; the batch
+    # bound doubles it, since a group's mean is within the batch's range.
+    for rewards_G, adv_G in zip(rewards_P_G, step_advantages(rewards_P_G, "group"), strict=True):
+        g = len(rewards_G)
+        assert all(abs(a) <= (g - 1) / math.sqrt(g) + 1e-9 for a in adv_G)
+    n = sum(map(len, rewards_P_G))
+    batch = step_advantages(rewards_P_G, "batch")
+    assert all(abs(a) <= 2 * (n - 1) / math.sqrt(n) + 1e-9 for adv_G in batch for a in adv_G)
+
+
+def test_a_tiny_spread_gives_tiny_advantages_not_unit_ones() -> None:
+    # Rewards 1 and 1 + 2e-12: each is 1e-12 from the mean; their sample std is 1.41e-12, far
+    # below eps = 1e-4, so each advantage is about 1e-12 / 1e-4 = 1e-8, not +-0.7.
+    [[a, b]] = step_advantages([[1.0, 1.0 + 2e-12]], "group")
+    assert abs(a) < 1e-7
+    assert abs(b) < 1e-7
+
+
+def test_worked_example_of_the_three_scales() -> None:
+    # One right answer in a group of 4: mean 0.25, centred [0.75, -0.25, -0.25, -0.25].
+    # Sample std: sqrt((0.5625 + 3 * 0.0625) / 3) = sqrt(0.25) = 0.5; plus eps 1e-4 -> 0.5001.
+    rewards = [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
+    none, group, batch = (step_advantages(rewards, s) for s in ("none", "group", "batch"))
+    assert none[0] == [0.75, -0.25, -0.25, -0.25]
+    assert group[0] == pytest.approx(
+        [0.75 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001]
+    )
+    # Second group: mean 0.5, centred +-0.5, std sqrt(4 * 0.25 / 3) = 0.57735.
+    assert group[1] == pytest.approx(
+        [0.5 / 0.57745, 0.5 / 0.57745, -0.5 / 0.57745, -0.5 / 0.57745], rel=1e-4
+    )
+    # The batch of 8: three 1s, mean 0.375, std sqrt((3 * 0.390625 + 5 * 0.140625) / 7) = 0.51755.
+    assert batch[0][0] == pytest.approx(0.75 / 0.51765, rel=1e-4)
+
+
+def test_an_unknown_scale_is_refused() -> None:
+    with pytest.raises(ValueError, match="scale must be one of none, group, batch"):
+        step_advantages([[0.0, 1.0]], "std")
+
+
+@given(st.lists(st.integers(), max_size=40), st.integers(1, 12))
+def test_minibatches_keep_every_datum_in_order_in_near_equal_runs(
+    items: list[int], count: int
+) -> None:
+    datums = [build_datum([1], [t % 250], [-0.5], 1.0) for t in items]
+    runs = minibatches(datums, count)  # type: ignore[arg-type]  # build_datum never None here
+    assert [d for run in runs for d in run] == datums
+    assert len(runs) == min(count, len(datums))
+    sizes = [len(run) for run in runs]
+    assert sizes == sorted(sizes, reverse=True)
+    assert not sizes or sizes[0] - sizes[-1] <= 1
+
+
+def test_worked_example_of_minibatches() -> None:
+    # 7 datums in 3 minibatches: 7 = 3 + 2 + 2.
+    datums = [build_datum([1], [t], [-0.5], 1.0) for t in range(7)]
+    assert [len(run) for run in minibatches(datums, 3)] == [3, 2, 2]  # type: ignore[arg-type]  # never None
+    with pytest.raises(ValueError, match="count must be at least 1"):
+        minibatches(datums, 0)  # type: ignore[arg-type]  # never None

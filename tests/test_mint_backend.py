@@ -313,8 +313,10 @@ class NoLossTraining:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def forward_backward_async(self, data: Any, loss_fn: Any) -> Awaitable[Any]:
-        future = await self.inner.forward_backward_async(data, loss_fn)
+    async def forward_backward_async(
+        self, data: Any, loss_fn: Any, loss_fn_config: Any = None
+    ) -> Awaitable[Any]:
+        future = await self.inner.forward_backward_async(data, loss_fn, loss_fn_config)
 
         async def without_loss() -> types.ForwardBackwardOutput:
             output = await future

@@ -23,6 +23,7 @@ from mathrl.backend import BackendError, SampleParams
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import run_grpo, run_grpo_async
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.report import Checkpoint, Observer, RunResult, StepMetrics
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetriesExhausted, RetryPolicy
@@ -380,11 +381,13 @@ class SlowToSubmit:
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
-    async def submit_train_step(self, datums_D: list[Datum], learning_rate: float) -> object:
+    async def submit_train_step(
+        self, datums_D: list[Datum], learning_rate: float, loss: Loss = IMPORTANCE_SAMPLING
+    ) -> object:
         self.sent += 1
         if self.sent == 1:
             await asyncio.sleep(5.0)
-        return await self.inner.submit_train_step(datums_D, learning_rate)
+        return await self.inner.submit_train_step(datums_D, learning_rate, loss)
 
 
 def test_a_submission_past_its_deadline_ends_the_run_rather_than_risk_a_double_step(

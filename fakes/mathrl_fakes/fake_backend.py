@@ -34,6 +34,7 @@ from mathrl.backend import (
 )
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.resolved import Task, as_task
 from mathrl_fakes.model import FakeModel, UnknownPrompts, parse_weights
 from mathrl_fakes.policy import VOCAB_SIZE, ByteTokenizer
@@ -120,7 +121,7 @@ class FakeBackend(ServiceCalls):
     # -- the Backend protocol ----------------------------------------------
 
     async def submit_train_step(
-        self, datums_D: Sequence[Datum], learning_rate: float
+        self, datums_D: Sequence[Datum], learning_rate: float, loss: Loss = IMPORTANCE_SAMPLING
     ) -> Awaitable[TrainResult]:
         check_train_step(datums_D, learning_rate, VOCAB_SIZE)  # before anything is submitted
         datums = list(datums_D)
@@ -128,7 +129,7 @@ class FakeBackend(ServiceCalls):
         fault, u_half = self._draw(len(self.log.calls), training=True)
         forward = self.training_call(
             "forward_backward",
-            lambda: self.model.forward_backward(datums),
+            lambda: self.model.forward_backward(datums, loss),
             size=len(datums),
             drawn=fault if u_half < 0.5 else "",
         )
@@ -140,21 +141,23 @@ class FakeBackend(ServiceCalls):
 
         async def both() -> TrainResult:
             # Wait on both, so a failure of one never leaves the other unobserved.
-            loss, stepped = await asyncio.gather(forward, step, return_exceptions=True)
-            for outcome in (loss, stepped):
+            metrics, stepped = await asyncio.gather(forward, step, return_exceptions=True)
+            for outcome in (metrics, stepped):
                 if isinstance(outcome, BaseException):
                     raise outcome
-            assert isinstance(loss, float)
-            return TrainResult(loss=loss, metrics={"loss:sum": loss})
+            assert isinstance(metrics, dict)
+            return TrainResult(loss=metrics["loss:sum"], metrics=metrics)
 
         return asyncio.ensure_future(both())
 
-    async def submit_forward_backward(self, datums_D: Sequence[Datum]) -> Awaitable[float]:
-        """forward_backward alone (beyond the protocol): accumulate the gradient."""
+    async def submit_forward_backward(
+        self, datums_D: Sequence[Datum], loss: Loss = IMPORTANCE_SAMPLING
+    ) -> Awaitable[dict[str, float]]:
+        """forward_backward alone (beyond the protocol): accumulate the gradient; its metrics."""
         check_datums(datums_D, VOCAB_SIZE)
         datums = list(datums_D)
         return self.training_call(
-            "forward_backward", lambda: self.model.forward_backward(datums), size=len(datums)
+            "forward_backward", lambda: self.model.forward_backward(datums, loss), size=len(datums)
         )
 
     async def submit_optim_step(self, learning_rate: float) -> Awaitable[None]:

@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 from mathrl.adapter import Response
 from mathrl.backend import BackendError, Completion, SampleParams
 from mathrl.grpo import Datum
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss
 from mathrl.rewards import response_of
 from mathrl_fakes.policy import (
     POSITIONS,
@@ -227,10 +228,15 @@ class FakeModel:
             for at, token in zip(self.positions_of(datum), datum.target_tokens, strict=True)
         ]
 
-    def forward_backward(self, datums_D: Sequence[Datum]) -> float:
-        """Importance-sampling loss; its gradient accumulates until optim_step."""
+    def forward_backward(
+        self, datums_D: Sequence[Datum], loss_fn: Loss = IMPORTANCE_SAMPLING
+    ) -> dict[str, float]:
+        """`loss_fn` summed over every token (`mathrl.losses.token_loss`); its gradient
+        accumulates until optim_step. Returns the metrics the service reports: `loss:sum`,
+        and for ppo and cispo `clipped:frac`, the share of tokens with an advantage
+        (the completions' tokens) whose ratio the clip bound."""
         grad = list(self.pending_grad or [0.0] * len(self.theta))
-        loss = 0.0
+        loss, clipped, scored = 0.0, 0, 0
         for datum in datums_D:
             for at, token, sampled_lp, adv in zip(
                 self.positions_of(datum),
@@ -239,16 +245,22 @@ class FakeModel:
                 datum.advantages,
                 strict=True,
             ):
-                if adv == 0.0:
+                if adv == 0.0 and loss_fn.name != "dro":
                     continue  # contributes exactly 0 to the loss and its gradient
-                ratio = math.exp(logprob(self.theta, at, token) - sampled_lp)
-                loss -= ratio * adv
+                scored += adv != 0.0
+                lp = logprob(self.theta, at, token)
+                term = token_loss(loss_fn, lp, sampled_lp, adv)
+                loss += term.loss
+                clipped += term.clipped
                 if at.target is not None and at.learnable:
                     p = math.exp(logprob(self.theta, at, at.target))
                     dlogp_dlogit = (1.0 if token == at.target else 0.0) - p
-                    grad[at.position] -= ratio * adv * dlogp_dlogit * WIDTH
+                    grad[at.position] += term.gradient * dlogp_dlogit * WIDTH
         self.pending_grad = grad
-        return loss
+        metrics = {"loss:sum": loss}
+        if loss_fn.clips:
+            metrics["clipped:frac"] = clipped / scored if scored else 0.0
+        return metrics
 
     def optim_step(self, lr: float) -> None:
         """One Adam step on the accumulated gradient, which it then clears."""

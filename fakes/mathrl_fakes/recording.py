@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from mathrl.backend import Backend, Completion, SampleParams, Sampler, Tokenizer, TrainResult
 from mathrl.grpo import Datum
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 
 
 @dataclass
@@ -32,6 +33,8 @@ class RecordingBackend:
         self.inner = inner
         self.samples: list[SampleCall] = []
         self.trained: list[list[Datum]] = []
+        self.losses: list[Loss] = []
+        """The loss of each train step."""
         self.train_submitted_at: list[float] = []
         """The event loop's time at each train step's submission."""
 
@@ -40,11 +43,12 @@ class RecordingBackend:
         return self.inner.tokenizer
 
     async def submit_train_step(
-        self, datums_D: Sequence[Datum], learning_rate: float
+        self, datums_D: Sequence[Datum], learning_rate: float, loss: Loss = IMPORTANCE_SAMPLING
     ) -> Awaitable[TrainResult]:
         self.trained.append(list(datums_D))
+        self.losses.append(loss)
         self.train_submitted_at.append(asyncio.get_running_loop().time())
-        return await self.inner.submit_train_step(datums_D, learning_rate)
+        return await self.inner.submit_train_step(datums_D, learning_rate, loss)
 
     async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
         return await self.inner.submit_save_for_sampler(name)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from mathrl.adapter import Message
 from mathrl.grpo import Datum
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 
 
 class BackendError(Exception):
@@ -153,10 +154,12 @@ class Backend(Protocol):
       submitted, so `submit_train_step(...)` immediately followed by
       `submit_save_for_sampler(...)` saves the trained weights, and both cost
       a single round trip together.
-    - **Training.** `submit_train_step` runs the importance-sampling loss
-      (`loss = -sum_t exp(logp_theta_t - logprobs_t) * advantages_t`, summed
-      over tokens and datums) as forward_backward, then one Adam step at
-      `learning_rate` as optim_step, submitted back to back. It raises
+    - **Training.** `submit_train_step` runs `loss` (by default the
+      importance-sampling loss, `loss = -sum_t exp(logp_theta_t - logprobs_t)
+      * advantages_t`, summed over tokens and datums; the others are in
+      `mathrl.losses`) as forward_backward, then one Adam step at
+      `learning_rate` as optim_step, submitted back to back. Its result's
+      metrics hold `loss:sum`, and what else the service reports. It raises
       `ValueError` at submission for misuse the service would refuse: no
       datums, a datum whose inputs disagree in length (the message names the
       lengths), token ids outside the vocabulary, or a learning rate that is
@@ -185,9 +188,9 @@ class Backend(Protocol):
     def tokenizer(self) -> Tokenizer: ...
 
     async def submit_train_step(
-        self, datums_D: Sequence[Datum], learning_rate: float
+        self, datums_D: Sequence[Datum], learning_rate: float, loss: Loss = IMPORTANCE_SAMPLING
     ) -> Awaitable[TrainResult]:
-        """Submit forward_backward then optim_step; await the result for both."""
+        """Submit forward_backward (with `loss`) then optim_step; await the result for both."""
         ...
 
     async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:

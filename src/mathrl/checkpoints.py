@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from mathrl.config import TrainConfig
+from mathrl.losses import IMPORTANCE_SAMPLING
 from mathrl.resolved import Task
 
 P = TypeVar("P")
@@ -48,6 +49,9 @@ def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
     options = sorted(task.chat_template_options.items())
     if options or task.mask_truncated or config.mask_truncated:  # settings added later
         settings += (options, task.mask_truncated or config.mask_truncated)
+    algorithm = (config.loss_fn, config.scale_rewards, config.substeps)
+    if algorithm != (IMPORTANCE_SAMPLING, "none", 1):  # added later still: only when changed
+        settings += algorithm
     return hashlib.blake2b(repr(settings).encode(), digest_size=4).hexdigest()
 
 

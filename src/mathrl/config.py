@@ -14,10 +14,12 @@ line's business (`mathrl.cli.settings`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from mathrl.grpo import SCALES
+from mathrl.losses import DEFAULT_CLIPS, LOSSES, Loss
 from mathrl.tasks import BUILT_IN
 
 DEFAULT_BASE_URL = "https://mint.macaron.xin"
@@ -69,6 +71,12 @@ RULES: dict[str, Rule] = {
     "save_every": int_in(1, 1_000_000),
     "mask_truncated": Rule("true or false", lambda v: isinstance(v, bool)),
     "weak_sandbox": Rule("true or false", lambda v: isinstance(v, bool)),
+    "loss": Rule(f"one of {', '.join(LOSSES)}", lambda s: s in LOSSES),
+    "clip_low": number_in(0, 1),
+    "clip_high": number_in(1, 100),
+    "dro_beta": number_in(0, 100),
+    "scale_rewards": Rule(f"one of {', '.join(SCALES)}", lambda s: s in SCALES),
+    "substeps": int_in(1, 64),
     "adapter": Rule(
         f"{', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask",
         lambda s: s in BUILT_IN or (0 < len(s) <= 500 and s.count(":") == 1),
@@ -117,10 +125,30 @@ class TrainConfig:
     """Save the full training state (weights and optimizer) every this many steps."""
     mask_truncated: bool = False
     """Train on no completion that ran into the token limit (its reward still counts)."""
+    loss: str = "importance_sampling"
+    """The policy-gradient loss (`mathrl.losses`): importance_sampling, ppo, cispo or dro."""
+    clip_low: float | None = None
+    """ppo and cispo: the lower bound of the importance ratio; None: the loss's default."""
+    clip_high: float | None = None
+    """ppo and cispo: the upper bound of the importance ratio; None: the loss's default."""
+    dro_beta: float | None = None
+    """dro: the weight of its quadratic penalty; None: the loss's default (0.05)."""
+    scale_rewards: str = "none"
+    """Advantages: reward minus group mean, divided by the group's reward std ("group", as
+    GRPO), the step's ("batch"), or not at all ("none", as Dr. GRPO: the default)."""
+    substeps: int = 1
+    """Minibatches each step's datums are split into, each its own forward_backward and
+    optim_step."""
 
     def __post_init__(self) -> None:
         _check_fields(self, "TrainConfig")
         check_step_size(self.batch, self.group, "TrainConfig.batch", "TrainConfig.group")
+        check_loss({f: getattr(self, f) for f in LOSS_FIELDS}, lambda name: f"TrainConfig.{name}")
+
+    @property
+    def loss_fn(self) -> Loss:
+        """The loss and its settings, as the backends take them."""
+        return Loss(self.loss, self.clip_low, self.clip_high, self.dro_beta)  # type: ignore[arg-type]  # checked by RULES
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +202,21 @@ def _check_fields(obj: Any, owner: str) -> None:
         value = getattr(obj, f.name)
         if rule is not None and value is not None and not rule.check(value):
             raise ConfigError(f"{owner}.{f.name} must be {rule.requirement} (got {value!r})")
+
+
+LOSS_FIELDS = ("loss", "clip_low", "clip_high", "dro_beta")
+
+
+def check_loss(values: Mapping[str, Any], source: Callable[[str], str]) -> None:
+    """Refuse loss settings (`LOSS_FIELDS`, by name) that do not apply to the loss chosen,
+    naming both sources."""
+    loss = values.get("loss", "importance_sampling")
+    chosen = f"{source('loss')} {loss}"
+    clipped = tuple(DEFAULT_CLIPS)
+    for name, applies in (("clip_low", clipped), ("clip_high", clipped), ("dro_beta", ("dro",))):
+        if values.get(name) is not None and loss not in applies:
+            losses = " or ".join(applies)
+            raise ConfigError(f"{source(name)} applies to the {losses} loss only (got {chosen})")
 
 
 def check_step_size(batch: int, group: int, batch_source: str, group_source: str) -> None:

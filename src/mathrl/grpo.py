@@ -46,6 +46,67 @@ def is_constant_group(rewards_G: Sequence[float]) -> bool:
     return all(r == rewards_G[0] for r in rewards_G)
 
 
+SCALES = ("none", "group", "batch")
+"""How advantages are scaled (`step_advantages`)."""
+STD_EPSILON = 1e-4
+"""Added to a standard deviation before dividing by it, as TRL does: a near-constant group
+cannot blow its advantages up."""
+
+
+def step_advantages(
+    rewards_P_G: Sequence[Sequence[float]], scale: str = "none"
+) -> list[list[float]]:
+    """Each reward minus its group's mean, divided by a standard deviation per `scale`.
+
+    - "none" (the default; Dr. GRPO's choice, and mathrl's since its start): no division.
+    - "group" (GRPO as DeepSeekMath wrote it): by the group's sample standard deviation
+      plus STD_EPSILON, so every |advantage| < (G - 1) / sqrt(G) for a group of G.
+    - "batch" (TRL's `scale_rewards="batch"`): by the sample standard deviation of every
+      reward of the step plus STD_EPSILON; every |advantage| < 2 (N - 1) / sqrt(N) for N
+      rewards in all.
+
+    A constant group's advantages stay exactly 0.0, whatever the scale.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SCALES)} (got {scale!r})")
+    centred_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
+    if scale == "none":
+        return centred_P_G
+    if scale == "batch":
+        every = [r for rewards_G in rewards_P_G for r in rewards_G]
+        stds_P = [_sample_std(every)] * len(rewards_P_G)
+    else:
+        stds_P = [_sample_std(rewards_G) for rewards_G in rewards_P_G]
+    return [
+        [a / (std + STD_EPSILON) for a in centred_G]
+        for centred_G, std in zip(centred_P_G, stds_P, strict=True)
+    ]
+
+
+def _sample_std(values: Sequence[float]) -> float:
+    """The sample standard deviation (n - 1 in the denominator); 0.0 for fewer than two."""
+    if len(values) < 2 or is_constant_group(values):
+        return 0.0
+    n = len(values)
+    mean = math.fsum(v / n for v in values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def minibatches(datums_D: Sequence[Datum], count: int) -> list[list[Datum]]:
+    """`datums_D` in order, split into min(count, len(datums_D)) runs of near-equal size
+    (the first ones one longer where they cannot all be equal)."""
+    if count < 1:
+        raise ValueError(f"count must be at least 1 (got {count})")
+    k = min(count, len(datums_D))
+    size, extra = divmod(len(datums_D), k) if k else (0, 0)
+    out, start = [], 0
+    for i in range(k):
+        end = start + size + (i < extra)
+        out.append(list(datums_D[start:end]))
+        start = end
+    return out
+
+
 def group_advantages(rewards_G: Sequence[float]) -> list[float]:
     """Return each reward minus the group mean (GRPO without std scaling).
 

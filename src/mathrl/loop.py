@@ -42,6 +42,7 @@ from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetr
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
 from mathrl.rollout import Rollout, logged_groups, rollout, step_metrics
+from mathrl.step import submit_update
 from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
@@ -220,7 +221,7 @@ class _Run(Generic[P]):
         training = sampler = state = None
         if batch.datums_D:
             # Back to back: the saves land after the update, in one round trip.
-            training = await self.backend.submit_train_step(batch.datums_D, self.config.lr)
+            training = await submit_update(self.backend, batch.datums_D, self.config)
             sampler = await self._save(step, "sampler")
         if last or step % self.config.save_every == 0:
             state = await self._save(step, "state")

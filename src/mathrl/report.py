@@ -40,6 +40,8 @@ class StepMetrics:
     """Each named reward part's mean over the step's completions (none: rewards are numbers)."""
     truncated: int = 0
     """Completions that ran into the token limit."""
+    mean_abs_advantage: float = 0.0
+    """The mean |advantage| of the episodes trained on (0.0 when none was)."""
 
     @property
     def groups_kept(self) -> int:

@@ -26,7 +26,7 @@ from mathrl.adapter import Prompt, Response
 from mathrl.backend import SampleParams, Sampler, Tokenizer, TrainResult
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Player, all_or_none
-from mathrl.grpo import Datum, group_advantages, is_constant_group
+from mathrl.grpo import Datum, is_constant_group, step_advantages
 from mathrl.report import Sample, SampleGroup, StepMetrics
 from mathrl.resolved import Task
 from mathrl.workers import Workers, borrowed
@@ -178,7 +178,7 @@ def scored(
 ) -> Rollout:
     """Advantages and datums for one step's scored episodes: `grpo_step`'s steps 3 and 4."""
     rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
-    advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
+    advantages_P_G = step_advantages(rewards_P_G, config.scale_rewards)
     responses_P_G = [[e.final for e in episodes_G] for episodes_G in episodes_P_G]
     trained_P_G = trained(task, config, responses_P_G)
     datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G, trained_P_G)
@@ -244,4 +244,19 @@ def step_metrics(
         truncated=sum(
             r.ended == "length" for responses_G in batch.responses_P_G for r in responses_G
         ),
+        mean_abs_advantage=mean_abs_advantage(batch),
     )
+
+
+def mean_abs_advantage(batch: Rollout) -> float:
+    """The mean |advantage| of the episodes of non-constant groups that were trained on."""
+    kept = [
+        abs(a)
+        for rewards_G, advantages_G, trained_G in zip(
+            batch.rewards_P_G, batch.advantages_P_G, batch.trained_P_G, strict=True
+        )
+        if not is_constant_group(rewards_G)
+        for a, t in zip(advantages_G, trained_G, strict=True)
+        if t
+    ]
+    return math.fsum(kept) / len(kept) if kept else 0.0

@@ -11,6 +11,8 @@ it; the tests hold both to the serial reference loop in
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -18,7 +20,7 @@ from mathrl.backend import Backend, Sampler, TrainResult
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.episodes import Player
-from mathrl.grpo import Datum, group_advantages
+from mathrl.grpo import Datum, minibatches, step_advantages
 from mathrl.resolved import Task
 from mathrl.rollout import datums_of, play_groups, prompt_tokens, trained
 from mathrl.workers import Workers, borrowed
@@ -63,17 +65,47 @@ async def grpo_step(
     with borrowed(workers) as pool:
         player = Player(tokenizer, sampler, task, pool)
         episodes_P_G = await play_groups(player, config, step, problems_P, prompts_P, prompts_P_T)
-    # 3. Each episode's advantage: its reward minus its group's mean.
+    # 3. Each episode's advantage: its reward minus its group's mean (divided by a standard
+    #    deviation with --scale-rewards group or batch).
     rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
-    advantages_P_G = [group_advantages(rewards_G) for rewards_G in rewards_P_G]
+    advantages_P_G = step_advantages(rewards_P_G, config.scale_rewards)
     # 4. A datum per episode (prompt and environment tokens weigh 0), dropping groups of equal
     #    rewards (and, if asked, episodes whose last turn was cut off at the token limit).
     trained_P_G = trained(task, config, [[e.final for e in g] for g in episodes_P_G])
     datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G, trained_P_G)
     if not datums_D:
         return StepOutcome(rewards_P_G, datums_D, None, None)
-    # 5. forward_backward + optim_step, then save the new weights for the next step's
-    #    sampler: submitted back to back, awaited together.
-    training = await backend.submit_train_step(datums_D, config.lr)
+    # 5. forward_backward (with the configured loss) + optim_step, once per minibatch, then
+    #    save the new weights for the next step's sampler: submitted back to back, awaited
+    #    together.
+    training = await submit_update(backend, datums_D, config)
     saving = await backend.submit_save_for_sampler(checkpoint_name(task, config, step))
     return StepOutcome(rewards_P_G, datums_D, await training, await saving)
+
+
+async def submit_update(
+    backend: Backend, datums_D: Sequence[Datum], config: TrainConfig
+) -> Awaitable[TrainResult]:
+    """Submit forward_backward + optim_step with `config.loss_fn` for each of
+    `config.substeps` minibatches, back to back; one awaitable of their combined result."""
+    submitted = [
+        await backend.submit_train_step(minibatch, config.lr, config.loss_fn)
+        for minibatch in minibatches(datums_D, config.substeps)
+    ]
+    if len(submitted) == 1:
+        return submitted[0]
+
+    async def all_of() -> TrainResult:
+        return combined([await training for training in submitted])
+
+    return asyncio.ensure_future(all_of())
+
+
+def combined(results: Sequence[TrainResult]) -> TrainResult:
+    """Several minibatches' results as one: losses (and `loss:sum`) add up, other metrics
+    are averaged over the minibatches that report them."""
+    metrics: dict[str, float] = {}
+    for key in {key for result in results for key in result.metrics}:
+        values = [result.metrics[key] for result in results if key in result.metrics]
+        metrics[key] = sum(values) if key == "loss:sum" else sum(values) / len(values)
+    return TrainResult(loss=sum(result.loss for result in results), metrics=metrics)

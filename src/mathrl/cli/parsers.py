@@ -55,6 +55,9 @@ DEFAULTS_DECIDED_LATER = {
     "retries": "none: the retry window alone",
     "reward_workers": "one per core",
     "wandb_project": "none: no mirror",
+    "clip_low": "the loss's: 0.8 for ppo, 0 for cispo",
+    "clip_high": "the loss's: 1.2 for ppo, 4 for cispo",
+    "dro_beta": "0.05",
 }
 
 

@@ -35,6 +35,7 @@ def step_record(m: StepMetrics) -> dict[str, Any]:
         "sampler_path": m.sampler_path,
         "reward_parts": dict(m.reward_parts),
         "truncated": m.truncated,
+        "mean_abs_advantage": m.mean_abs_advantage,
     }
 
 

@@ -31,6 +31,7 @@ from mathrl.config import (
     ConfigError,
     Rule,
     TrainConfig,
+    check_loss,
     check_step_size,
     number_in,
 )
@@ -137,6 +138,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("mask_truncated", "--mask-truncated", "MINT_RL_MASK_TRUNCATED",
             "train on no completion cut off at the token limit (its reward still counts)",
             parse_bool),
+    Setting("loss", "--loss", "MINT_RL_LOSS",
+            "the policy-gradient loss: importance_sampling, ppo, cispo or dro", _text),
+    Setting("clip_low", "--clip-low", "MINT_RL_CLIP_LOW",
+            "ppo and cispo: the lower bound of the importance ratio", _float),
+    Setting("clip_high", "--clip-high", "MINT_RL_CLIP_HIGH",
+            "ppo and cispo: the upper bound of the importance ratio", _float),
+    Setting("dro_beta", "--dro-beta", "MINT_RL_DRO_BETA",
+            "dro: the weight of its quadratic penalty", _float),
+    Setting("scale_rewards", "--scale-rewards", "MINT_RL_SCALE_REWARDS",
+            "divide advantages by the reward std of each group, of the batch, or none", _text),
+    Setting("substeps", "--substeps", "MINT_RL_SUBSTEPS",
+            "minibatches per step, each its own forward_backward and optim_step", _int),
     Setting("adapter", "--adapter", "MINT_RL_ADAPTER",
             "the task: a built-in one's name (`python -m mathrl tasks`), or module:Class", _text),
     Setting("base_model", "--base-model", "MINT_BASE_MODEL", "base model to train a LoRA on",
@@ -253,6 +266,7 @@ def build_config(
     check_step_size(
         batch, group, sources.get("batch", "batch (default)"), sources.get("group", "group")
     )
+    check_loss(train, lambda name: sources.get(name, BY_FIELD[name].flag))
     return Config(train=TrainConfig(**train), **run)
 
 

@@ -50,6 +50,7 @@ from mathrl.backend import (  # noqa: E402
 )
 from mathrl.config import DEFAULT_BASE_URL, Config  # noqa: E402
 from mathrl.grpo import Datum  # noqa: E402
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss  # noqa: E402
 from mathrl.service.deadline import run_in_daemon_thread  # noqa: E402
 from mathrl.service.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences  # noqa: E402
 from mathrl.service.probe import probe_service, retryable_status  # noqa: E402
@@ -65,7 +66,6 @@ def sdk_probe(url: str, key: str, timeout: float) -> None:
 
 
 T = TypeVar("T")
-LOSS_FN: types.LossFnType = "importance_sampling"
 
 
 class SamplingClientLike(Protocol):
@@ -82,7 +82,10 @@ class TrainingClientLike(Protocol):
 
     def get_tokenizer(self) -> HFTokenizerLike: ...
     async def forward_backward_async(
-        self, data: list[types.Datum], loss_fn: types.LossFnType
+        self,
+        data: list[types.Datum],
+        loss_fn: types.LossFnType,
+        loss_fn_config: dict[str, float] | None = ...,
     ) -> Awaitable[types.ForwardBackwardOutput]: ...
     async def optim_step_async(
         self, adam_params: types.AdamParams
@@ -177,13 +180,17 @@ class MintBackend:
         return self._tokenizer
 
     async def submit_train_step(
-        self, datums_D: Sequence[Datum], learning_rate: float
+        self, datums_D: Sequence[Datum], learning_rate: float, loss: Loss = IMPORTANCE_SAMPLING
     ) -> Awaitable[TrainResult]:
         check_train_step(datums_D, learning_rate, vocab_size=None)  # the service knows the bound
         data_D = [to_mint_datum(d) for d in datums_D]
+        config = loss.config()
         with service_errors("calling forward_backward", self._secret):
             # Submitted back to back, awaited only after: one clock cycle for both.
-            forward = await self._training.forward_backward_async(data_D, LOSS_FN)
+            if config is None:  # importance_sampling: the call as it always was
+                forward = await self._training.forward_backward_async(data_D, loss.name)
+            else:
+                forward = await self._training.forward_backward_async(data_D, loss.name, config)
         with service_errors("calling optim_step", self._secret):
             step = await self._training.optim_step_async(
                 types.AdamParams(learning_rate=learning_rate)

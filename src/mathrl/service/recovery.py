@@ -36,6 +36,7 @@ from mathrl.backend import (
     TransientBackendError,
 )
 from mathrl.grpo import Datum
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.service.retry import Retrier, RetryingSampler, RetryPolicy, observed
 
 
@@ -88,10 +89,10 @@ class RetryingBackend:
     # -- the training side ------------------------------------------------------
 
     async def submit_train_step(
-        self, datums_D: Sequence[Datum], learning_rate: float
+        self, datums_D: Sequence[Datum], learning_rate: float, loss: Loss = IMPORTANCE_SAMPLING
     ) -> Awaitable[TrainResult]:
         datums = list(datums_D)
-        submit = lambda: self.inner.submit_train_step(datums, learning_rate)  # noqa: E731
+        submit = lambda: self.inner.submit_train_step(datums, learning_rate, loss)  # noqa: E731
         return await self._submit(_Op("forward_backward/optim_step", submit, changes_state=True))
 
     async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:

@@ -1,0 +1,226 @@
+"""The algorithm choices end to end: each loss as the fake computes it and as the SDK gets it,
+substeps, reward scaling, and how the command line takes them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from cli_process import run_main
+from fake_mint import FakeMintServer
+from mathrl.backend import TrainResult
+from mathrl.config import ConfigError, TrainConfig
+from mathrl.grpo import Datum, build_datum
+from mathrl.loop import run_grpo
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss
+from mathrl.service.mint_backend import MintBackend
+from mathrl.tasks.addition import MathAdapter
+from mathrl_fakes import FakeBackend, references_for
+
+LOSSES = [
+    IMPORTANCE_SAMPLING,
+    Loss("ppo", 0.9, 1.1),
+    Loss("cispo", 0.5, 1.5),
+    Loss("dro", beta=0.2),
+]
+
+
+def datums_of(backend: FakeBackend, n: int = 6) -> list[Datum]:
+    """Sampled completions of a few addition prompts, with advantages of both signs."""
+    task = MathAdapter()
+    problems = task.build_dataset(0, 1, n)
+
+    async def go() -> list[Datum]:
+        path = await (await backend.submit_save_for_sampler("start"))
+        sampler = await backend.create_sampler(path)
+        out = []
+        for i, problem in enumerate(problems):
+            prompt_T = backend.tokenizer.encode(task.make_prompt(problem))
+            from mathrl.backend import SampleParams
+
+            [c] = await sampler.sample(prompt_T, 1, SampleParams(8, 1.0, ("\n",), i))
+            datum = build_datum(prompt_T, c.tokens, c.logprobs, (-1.0) ** i * (1 + i / 4))
+            assert datum is not None
+            out.append(datum)
+        return out
+
+    return asyncio.run(go())
+
+
+def fake(tmp_path: Path) -> FakeBackend:
+    task = MathAdapter()
+    references = references_for(task, task.build_dataset(0, 1, 6))
+    return FakeBackend(references, task_name="addition", checkpoint_dir=tmp_path)
+
+
+@pytest.mark.parametrize("loss", LOSSES, ids=lambda loss: loss.name)
+def test_the_fake_trains_with_exactly_the_losses_of_the_core(tmp_path: Path, loss: Loss) -> None:
+    backend = fake(tmp_path)
+    datums = datums_of(backend)
+    model = backend.model
+    # Change the weights first, so the ratios move away from 1 and the clips matter.
+    asyncio.run(_train(backend, datums, 0.5))
+    expected, clipped, scored = 0.0, 0, 0
+    for datum in datums:
+        for lp, q, a in zip(model.logprobs(datum), datum.logprobs, datum.advantages, strict=True):
+            if a == 0.0 and loss.name != "dro":
+                continue
+            term = token_loss(loss, lp, q, a)
+            expected += term.loss
+            clipped += term.clipped
+            scored += a != 0.0
+    result = asyncio.run(_train(backend, datums, 1e-3, loss))
+    assert result.loss == pytest.approx(expected, rel=1e-9)
+    assert result.metrics["loss:sum"] == result.loss
+    if loss.clips:
+        assert result.metrics["clipped:frac"] == pytest.approx(clipped / scored)
+        assert 0 < clipped < scored  # these ratios do reach past the clips
+    else:
+        assert "clipped:frac" not in result.metrics
+
+
+async def _train(
+    backend: FakeBackend, datums: list[Datum], lr: float, loss: Loss = IMPORTANCE_SAMPLING
+) -> TrainResult:
+    return await (await backend.submit_train_step(datums, lr, loss))
+
+
+@pytest.mark.parametrize("loss", LOSSES, ids=lambda loss: loss.name)
+def test_the_mint_backend_sends_the_loss_and_its_config_and_gets_the_same_loss(
+    tmp_path: Path, loss: Loss
+) -> None:
+    task = MathAdapter()
+    server = FakeMintServer(
+        references_for(task, task.build_dataset(0, 1, 6)), checkpoint_dir=tmp_path / "m"
+    )
+    training = server.connect().create_lora_training_client("fake/base")
+    mint = MintBackend(training, training.get_tokenizer())
+    local = fake(tmp_path / "f")
+    datums = datums_of(local)
+    got = asyncio.run(_train(mint, datums, 1e-3, loss))  # type: ignore[arg-type]  # a Backend too
+    assert server.loss_fn_configs == [(loss.name, loss.config())]
+    # The SDK sends logprobs and advantages as float32: the same loss to about 1e-7.
+    assert got.loss == pytest.approx(asyncio.run(_train(local, datums, 1e-3, loss)).loss, rel=1e-6)
+
+
+def test_the_fake_sdk_refuses_a_config_the_loss_does_not_take(tmp_path: Path) -> None:
+    task = MathAdapter()
+    server = FakeMintServer(
+        references_for(task, task.build_dataset(0, 1, 6)), checkpoint_dir=tmp_path
+    )
+    training = server.connect().create_lora_training_client("fake/base")
+    datums = datums_of(fake(tmp_path / "f"))
+    import tinker
+
+    from mathrl.service.mint_backend import to_mint_datum
+
+    data = [to_mint_datum(d) for d in datums]
+    with pytest.raises(tinker.RequestFailedError, match="loss_fn_config for ppo takes"):
+        training.forward_backward(data, "ppo", {"beta": 0.1}).result()
+
+
+@pytest.mark.parametrize("substeps", [1, 3])
+def test_substeps_split_the_step_into_that_many_updates(tmp_path: Path, substeps: int) -> None:
+    task = MathAdapter()
+    config = TrainConfig(steps=2, batch=4, group=4, substeps=substeps, loss="ppo")
+    backend = FakeBackend.for_run(task, config, checkpoint_dir=tmp_path)
+    result = run_grpo(backend, task, config)
+    kinds = backend.log.kinds()
+    trained_steps = sum(m.loss is not None for m in result.steps)
+    updates = sum(min(substeps, m.datums) for m in result.steps)
+    assert kinds.count("forward_backward") == kinds.count("optim_step") == updates
+    assert updates >= trained_steps * min(substeps, 2)
+    # Each update is forward_backward then optim_step, and the save follows the last one.
+    for m in result.steps:
+        assert m.loss is None or math.isfinite(m.loss)
+
+
+def test_the_default_algorithm_keeps_the_checkpoint_names_of_before() -> None:
+    from mathrl.checkpoints import run_fingerprint
+    from mathrl.resolved import as_task
+
+    task = as_task(MathAdapter())
+    base = run_fingerprint(task, TrainConfig())
+    assert (
+        run_fingerprint(
+            task, TrainConfig(loss="importance_sampling", scale_rewards="none", substeps=1)
+        )
+        == base
+    )
+    for changed in (
+        TrainConfig(loss="ppo"),
+        TrainConfig(scale_rewards="group"),
+        TrainConfig(substeps=2),
+    ):
+        assert run_fingerprint(task, changed) != base
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ("--clip-low", "0.9"),
+            "--clip-low applies to the ppo or cispo loss only (got --loss importance_sampling)",
+        ),
+        (
+            ("--loss", "dro", "--clip-high", "2"),
+            "--clip-high applies to the ppo or cispo loss only (got --loss dro)",
+        ),
+        (
+            ("--dro-beta", "0.1", "--loss", "ppo"),
+            "--dro-beta applies to the dro loss only (got --loss ppo)",
+        ),
+        (
+            ("--loss", "reinforce"),
+            "--loss must be one of importance_sampling, ppo, cispo, dro (got 'reinforce')",
+        ),
+        (
+            ("--clip-low", "1.5", "--loss", "ppo"),
+            "--clip-low must be a number >= 0 and <= 1 (got '1.5')",
+        ),
+        (
+            ("--scale-rewards", "std"),
+            "--scale-rewards must be one of none, group, batch (got 'std')",
+        ),
+        (("--substeps", "0"), "--substeps must be an integer from 1 to 64 (got '0')"),
+    ],
+)
+def test_algorithm_settings_that_make_no_sense_are_one_line(
+    tmp_path: Path, flags: tuple[str, ...], message: str
+) -> None:
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "1", *flags)
+    assert done.returncode == 2
+    assert done.stderr == f"mathrl: error: {message}\n"
+
+
+def test_a_run_with_every_choice_records_them_and_learns(tmp_path: Path) -> None:
+    done = run_main(
+        tmp_path, "--backend", "fake", "--steps", "6", "--log-dir", "run", "--loss", "cispo",
+        "--clip-high", "2", "--scale-rewards", "group", "--substeps", "2",
+        MINT_RL_LOSS="ppo",  # the flag wins over the variable
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    settings = json.loads((tmp_path / "run" / "config.json").read_text())["settings"]
+    assert (
+        settings["loss"],
+        settings["clip_high"],
+        settings["scale_rewards"],
+        settings["substeps"],
+    ) == ("cispo", 2.0, "group", 2)
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert all("clipped:frac" in r["backend_metrics"] for r in records if r["loss"] is not None)
+    assert all(r["mean_abs_advantage"] > 0 for r in records if r["datums"])
+    refused = run_main(tmp_path, "--resume", "run", "--loss", "ppo")
+    assert refused.returncode == 2
+    assert "--loss cannot be given with --resume" in refused.stderr
+
+
+def test_a_config_built_by_hand_is_checked_alike() -> None:
+    with pytest.raises(ConfigError, match=r"TrainConfig\.dro_beta applies to the dro loss only"):
+        TrainConfig(dro_beta=0.1)
