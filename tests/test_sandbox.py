@@ -452,6 +452,16 @@ ESCAPES = {  # name: (body of f, which returns 'escaped' if it got out; layers t
         "    return 'escaped'",
         {"kernel"},  # the hook's path checks are a second line: the kernel layers hold
     ),
+    "System V shared memory, which would outlive the call": (
+        "import ctypes\n    libc = ctypes.CDLL(None)\n"
+        "    segment = libc.shmget(0, 1 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600\n"
+        "    return 'escaped' if segment >= 0 else 'refused'",
+        {"hook", "kernel"},
+    ),
+    "leave the process group the trainer kills": (
+        "os.setsid()\n    return 'escaped'",
+        {"hook", "kernel"},
+    ),
     "signal through a pidfd": (
         "import _signal\n    _signal.pidfd_send_signal(os.pidfd_open(os.getppid()), 0)\n"
         "    return 'escaped'",
@@ -532,13 +542,19 @@ def test_files_of_other_users_stay_unreadable(
     assert scores_nothing(outcome, "secret"), outcome
 
 
-@pytest.mark.parametrize("which", ["both", "kernel"])  # reads are not the hook's to stop
+@pytest.mark.parametrize("which", ["both", "kernel", "identity"])  # not the hook's to stop
 def test_the_child_is_never_real_root(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
     # Root's own private file, and a raw block device root owns (another user's files are
     # readable through one): a child with root's uid owned both, capabilities or not.
-    use_layers(which, monkeypatch)
+    # "identity": the kernel layers without Landlock, whose read rules would hide both too.
+    use_layers("kernel" if which == "identity" else which, monkeypatch)
+    if which == "identity":
+        kernel = kernel_layers()
+        assert kernel is not None
+        monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, landlock=None))
+        monkeypatch.setattr(sandbox, "_REQUIRE_ALL", [False])
     private = box.world / "root-only.txt"
     private.write_text("secret")
     private.chmod(0o600)
@@ -548,8 +564,7 @@ def test_the_child_is_never_real_root(
         "    with open(WORLD + '/root-only.txt') as file:\n"
         "        return file.read()\n"
         "def g():\n"
-        "    devices = sorted(os.listdir('/dev'))\n"
-        "    blocks = [d for d in devices if d.startswith(('loop', 'sd', 'vd', 'nvme'))]\n"
+        "    blocks = [f'loop{i}' for i in range(8)] + ['sda', 'vda', 'xvda', 'nvme0n1']\n"
         "    for name in blocks:\n"
         "        try:\n"
         "            os.close(os.open('/dev/' + name, os.O_RDONLY))\n"
@@ -564,6 +579,72 @@ def test_the_child_is_never_real_root(
     assert isinstance(ids, list), ids
     assert 0 not in ids[:3], ids  # uid, euid, gid
     assert ids[3] in ([], [ids[2]]), ids  # no supplementary groups but its own
+
+
+@pytest.mark.parametrize("which", ["both", "kernel"])  # reads are not the hook's to stop
+def test_the_child_reads_nothing_outside_the_system_folders(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    # keep.txt is readable by every user: Landlock alone keeps it (and /etc) from the child.
+    use_layers(which, monkeypatch)
+    source = "def f(path):\n    with open(path) as file:\n        return file.read()\n"
+    paths = [[str(box.world / "keep.txt")], ["/etc/passwd"], ["/usr/lib/os-release"]]
+    outcome = box.run(source, paths)
+    assert outcome.results[:2] == (None, None), outcome
+    assert isinstance(outcome.results[2], str)  # the system folders stay readable
+
+
+def processes_limited_to(open_files: int) -> list[str]:
+    """Processes whose open-file limit is `open_files`: a mark a test gives its sandbox."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if re.search(rf"Max open files\s+{open_files}\s", (entry / "limits").read_text()):
+                found.append(entry.name)
+    return found
+
+
+def test_a_child_that_leaves_its_process_group_still_ends_with_the_call(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel layers alone (no hook): setsid is refused by seccomp, and were it not, the
+    # child dies with its first process, which the trainer stops at the wall-clock limit.
+    use_layers("kernel", monkeypatch)
+    mark = Limits(cpu_seconds=1, wall_seconds=1.0, open_files=57)
+    source = (
+        "import os, time\n"
+        "def f():\n"
+        "    try:\n"
+        "        os.setsid()\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "    time.sleep(30)\n"
+    )
+    assert box.run(source, limits=mark).status == "timeout"
+    time.sleep(0.2)
+    assert processes_limited_to(57) == []
+
+
+def test_a_call_in_flight_ends_when_the_trainer_is_killed(tmp_path: Path) -> None:
+    trainer = subprocess.Popen(
+        [sys.executable, "-c",
+         "from mathrl.tasks.code.sandbox import Limits, call_function\n"
+         "call_function('import time\\ndef f():\\n    time.sleep(60)\\n', 'f', [[]],"
+         " Limits(wall_seconds=60.0, cpu_seconds=60, open_files=58))\n"],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not processes_limited_to(58):  # the child is running
+            assert time.monotonic() < deadline, "the sandbox's child never started"
+            time.sleep(0.05)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    deadline = time.monotonic() + 5
+    while processes_limited_to(58):
+        assert time.monotonic() < deadline, "the child outlived the trainer"
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("which", ["both", "kernel"])

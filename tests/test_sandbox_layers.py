@@ -60,9 +60,9 @@ def strict(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_this_machine_has_every_layer() -> None:
     line = check_layers().describe()
-    who = "uid 65534" if os.geteuid() == 0 else "user+pid+net+mount namespaces"
+    who = "uid 65534" if os.geteuid() == 0 else "user+pid+net+ipc+mount namespaces"
     assert line.startswith(f"sandbox: {who}"), line
-    assert "pid+net+mount namespaces, tmpfs 1 MiB, no capabilities, Landlock ABI " in line
+    assert "pid+net+ipc+mount namespaces, tmpfs 1 MiB, no capabilities, Landlock ABI " in line
     assert line.endswith(", seccomp x86-64" if X86_64 else ""), line
 
 
@@ -135,7 +135,7 @@ def test_the_opt_in_runs_with_what_is_there_and_says_what_is_missing(
     assert run.returncode == 0, run.stderr
     warning = run.stderr.splitlines()[0]
     assert warning.startswith("mathrl: warning: sandbox without "), warning
-    assert "pid, net, mount, tmpfs (--weak-sandbox): " in warning
+    assert "pid, net, ipc, mount, tmpfs (--weak-sandbox): " in warning
     assert "Landlock ABI" in warning  # what could be set up still is
     assert run.stdout.splitlines()[1] == "Step 1: accuracy=75.0%, datums=2"
     [record] = json.loads((folder / "config.json").read_text())["preflight"]
@@ -162,7 +162,7 @@ def test_the_variable_is_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.Monk
 def _layers_but_landlock() -> str:
     who = "uid 65534, " if os.geteuid() == 0 else "user+"
     seccomp = ", seccomp x86-64" if X86_64 else ""
-    return f"{who}pid+net+mount namespaces, tmpfs 1 MiB, no capabilities{seccomp}"
+    return f"{who}pid+net+ipc+mount namespaces, tmpfs 1 MiB, no capabilities{seccomp}"
 
 
 def test_a_run_records_its_layers_on_stderr_and_in_its_folder(tmp_path: Path) -> None:
@@ -196,15 +196,20 @@ except SandboxUnavailable as exc:
     raise SystemExit
 with socket.create_server(("127.0.0.1", 0)) as server:
     port = server.getsockname()[1]
-    for name, source in payloads.items():
-        source = source.replace("WORLD", repr(world)).replace("PORT", str(port))
-        outcome = call_function(source, "f", [[]])
-        report[name] = [outcome.status, outcome.results[0], outcome.detail]
+    for layers in ("both", "kernel"):  # every layer; then the kernel's alone, without the hook
+        sandbox._LAYERS = frozenset({"hook", "kernel"} if layers == "both" else {"kernel"})
+        for name, source in payloads.items():
+            source = source.replace("WORLD", repr(world)).replace("PORT", str(port))
+            outcome = call_function(source, "f", [[]])
+            report[layers + ": " + name] = [outcome.status, outcome.results[0], outcome.detail]
 print(json.dumps(report))
 """
 
 PAYLOADS = {  # each returns 'escaped' if it got out
     "read root's private file": ("def f():\n    return open(WORLD + '/root-only.txt').read()\n"),
+    "read the trainer's own private file": (
+        "def f():\n    return open(WORLD + '/own-private.txt').read()\n"
+    ),
     "read a raw block device": (
         "import os\n"
         "def f():\n"
@@ -238,7 +243,12 @@ PAYLOADS = {  # each returns 'escaped' if it got out
         "    return [line.split()[1] for line in status if line.startswith(('CapEff', 'CapBnd'))]\n"
     ),
     "fork": "import os\ndef f():\n    os.fork()\n    return 'escaped'\n",
-    "import _posixsubprocess": "def f():\n    import _posixsubprocess\n    return 'escaped'\n",
+    "start a process through _posixsubprocess": (
+        "def f():\n"
+        "    import _posixsubprocess, subprocess\n"
+        "    subprocess.run(['/bin/true'], check=True)\n"
+        "    return 'escaped'\n"
+    ),
     "F_SETOWN the trainer": (
         "import fcntl, os\n"
         "def f():\n"
@@ -300,12 +310,14 @@ def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         f"Metadata-Version: 2.1\nName: mathrl\nVersion: {mathrl.__version__}\n"
     )
     world.mkdir()
-    private = world / "root-only.txt"
+    private, own = world / "root-only.txt", world / "own-private.txt"
     private.write_text("secret")
-    private.chmod(0o600)
+    own.write_text("MINT_API_KEY=sk-secret")
     for path in [top, *top.rglob("*")]:
-        if path != private:
-            path.chmod(0o777 if path.is_dir() else 0o644)
+        path.chmod(0o777 if path.is_dir() else 0o644)
+    private.chmod(0o600)
+    own.chmod(0o600)
+    os.chown(own, 65534, 65534)  # the unprivileged trainer's own: only Landlock keeps it
     yield code, world
     shutil.rmtree(top)
 
@@ -331,19 +343,23 @@ def test_as_an_unprivileged_user_every_payload_fails(unprivileged: tuple[Path, P
     assert report["uid"] == 65534
     layers = report["layers"]
     assert isinstance(layers, str)
-    assert layers.startswith("sandbox: user+pid+net+mount namespaces, tmpfs 1 MiB, "), layers
+    assert layers.startswith("sandbox: user+pid+net+ipc+mount namespaces, tmpfs 1 MiB, "), layers
     assert "no capabilities, Landlock ABI" in layers
-    assert report["processes"] == ["ok", [1, ["1"]], ""]  # it sees only itself
-    assert report["capabilities"] == ["ok", ["0" * 16, "0" * 16], ""]  # effective, bounding
-    written = report["fill the folder"]
-    assert isinstance(written, list)
-    assert written[1] <= 2**20  # the folder's total is capped
-    deep = report["a deep tree left behind"]
-    assert isinstance(deep, list)
-    assert deep[0] == "ok"
-    assert deep[1] >= 1000  # past Python's recursion limit, and the trainer survived it
-    for name in PAYLOADS:
-        assert report[name] != ["ok", "escaped", ""], name
+    for layers in ("both", "kernel"):
+        assert report[f"{layers}: processes"] == ["ok", [1, ["1"]], ""]  # it sees only itself
+        capabilities = report[f"{layers}: capabilities"]  # effective, bounding
+        assert capabilities == ["ok", ["0" * 16, "0" * 16], ""]
+        written = report[f"{layers}: fill the folder"]
+        assert isinstance(written, list)
+        assert written[1] <= 2**20  # the folder's total is capped
+        deep = report[f"{layers}: a deep tree left behind"]
+        assert isinstance(deep, list)
+        assert deep[0] == "ok"
+        assert deep[1] >= 1000  # past Python's recursion limit, and the trainer survived it
+        for name in PAYLOADS:
+            got = report[f"{layers}: {name}"]
+            assert isinstance(got, list)
+            assert got[1] not in ("escaped", "secret", "MINT_API_KEY=sk-secret"), (layers, name)
     assert sorted(p.name for p in world.iterdir()) == before  # nothing written outside
     assert not list(world.parent.glob("mathrl-sandbox-*"))  # the trainer cleaned up
 
@@ -372,6 +388,8 @@ def test_as_an_unprivileged_user_a_run_records_its_layers(unprivileged: tuple[Pa
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     line = run.stderr.splitlines()[0]
-    assert line.startswith("mathrl: sandbox: user+pid+net+mount namespaces, tmpfs 1 MiB, "), line
+    assert line.startswith("mathrl: sandbox: user+pid+net+ipc+mount namespaces, tmpfs 1 MiB, "), (
+        line
+    )
     [record] = json.loads((world / "run" / "config.json").read_text())["preflight"]
     assert record["line"] == line.removeprefix("mathrl: ")

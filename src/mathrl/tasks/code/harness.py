@@ -107,7 +107,8 @@ def disarm():
         __import__(name)
     for name in BANNED:  # a banned module built into the interpreter (Debian's _posixsubprocess)
         sys.modules.pop(name, None)  # must be imported again, which the hook sees and refuses
-    names = "mkfifo mknod chroot pidfd_open setpriority nice sched_setscheduler sched_setparam"
+    names = """mkfifo mknod chroot pidfd_open setpriority nice sched_setscheduler sched_setparam
+        setsid setpgid setpgrp"""
     gone = [module.__dict__.pop(name, None) for module in (posix, os) for name in names.split()]
     gone.append(_signal.__dict__.pop("pidfd_send_signal", None))
     for functions in (os.supports_dir_fd, os.supports_fd, os.supports_follow_symlinks):

@@ -42,16 +42,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LAYERS = ("identity", "pid", "net", "mount", "tmpfs", "capabilities", "landlock", "seccomp")
+LAYERS = (
+    "identity", "pid", "net", "ipc", "mount", "tmpfs", "capabilities", "landlock", "seccomp"
+)  # fmt: skip
 """Bit i of a child's layer mask is LAYERS[i]."""
 ALL_LAYERS = (1 << len(LAYERS)) - 1
 NOBODY = 65534
 """The uid and gid a root trainer's child runs as."""
 SETUP_FAILED = 121
 """The exit code of a child that stopped because a required layer failed."""
+READS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+"""System folders the child may read and execute from, besides its interpreter's prefix."""
+READ_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/dev/null", "/dev/zero", "/dev/urandom")
+"""Single files it may read."""
 
-_NEWNS, _NEWUSER, _NEWPID, _NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
+_NEWNS, _NEWUTS, _NEWIPC, _NEWUSER, _NEWPID, _NEWNET = (
+    0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
+)  # fmt: skip
 _NOSUID_NODEV, _NOEXEC, _BIND, _REC, _PRIVATE = 6, 8, 0x1000, 0x4000, 0x40000
+_EXECUTE, _READ_FILE, _READ_DIR = 0x1, 0x4, 0x8  # Landlock's access rights to read
+_STOP: list[int] = []
+"""In the first process of a call: the pid of the child it waits for (see `_stop`)."""
 
 
 def bit(layer: str) -> int:
@@ -65,36 +76,39 @@ class Kernel:
     libc: Any
     root: bool  # the trainer is root: switch the child to NOBODY, no user namespace
     executable: str  # the interpreter the child runs, as a real path
-    exposed: tuple[bytes, bytes] | None  # (folder hiding the interpreter, its prefix)
+    prefix: bytes  # the interpreter's installation (sys.base_prefix), as a real path
+    exposed: bytes | None  # the folder above `prefix` that NOBODY cannot enter, if any
     landlock: tuple[Any, int, int] | None  # ruleset attribute, its size, rights in cwd
     landlock_abi: int
     seccomp: tuple[Any, Any] | None  # sock_fprog, and the program it points at (kept alive)
 
     def enter(
         self, tmpfs: bytes, cpu_seconds: int, strict: bool
-    ) -> None:  # pragma: no cover (child)
-        """Set up every layer in this child, or stop it (`strict`) at the first that fails.
+    ) -> int:  # pragma: no cover (child)
+        """Set up every layer in this child, or stop it (`strict`) at the first that fails;
+        return the layers' mask.
 
-        Writes `sandbox-missing LAYER ERRNO` for each failed step and, last,
-        `sandbox-layers MASK` to fd 2 (the parent's stderr pipe): the child's
-        untrusted code never holds fd 2's pipe, so these lines cannot be forged.
+        Writes `sandbox-missing STEP ERRNO` for each failed step (STEP is a layer, or
+        `layer:detail`) and, last, `sandbox-layers MASK` to fd 2 (the parent's stderr
+        pipe): the child's untrusted code never holds fd 2's pipe, so these lines cannot
+        be forged.
 
-        This, `_expose`, `_map_self` and `_wait_and_exit_alike` run only in the
-        child, between fork and exec, where coverage cannot record them ("no
-        cover (child)"): tests/test_sandbox.py and test_sandbox_layers.py check
-        what each step does, from inside the child and from the trainer.
+        This, `_expose`, `_map_self`, `_stop` and `_wait_and_exit_alike` run only in the
+        child, between fork and exec, where coverage cannot record them ("no cover
+        (child)"): tests/test_sandbox.py and test_sandbox_layers.py check what each step
+        does, from inside the child and from the trainer.
         """
         libc, word = self.libc, ctypes.c_ulong
         done, reachable = 0, self.exposed is None  # can NOBODY run the interpreter?
 
-        def failed(layer: str, errno: int) -> None:
-            os.write(2, b"sandbox-missing %s %d\n" % (layer.encode(), errno))
+        def failed(step: str, errno: int) -> None:
+            os.write(2, b"sandbox-missing %s %d\n" % (step.encode(), errno))
             if strict:
                 os._exit(SETUP_FAILED)
 
-        def call(layer: str, result: int) -> bool:
+        def call(step: str, result: int) -> bool:
             if result != 0:
-                failed(layer, ctypes.get_errno())
+                failed(step, ctypes.get_errno())
             return result == 0
 
         def prctl(option: int, *arguments: Any) -> int:
@@ -104,40 +118,51 @@ class Kernel:
             return int(libc.mount(source, target, kind, word(flags), None))
 
         prctl(1, word(signal.SIGKILL))  # PR_SET_PDEATHSIG: die with the trainer
-        if not self.root and call("identity", libc.unshare(_NEWUSER)):
+        signal.signal(signal.SIGTERM, _stop)  # the trainer's "stop now": see _stop
+        if not self.root and call("identity:userns", libc.unshare(_NEWUSER)):
             try:
                 _map_self()
                 done |= bit("identity")
             except OSError as exc:
-                failed("identity", exc.errno or 0)
-        for layer, flag in (("net", _NEWNET), ("mount", _NEWNS)):
+                failed("identity:map", exc.errno or 0)
+        for layer, flag in (("net", _NEWNET), ("ipc", _NEWIPC | _NEWUTS), ("mount", _NEWNS)):
             if call(layer, libc.unshare(flag)):
                 done |= bit(layer)
         if call("pid", libc.unshare(_NEWPID)):
-            child = os.fork()
-            if child:
-                _wait_and_exit_alike(child, cpu_seconds)  # never returns
-            prctl(1, word(signal.SIGKILL))  # die with it
+            try:
+                child = os.fork()
+            except OSError as exc:
+                failed("pid:fork", exc.errno or 0)
+                child = -1
+            if child > 0:
+                _STOP.append(child)
+                _wait_and_exit_alike(libc, child, cpu_seconds)  # never returns
+            if child == 0:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                prctl(1, word(signal.SIGKILL))  # die with the first process
         if done & bit("mount") and not call("mount", mount(b"none", b"/", None, _REC | _PRIVATE)):
             done &= ~bit("mount")
         if done & bit("mount"):  # else no tmpfs, and /proc stays the host's: their bits stay 0
-            if call("tmpfs", libc.mount(b"tmpfs", b"/tmp", b"tmpfs", word(_NOSUID_NODEV), tmpfs)):
+            over = libc.mount(b"tmpfs", b"/tmp", b"tmpfs", word(_NOSUID_NODEV), tmpfs)
+            if call("tmpfs", over):
                 try:
                     os.chdir(b"/tmp")
                     done |= bit("tmpfs")
                 except OSError as exc:
                     failed("tmpfs", exc.errno or 0)
             if self.root and self.exposed is not None:
-                reachable = self._expose(*self.exposed, failed)
+                reachable = self._expose(self.exposed, self.prefix, failed)
             proc = os.getpid() == 1  # its own /proc, which shows only its own processes
-            if proc and call("pid", mount(b"proc", b"/proc", b"proc", _NOSUID_NODEV | _NOEXEC)):
+            if proc and call(
+                "pid:proc", mount(b"proc", b"/proc", b"proc", _NOSUID_NODEV | _NOEXEC)
+            ):
                 done |= bit("pid")
         capabilities = True
         for capability in (*range(8), *range(9, 64), 8):  # CAP_SETPCAP (8), needed to drop, last
             result = prctl(24, word(capability))  # PR_CAPBSET_DROP
             capabilities &= result == 0 or ctypes.get_errno() == 22  # EINVAL: no such capability
         if self.root and not reachable:  # the weak set-up goes on as root, with no capabilities
-            failed("identity", 13)  # EACCES
+            failed("identity:expose", 13)  # EACCES
         elif self.root:
             try:
                 os.setgroups([])
@@ -145,7 +170,8 @@ class Kernel:
                 os.setresuid(NOBODY, NOBODY, NOBODY)  # clears every capability too
                 done |= bit("identity")
             except OSError as exc:
-                failed("identity", exc.errno or 0)
+                failed("identity:setuid", exc.errno or 0)
+            prctl(1, word(signal.SIGKILL))  # a change of uid cleared the death signal
         if capabilities:
             done |= bit("capabilities")
         else:
@@ -153,23 +179,51 @@ class Kernel:
         no_new_privileges = call("seccomp", prctl(38, word(1)))  # PR_SET_NO_NEW_PRIVS
         if self.landlock is None:
             failed("landlock", 38)  # ENOSYS
-        elif no_new_privileges:
-            attribute, size, rights = self.landlock
-            ruleset = libc.syscall(word(444), attribute, word(size), word(0))
-            if ruleset >= 0:
-                rule = struct.pack("=Qi", rights, os.open(".", os.O_PATH | os.O_CLOEXEC))
-                if (
-                    call("landlock", libc.syscall(word(445), word(ruleset), word(1), rule, word(0)))
-                    and call("landlock", libc.syscall(word(446), word(ruleset), word(0)))
-                ):  # fmt: skip
-                    done |= bit("landlock")
-            else:
-                failed("landlock", ctypes.get_errno())
+        elif no_new_privileges and self._landlock(failed):
+            done |= bit("landlock")
         if self.seccomp is None:
             failed("seccomp", 38)
         elif no_new_privileges and call("seccomp", prctl(22, word(2), self.seccomp[0])):
             done |= bit("seccomp")
         os.write(2, b"sandbox-layers %d\n" % done)
+        return done
+
+    def _landlock(self, failed: Any) -> bool:  # pragma: no cover (child)
+        """Writes only beneath cwd; reads only there, in the system folders and the
+        interpreter's prefix, /proc (its own) and a few files; no TCP, no signals out."""
+        assert self.landlock is not None
+        libc, word = self.libc, ctypes.c_ulong
+        attribute, size, rights = self.landlock
+        ruleset = int(libc.syscall(word(444), attribute, word(size), word(0)))
+        if ruleset < 0:
+            failed("landlock", ctypes.get_errno())
+            return False
+        read = _EXECUTE | _READ_FILE | _READ_DIR
+        allowed = [
+            (b".", rights),
+            (self.prefix, read),
+            *((os.fsencode(p), read) for p in READS),
+            (b"/proc", _READ_FILE | _READ_DIR),
+            *((os.fsencode(p), _READ_FILE) for p in READ_FILES),
+        ]
+        try:
+            for path, access in allowed:
+                try:
+                    where = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:  # a system folder this machine does not have
+                    continue
+                rule = struct.pack("=Qi", access, where)
+                added = libc.syscall(word(445), word(ruleset), word(1), rule, word(0))
+                os.close(where)
+                if added != 0:
+                    failed("landlock", ctypes.get_errno())
+                    return False
+            if libc.syscall(word(446), word(ruleset), word(0)) != 0:
+                failed("landlock", ctypes.get_errno())
+                return False
+            return True
+        finally:
+            os.close(ruleset)
 
     def _expose(self, hider: bytes, prefix: bytes, failed: Any) -> bool:  # pragma: no cover (child)
         """Let NOBODY reach the interpreter's prefix inside `hider` (say /root, mode 700):
@@ -178,26 +232,31 @@ class Kernel:
         try:
             original = os.open(prefix, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
-            failed("identity", exc.errno or 0)
+            failed("identity:expose", exc.errno or 0)
             return False
+        mounted = False
         try:
             if libc.mount(b"tmpfs", hider, b"tmpfs", word(_NOSUID_NODEV), b"size=65536,mode=755"):
-                failed("identity", ctypes.get_errno())
+                failed("identity:expose", ctypes.get_errno())
                 return False
+            mounted = True
             path = hider
             for part in prefix[len(hider) :].strip(b"/").split(b"/"):
                 path += b"/" + part
                 os.mkdir(path, 0o755)
             source = b"/proc/self/fd/%d" % original
             if libc.mount(source, prefix, None, word(_BIND | _REC), None):
-                failed("identity", ctypes.get_errno())
+                failed("identity:expose", ctypes.get_errno())
                 return False
+            mounted = False  # done: keep it
             return True
         except OSError as exc:
-            failed("identity", exc.errno or 0)
+            failed("identity:expose", exc.errno or 0)
             return False
         finally:
             os.close(original)
+            if mounted:  # half done: put `hider` back as it was, for the weak set-up
+                libc.umount2(hider, 2)  # MNT_DETACH
 
 
 def _map_self() -> None:  # pragma: no cover (child)
@@ -212,22 +271,41 @@ def _map_self() -> None:  # pragma: no cover (child)
             os.close(fd)
 
 
-def _wait_and_exit_alike(child: int, cpu_seconds: int) -> None:  # pragma: no cover (child)
+def _stop(signum: int, frame: object) -> None:  # pragma: no cover (child)
+    """SIGTERM in the first process: kill the child (which `_wait_and_exit_alike` then
+    reaps and mirrors), or end at once if there is none yet. The trainer stops a call
+    this way, so the child is always reaped by its own parent, never left to a trainer
+    that is process 1 of a container."""
+    if _STOP:
+        os.kill(_STOP[0], signal.SIGKILL)  # not reaped yet, so this pid is still the child's
+    else:
+        os._exit(128 + signum)
+
+
+def _wait_and_exit_alike(
+    libc: Any, child: int, cpu_seconds: int
+) -> None:  # pragma: no cover (child)
     """The first process, outside the pid namespace: hold nothing, wait, end as `child` did.
 
     As process 1 of its namespace the child ignores SIGXCPU, so the CPU limit
     ends it with the hard limit's SIGKILL; that is reported as SIGXCPU here.
     """
-    code = SETUP_FAILED
+    word, code = ctypes.c_ulong, SETUP_FAILED
     try:
-        os.closerange(0, 2**16)  # its pipes and the trainer's descriptors: the child's alone
+        # Its pipes and the trainer's descriptors are the child's alone: close them all.
+        if libc.syscall(word(436), word(0), word(0xFFFFFFFF), word(0)) != 0:  # close_range
+            os.closerange(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        libc.prctl(4, word(0), word(0), word(0), word(0))  # PR_SET_DUMPABLE: never a core
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         _, status, usage = os.wait4(child, 0)
         if os.WIFEXITED(status):
             code = os.WEXITSTATUS(status)
         else:
             number = os.WTERMSIG(status)
-            if number == signal.SIGKILL and usage.ru_utime + usage.ru_stime >= cpu_seconds:
+            # Nothing else here sends SIGKILL (the trainer's own kill is known to it), and the
+            # usage reported falls short of the limit by up to a few percent: half will do.
+            spent = usage.ru_utime + usage.ru_stime
+            if number == signal.SIGKILL and spent >= 0.5 * cpu_seconds:
                 number = signal.SIGXCPU
             code = 128 + number
             with contextlib.suppress(OSError, ValueError):
@@ -238,13 +316,12 @@ def _wait_and_exit_alike(child: int, cpu_seconds: int) -> None:  # pragma: no co
         os._exit(code)
 
 
-def _exposed(prefix: str) -> tuple[bytes, bytes] | None:
-    """The topmost folder above `prefix` that other users cannot enter, if any, and `prefix`."""
-    path = Path(prefix)
-    for folder in reversed(path.parents):
+def _exposed(prefix: str) -> bytes | None:
+    """The topmost folder above `prefix` that other users cannot enter, if any."""
+    for folder in reversed(Path(prefix).parents):
         with contextlib.suppress(OSError):
             if not folder.stat().st_mode & 0o001:
-                return os.fsencode(folder), os.fsencode(path)
+                return os.fsencode(folder)
     return None
 
 
@@ -255,11 +332,11 @@ def kernel_layers() -> Kernel | None:
     libc, word = ctypes.CDLL(None, use_errno=True), ctypes.c_ulong
     abi = int(libc.syscall(word(444), None, word(0), word(1)))  # Landlock's ABI version, or -1
     landlock = None
-    if abi >= 1:  # handle writes, makes, removes (+ refer, truncate, device ioctl), TCP, scopes
-        handled = 0x1FF2 | 0x2000 * (abi >= 2) | 0x4000 * (abi >= 3) | 0x8000 * (abi >= 5)
+    if abi >= 1:  # handle reads, writes, makes, removes (+ refer, truncate, ioctl), TCP, scopes
+        handled = 0x1FFF | 0x2000 * (abi >= 2) | 0x4000 * (abi >= 3) | 0x8000 * (abi >= 5)
         size = 8 if abi < 4 else 16 if abi < 6 else 24
         attribute = ctypes.create_string_buffer(struct.pack("=QQQ", handled, 3, 3)[:size], size)
-        landlock = (attribute, size, 0x1B2 | 0x4000 * (abi >= 3))  # cwd: files and folders
+        landlock = (attribute, size, 0x1BE | 0x4000 * (abi >= 3))  # cwd: read, write, make
     seccomp = None
     if platform.machine() == "x86_64":
         program = ctypes.create_string_buffer(SECCOMP, len(SECCOMP))
@@ -267,8 +344,11 @@ def kernel_layers() -> Kernel | None:
         seccomp = (ctypes.create_string_buffer(header, len(header)), program)
     root = os.geteuid() == 0
     executable = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-    exposed = _exposed(os.path.realpath(sys.base_prefix)) if root else None
-    return Kernel(libc, root, executable, exposed, landlock, max(abi, 0), seccomp)
+    prefix = os.path.realpath(sys.base_prefix)
+    exposed = _exposed(prefix) if root else None
+    return Kernel(
+        libc, root, executable, os.fsencode(prefix), exposed, landlock, max(abi, 0), seccomp
+    )
 
 
 def seccomp_program(denied: Sequence[int]) -> bytes:
@@ -304,9 +384,12 @@ SECCOMP = seccomp_program(
     # fchmodat(2) chown fchown lchown fchownat utime utimes futimesat utimensat (l/f)setxattr
     # (l/f)removexattr setxattrat removexattrat mount umount2 unshare setns chroot setpriority
     # bpf userfaultfd perf_event_open add_key request_key keyctl, and the new mount API:
-    # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr
+    # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr; setsid setpgid (out
+    # of the process group the trainer kills); System V and POSIX IPC: shmget shmat shmctl
+    # shmdt semget semop semctl semtimedop msgget msgsnd msgrcv msgctl mq_open ... mq_getsetattr
     (57, 58, 322, 62, 200, 234, 129, 297, 424, 434, 438, 101, 310, 311, 41, 53, 425, 133, 259,
      90, 91, 268, 452, 92, 93, 94, 260, 132, 235, 261, 280, 188, 189, 190, 197, 198, 199, 463,
      466, 165, 166, 272, 308, 161, 141, 321, 323, 298, 248, 249, 250,
-     428, 429, 430, 431, 432, 433, 442)
+     428, 429, 430, 431, 432, 433, 442, 112, 109,
+     29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245)
 )  # fmt: skip

@@ -69,6 +69,8 @@ too much output; crashed: the child ended without a result (exit, signal, out of
 
 _LAYERS = frozenset({"hook", "kernel"})
 """The optional layers in force. Tests narrow it to show that each layer holds on its own."""
+STOP_SECONDS = 2.0
+"""How long a stopped call's first process may take to kill and reap its child."""
 _REQUIRE_ALL = [True]
 """Whether a kernel layer that cannot be set up stops the call (see allow_missing_layers)."""
 WEAK_SANDBOX_VARIABLE = "MINT_RL_WEAK_SANDBOX"
@@ -159,6 +161,8 @@ def _call(
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"inputs must hold JSON values only, got {exc}") from None
     kernel = kernel_layers() if "kernel" in _LAYERS else None
+    if kernel is None and "kernel" in _LAYERS and strict:
+        raise SandboxError(f"sandbox: the kernel layers need Linux, not {sys.platform}")
     workdir = tempfile.mkdtemp(prefix="mathrl-sandbox-")
     try:
         if kernel is not None and kernel.root:  # its own folder, should no tmpfs cover it
@@ -170,6 +174,8 @@ def _call(
             preexec_fn=_confine(limits, kernel, strict),
         ) as child:  # fmt: skip
             outcome, setup = _collect(child, request, len(inputs), limits)
+    except subprocess.SubprocessError as exc:  # the set-up raised before exec (a failed fork)
+        raise SandboxError(f"sandbox: the child could not be set up ({exc})") from None
     finally:
         remove_tree(workdir)
     if strict and kernel is not None and setup.missing:
@@ -191,19 +197,32 @@ class Setup:
         return _advice(*[*self.missing, *unreported, ("", 0)][0], kernel)
 
 
-def _advice(layer: str, errno: int, kernel: Kernel) -> str:
+def _advice(step: str, errno: int, kernel: Kernel) -> str:
+    """What a failed set-up step (`layer` or `layer:detail`) means, and how to get it."""
     why = f" ({os.strerror(errno)})" if errno else ""
     unprivileged = (
         "unprivileged user namespaces are disabled: sysctl -w kernel.unprivileged_userns_clone=1 "
         "and user.max_user_namespaces=10000 (on Ubuntu also "
         "kernel.apparmor_restrict_unprivileged_userns=0), or run as root"
     )
+    container = (
+        "in a container, allow unshare and mount (for Docker: --cap-add SYS_ADMIN "
+        "--security-opt seccomp=unconfined --security-opt apparmor=unconfined "
+        "--security-opt systempaths=unconfined)"
+    )
+    layer = step.split(":")[0]
     advice = {
-        "identity": (
-            f"cannot run the child as uid {NOBODY} with {kernel.executable}{why}: "
-            "the interpreter must be readable by other users"
-            if kernel.root
-            else f"no user namespace for the child{why}: {unprivileged}"
+        "identity:userns": f"no user namespace for the child{why}: {unprivileged}",
+        "identity:map": f"cannot map the child's uid in its user namespace{why}",
+        "identity:expose": (
+            f"cannot let uid {NOBODY} reach the interpreter {kernel.executable}{why}: install "
+            "Python where other users can read it"
+        ),
+        "identity:setuid": f"cannot switch the child to uid {NOBODY}{why}",
+        "pid:fork": f"cannot start the child in its pid namespace{why}",
+        "pid:proc": (
+            f"cannot mount /proc for the child's pid namespace{why}: /proc must not be "
+            "partly hidden (for Docker: --security-opt systempaths=unconfined)"
         ),
         "landlock": (
             f"Landlock is off{why}: Linux >= 5.13 with landlock in the lsm= boot parameter"
@@ -215,12 +234,9 @@ def _advice(layer: str, errno: int, kernel: Kernel) -> str:
         ),
         "capabilities": f"cannot drop the child's capabilities{why}",
         "tmpfs": f"cannot mount a tmpfs as the child's folder{why}",
-        "pid": f"no pid namespace with its own /proc for the child{why}",
-    }.get(layer, f"no {layer} namespace for the child{why}")
-    if layer in ("net", "mount", "pid") and not kernel.root and errno == 1:  # EPERM
-        advice += f"; {unprivileged}"
-    elif layer in ("net", "mount", "pid", "tmpfs") and errno == 1:
-        advice += "; in a container, allow unshare and mount (for example Docker's --privileged)"
+    }.get(step, f"no {layer} namespace for the child{why}")
+    if layer in ("net", "ipc", "mount", "pid", "tmpfs") and ":" not in step and errno == 1:
+        advice += f"; {unprivileged if not kernel.root else container}"
     return advice
 
 
@@ -238,10 +254,10 @@ class Layers:
         return self.setup.mask == ALL_LAYERS
 
     def describe(self) -> str:
-        """One line, e.g. "sandbox: uid 65534, pid+net+mount namespaces, tmpfs 1 MiB, no
+        """One line, e.g. "sandbox: uid 65534, pid+net+ipc+mount namespaces, tmpfs 1 MiB, no
         capabilities, Landlock ABI 7, seccomp x86-64"; a warning naming what is missing."""
         mask, parts = self.setup.mask, []
-        namespaces = [name for name in ("pid", "net", "mount") if mask & bit(name)]
+        namespaces = [name for name in ("pid", "net", "ipc", "mount") if mask & bit(name)]
         if mask & bit("identity") and not self.root:
             namespaces.insert(0, "user")
         if mask & bit("identity") and self.root:
@@ -411,13 +427,26 @@ def _collect(
                             selector.unregister(stdin)
                             child.stdin.close()
         finally:  # kill before reaping: until then neither its pid nor its group id is reused
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(OSError):
-                    kill(child.pid, signal.SIGKILL)
-            child.wait()
+            _stop(child, _setup(streams[child.stderr.fileno()])[0])
     stdout, stderr = streams.values()
     setup, stderr = _setup(stderr)
     return _outcome(stdout, stderr, child.returncode, killed, n, limits), setup
+
+
+def _stop(child: subprocess.Popen[bytes], setup: Setup) -> None:
+    """End the call's processes and reap the first. With a pid namespace, SIGTERM asks the
+    first process (trusted: the trainer's fork) to kill the child and reap it, so nothing is
+    left for a trainer that is process 1 of a container to reap; SIGKILL to the process
+    group, then, for whatever did not end."""
+    if setup.mask & bit("pid"):
+        with contextlib.suppress(OSError):
+            os.kill(child.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=STOP_SECONDS)
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(OSError):
+            kill(child.pid, signal.SIGKILL)
+    child.wait()
 
 
 def _setup(stderr: bytes) -> tuple[Setup, bytes]:
@@ -426,10 +455,10 @@ def _setup(stderr: bytes) -> tuple[Setup, bytes]:
     while stderr.startswith(b"sandbox-"):
         line, _, stderr = stderr.partition(b"\n")
         what, _, value = line.rpartition(b" ")
-        if what == b"sandbox-layers":
+        if what == b"sandbox-layers" and value.isdigit():
             mask = int(value)
-        elif what.startswith(b"sandbox-missing "):
-            missing.append((what.split()[1].decode(), int(value)))
+        elif what.startswith(b"sandbox-missing ") and value.isdigit():
+            missing.append((what.split()[1].decode(errors="replace"), int(value)))
     return Setup(mask, tuple(missing)), stderr
 
 
@@ -473,22 +502,26 @@ def _confine(limits: Limits, kernel: Kernel | None, strict: bool) -> Callable[[]
             soft, hard = min(soft, ceiling), min(hard, ceiling)
         return what, (soft, hard)
 
-    rlimits = [  # address space last: the ones before it must not need new memory
-        pair(resource.RLIMIT_CORE, 0, 0),
-        pair(resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
-        pair(resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
-        pair(resource.RLIMIT_NPROC, limits.processes, limits.processes),
-        pair(resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1),
-        pair(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
-    ]
+    def rlimits(cpu_hard: int) -> list[tuple[int, tuple[int, int]]]:
+        return [  # address space last: the ones before it must not need new memory
+            pair(resource.RLIMIT_CORE, 0, 0),
+            pair(resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
+            pair(resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
+            pair(resource.RLIMIT_NPROC, limits.processes, limits.processes),
+            pair(resource.RLIMIT_CPU, limits.cpu_seconds, cpu_hard),
+            pair(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
+        ]
+
+    # Process 1 of a pid namespace ignores SIGXCPU, so there the hard limit is the limit (its
+    # first process reports the SIGKILL as SIGXCPU); elsewhere SIGXCPU comes first.
+    as_process_1, otherwise = rlimits(limits.cpu_seconds), rlimits(limits.cpu_seconds + 1)
     tmpfs = b"size=%d,nr_inodes=1024,mode=700" % limits.file_bytes
     if kernel is not None and kernel.root:
         tmpfs += b",uid=%d,gid=%d" % (NOBODY, NOBODY)
 
     def confine() -> None:  # pragma: no cover (child: see Kernel.enter)
-        if kernel is not None:
-            kernel.enter(tmpfs, limits.cpu_seconds, strict)
-        for what, values in rlimits:
+        layers = kernel.enter(tmpfs, limits.cpu_seconds, strict) if kernel is not None else 0
+        for what, values in as_process_1 if layers & bit("pid") else otherwise:
             resource.setrlimit(what, values)
 
     return confine
