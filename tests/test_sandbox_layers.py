@@ -36,7 +36,7 @@ from mathrl.tasks.code.sandbox import (
 )
 
 REFUSE = str(Path(__file__).with_name("refuse_syscalls.py"))
-UNSHARE, LANDLOCK_CREATE_RULESET = 272, 444
+UNSHARE, LANDLOCK_CREATE_RULESET, MOUNT, SETRESUID = 272, 444, 165, 117
 X86_64 = platform.machine() == "x86_64"
 CODE_RUN = (
     "--backend",
@@ -103,6 +103,14 @@ needs_x86_64 = pytest.mark.skipif(not X86_64, reason="refuse_syscalls.py filters
     [
         (UNSHARE, "no net namespace for the child (Operation not permitted)"),
         (LANDLOCK_CREATE_RULESET, "Landlock is off"),
+        (MOUNT, "no mount namespace for the child (Operation not permitted); in a container"),
+        pytest.param(
+            SETRESUID,
+            "cannot switch the child to uid 65534 (Operation not permitted)",
+            marks=pytest.mark.skipif(
+                os.geteuid() != 0, reason="only root switches the child's uid"
+            ),
+        ),
     ],
 )
 def test_a_run_refuses_to_start_without_a_layer(tmp_path: Path, refused: int, says: str) -> None:
