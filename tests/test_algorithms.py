@@ -19,7 +19,7 @@ from mathrl.loop import run_grpo
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss
 from mathrl.service.mint_backend import MintBackend
 from mathrl.tasks.addition import MathAdapter
-from mathrl_fakes import FakeBackend, references_for
+from mathrl_fakes import FakeBackend, RecordingBackend, references_for
 
 LOSSES = [
     IMPORTANCE_SAMPLING,
@@ -224,3 +224,23 @@ def test_a_run_with_every_choice_records_them_and_learns(tmp_path: Path) -> None
 def test_a_config_built_by_hand_is_checked_alike() -> None:
     with pytest.raises(ConfigError, match=r"TrainConfig\.dro_beta applies to the dro loss only"):
         TrainConfig(dro_beta=0.1)
+
+
+@pytest.mark.parametrize("off_policy", [0, 1])
+def test_fill_batch_is_deterministic_and_works_off_policy(tmp_path: Path, off_policy: int) -> None:
+    task = MathAdapter()
+    config = TrainConfig(
+        steps=5, batch=6, group=4, fill_batch=True, max_steps_off_policy=off_policy
+    )
+
+    def trained(folder: str) -> tuple[list[list[Datum]], list[int]]:
+        backend = RecordingBackend(
+            FakeBackend.for_run(task, config, checkpoint_dir=tmp_path / folder)
+        )
+        result = run_grpo(backend, task, config)
+        return backend.trained, [m.groups for m in result.steps]
+
+    first, drawn = trained("a")
+    assert trained("b") == (first, drawn)  # the same problems, samples and datums
+    assert all(config.batch <= n <= 4 * config.batch for n in drawn)
+    assert max(drawn) > config.batch  # some steps did draw more

@@ -16,10 +16,10 @@ import strategies as st_
 from cli_process import fresh_interpreters
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
-from mathrl.grpo import Datum
+from mathrl.grpo import Datum, is_constant_group
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
-from mathrl.rollout import Rollout, request_seed, rollout, sample_params
+from mathrl.rollout import FILL_BATCH_CAP, Rollout, request_seed, rollout, sample_params
 from mathrl.step import StepOutcome, grpo_step
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
@@ -91,19 +91,35 @@ def test_datums_are_the_non_empty_completions_of_non_constant_groups(
             assert len(next(trained)) == expected
 
 
+ALGORITHMS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "fill-batch": {"fill_batch": True},
+    "ppo, group scaling, 3 substeps": {"loss": "ppo", "scale_rewards": "group", "substeps": 3},
+    "cispo, fill-batch": {"loss": "cispo", "clip_high": 2.0, "fill_batch": True},
+}
+
+
 @pytest.mark.parametrize("seed", [0, 7])
-def test_the_loop_matches_the_reference_loop(fake_backend_factory: FakeFactory, seed: int) -> None:
-    config = TrainConfig(steps=6, seed=seed, batch=8, group=4)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_loop_matches_the_reference_loop(
+    fake_backend_factory: FakeFactory, seed: int, algorithm: str
+) -> None:
+    config = TrainConfig(steps=6, seed=seed, batch=8, group=4, **ALGORITHMS[algorithm])
     recorder = RecordingBackend(fake_backend_factory(seed=seed))
     run_grpo(recorder, MathAdapter(), config)
-    reference = asyncio.run(reference_run(fake_backend_factory(seed=seed), MathAdapter(), config))
-    assert [d for d in reference if d] == recorder.trained
-    assert sum(map(len, reference)) > 0
+    reference = RecordingBackend(fake_backend_factory(seed=seed))
+    by_step = asyncio.run(reference_run(reference, MathAdapter(), config))
+    assert reference.trained == recorder.trained  # every minibatch, in order
+    assert reference.losses == recorder.losses == [config.loss_fn] * len(recorder.trained)
+    assert sum(map(len, by_step)) > 0
 
 
 @pytest.mark.parametrize("seed", [0, 7])
-def test_grpo_step_is_the_reference_step(fake_backend_factory: FakeFactory, seed: int) -> None:
-    config = TrainConfig(steps=6, seed=seed, batch=8, group=4)
+@pytest.mark.parametrize("fill_batch", [False, True])
+def test_grpo_step_is_the_reference_step(
+    fake_backend_factory: FakeFactory, seed: int, fill_batch: bool
+) -> None:
+    config = TrainConfig(steps=6, seed=seed, batch=8, group=4, fill_batch=fill_batch)
     task = as_task(MathAdapter())
 
     async def by_grpo_step(backend: FakeBackend) -> list[list[Datum]]:
@@ -114,8 +130,16 @@ def test_grpo_step_is_the_reference_step(fake_backend_factory: FakeFactory, seed
                 backend, await backend.create_sampler(path), task, config, step
             )
             datums_by_step.append(outcome.datums_D)
-            # Exact-match rewards, one list per problem, one reward per sample.
-            assert [len(r) for r in outcome.rewards_P_G] == [config.group] * config.batch
+            # Exact-match rewards, one list per problem, one reward per sample; with fill_batch
+            # as many problems as it took to find `batch` groups that teach something.
+            informative = sum(not is_constant_group(r) for r in outcome.rewards_P_G)
+            drawn = len(outcome.rewards_P_G)
+            assert {len(r) for r in outcome.rewards_P_G} == {config.group}
+            if fill_batch:
+                assert informative == config.batch or drawn == FILL_BATCH_CAP * config.batch
+                assert drawn >= config.batch
+            else:
+                assert drawn == config.batch
             assert {r for rewards_G in outcome.rewards_P_G for r in rewards_G} <= {0.0, 1.0}
             assert (
                 (outcome.result is None) == (outcome.sampler_path is None) == (not outcome.datums_D)

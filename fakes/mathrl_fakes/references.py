@@ -15,7 +15,7 @@ from mathrl.adapter import Adapter, Response
 from mathrl.config import TrainConfig
 from mathrl.resolved import Task, as_task, prompt_key
 from mathrl.rewards import TaskError
-from mathrl.rollout import prompt_tokens
+from mathrl.rollout import prompt_tokens, step_problems
 from mathrl_fakes.policy import ByteTokenizer
 
 P = TypeVar("P")
@@ -88,7 +88,7 @@ def run_problems(task: Adapter[P] | Task[P], config: TrainConfig) -> list[P]:
     resolved = as_task(task)
     problems: list[P] = []
     for step in range(1, config.steps + 1):
-        problems += resolved.adapter.build_dataset(config.seed, step, config.batch)
+        problems += step_problems(resolved, config, step)
     return problems + resolved.heldout(config.seed, config.eval_problems)
 
 
@@ -114,9 +114,9 @@ class StepReferences:
         reach = self._first_step + requests // self._config.batch + LOOKAHEAD
         if self.next_step > min(self._config.steps, reach):
             return None
-        seed, step, size = self._config.seed, self.next_step, self._config.batch
-        problems = self._task.adapter.build_dataset(seed, step, size)
-        again = self._task.adapter.build_dataset(seed, step, size)
+        seed, step = self._config.seed, self.next_step
+        problems = step_problems(self._task, self._config, step)
+        again = step_problems(self._task, self._config, step)
         if [prompt_key(self._task.adapter.make_prompt(p)) for p in problems] != [
             prompt_key(self._task.adapter.make_prompt(p)) for p in again
         ]:

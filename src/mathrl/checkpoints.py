@@ -49,8 +49,8 @@ def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
     options = sorted(task.chat_template_options.items())
     if options or task.mask_truncated or config.mask_truncated:  # settings added later
         settings += (options, task.mask_truncated or config.mask_truncated)
-    algorithm = (config.loss_fn, config.scale_rewards, config.substeps)
-    if algorithm != (IMPORTANCE_SAMPLING, "none", 1):  # added later still: only when changed
+    algorithm = (config.loss_fn, config.scale_rewards, config.substeps, config.fill_batch)
+    if algorithm != (IMPORTANCE_SAMPLING, "none", 1, False):  # added later: only when changed
         settings += algorithm
     return hashlib.blake2b(repr(settings).encode(), digest_size=4).hexdigest()
 

@@ -77,6 +77,7 @@ RULES: dict[str, Rule] = {
     "dro_beta": number_in(0, 100),
     "scale_rewards": Rule(f"one of {', '.join(SCALES)}", lambda s: s in SCALES),
     "substeps": int_in(1, 64),
+    "fill_batch": Rule("true or false", lambda v: isinstance(v, bool)),
     "adapter": Rule(
         f"{', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask",
         lambda s: s in BUILT_IN or (0 < len(s) <= 500 and s.count(":") == 1),
@@ -139,6 +140,9 @@ class TrainConfig:
     substeps: int = 1
     """Minibatches each step's datums are split into, each its own forward_backward and
     optim_step."""
+    fill_batch: bool = False
+    """Draw more problems until `batch` groups have unequal rewards (DAPO's dynamic
+    sampling), up to `mathrl.rollout.FILL_BATCH_CAP` x `batch` problems a step."""
 
     def __post_init__(self) -> None:
         _check_fields(self, "TrainConfig")

@@ -202,8 +202,8 @@ class _Run(Generic[P]):
         total, done = self.config.batch * self.config.group, [0]
 
         def progress(n: int) -> None:
-            done[0] += n
-            self.obs.on_sampled(step, done[0], total)
+            done[0] += n  # with fill_batch, more than the first round's total: a full bar
+            self.obs.on_sampled(step, min(done[0], total), total)
 
         async def go() -> Rollout:
             self.obs.on_phase(step, "sampling")

@@ -128,19 +128,20 @@ async def play_groups(
     *,
     size: int | None = None,
     greedy: bool = False,
+    first: int = 0,
 ) -> list[list[Episode]]:
     """A group of `size` (`config.group`) episodes per problem of step `step`, all at once.
 
-    Each problem's first request has its own seed (`request_seed`), and each
-    later turn its own (`turn_seed`), so a retried or resumed request draws
-    the same samples.
+    Each problem's first request has its own seed (`request_seed`, by its index in the
+    step: `first` is the first one's), and each later turn its own (`turn_seed`), so a
+    retried or resumed request draws the same samples.
     """
     task = player.task
     return await all_or_none(
         [
             player.group(
                 problem, prompt, prompt_T, size or config.group,
-                sample_params(task, config, prompt, request_seed(config.seed, step, p),
+                sample_params(task, config, prompt, request_seed(config.seed, step, first + p),
                               greedy=greedy),
             )
             for p, (problem, prompt, prompt_T) in enumerate(
@@ -148,6 +149,46 @@ async def play_groups(
             )
         ]
     )  # fmt: skip
+
+
+FILL_BATCH_CAP = 4
+"""With `fill_batch`, a step draws at most this many times `batch` problems."""
+
+
+def step_problems(task: Task[P], config: TrainConfig, step: int) -> list[P]:
+    """The problems step `step` may draw, in order: `batch` of them, or with `fill_batch`
+    FILL_BATCH_CAP x `batch`, of which it takes only as many as it needs."""
+    size = config.batch * (FILL_BATCH_CAP if config.fill_batch else 1)
+    return task.adapter.build_dataset(config.seed, step, size)
+
+
+async def play_step(
+    player: Player[P], tokenizer: Tokenizer, config: TrainConfig, step: int
+) -> tuple[list[Prompt], list[list[int]], list[list[Episode]]]:
+    """Step `step`'s prompts, their tokens and a group of episodes for each.
+
+    `batch` problems; with `fill_batch` (DAPO's dynamic sampling), more in rounds, each
+    of as many new problems as groups are missing, until `batch` groups have rewards that
+    are not all equal, or the step's FILL_BATCH_CAP x `batch` problems are spent.
+    """
+    task = player.task
+    pool = step_problems(task, config, step)
+    prompts_P: list[Prompt] = []
+    prompts_P_T: list[list[int]] = []
+    episodes_P_G: list[list[Episode]] = []
+    informative = 0
+    while round_P := pool[len(prompts_P) : len(prompts_P) + config.batch - informative]:
+        prompts = [task.adapter.make_prompt(problem) for problem in round_P]
+        tokens = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts]
+        first = len(prompts_P)
+        episodes = await play_groups(player, config, step, round_P, prompts, tokens, first=first)
+        prompts_P, prompts_P_T, episodes_P_G = (
+            [*prompts_P, *prompts], [*prompts_P_T, *tokens], [*episodes_P_G, *episodes]
+        )  # fmt: skip
+        informative += sum(not is_constant_group([e.reward for e in g]) for g in episodes)
+        if not config.fill_batch:
+            break
+    return prompts_P, prompts_P_T, episodes_P_G
 
 
 async def rollout(
@@ -160,12 +201,9 @@ async def rollout(
     workers: Workers | None = None,
 ) -> Rollout:
     """Everything of step `step` before training: `grpo_step` up to its datums."""
-    problems_P = task.adapter.build_dataset(config.seed, step, config.batch)
-    prompts_P = [task.adapter.make_prompt(p) for p in problems_P]
-    prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
     with borrowed(workers) as pool:
         player = Player(tokenizer, sampler, task, pool, on_done)
-        episodes_P_G = await play_groups(player, config, step, problems_P, prompts_P, prompts_P_T)
+        prompts_P, prompts_P_T, episodes_P_G = await play_step(player, tokenizer, config, step)
     return scored(task, config, prompts_P, prompts_P_T, episodes_P_G)
 
 

@@ -22,7 +22,7 @@ from mathrl.config import TrainConfig
 from mathrl.episodes import Player
 from mathrl.grpo import Datum, minibatches, step_advantages
 from mathrl.resolved import Task
-from mathrl.rollout import datums_of, play_groups, prompt_tokens, trained
+from mathrl.rollout import datums_of, play_step, trained
 from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
@@ -53,18 +53,16 @@ async def grpo_step(
     Shape suffixes: _P a problem, _G a member of its group, _T a token, _D a datum.
     `workers` runs the task's rewards and environment (a pool of one per core by default).
     """
-    tokenizer, adapter = backend.tokenizer, task.adapter
+    tokenizer = backend.tokenizer
     # 1. This step's problems, and their prompts: text, or a conversation the chat
-    #    template renders.
-    problems_P = adapter.build_dataset(config.seed, step, config.batch)
-    prompts_P = [adapter.make_prompt(p) for p in problems_P]
-    prompts_P_T = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts_P]
-    # 2. A group of `config.group` episodes per problem, every request in flight at once. A
-    #    group's first turns come from one request; as each turn comes back, its reward (seeing
-    #    how it ended) and, for a task with an environment, the reply and the next turn follow.
+    #    template renders. 2. A group of `config.group` episodes per problem, every request
+    #    in flight at once. A group's first turns come from one request; as each turn comes
+    #    back, its reward (seeing how it ended) and, for a task with an environment, the
+    #    reply and the next turn follow. With `fill_batch`, more problems in rounds until
+    #    `batch` groups' rewards differ (`play_step`).
     with borrowed(workers) as pool:
         player = Player(tokenizer, sampler, task, pool)
-        episodes_P_G = await play_groups(player, config, step, problems_P, prompts_P, prompts_P_T)
+        _, prompts_P_T, episodes_P_G = await play_step(player, tokenizer, config, step)
     # 3. Each episode's advantage: its reward minus its group's mean (divided by a standard
     #    deviation with --scale-rewards group or batch).
     rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
