@@ -51,6 +51,13 @@ async def _check(backend: Backend) -> None:
         assert "\n" not in text[:-1], f"generation ran past a stop string: {text!r}"
         assert tok.eos_token_id not in c.tokens[:-1], "generation ran past EOS"
 
+    # The sampler scores a sequence as it sampled it (at temperature 1): the KL penalty's
+    # base logprobs come this way.
+    for c in completions_G:
+        scored = await sampler0.logprobs([*prompt_T, *c.tokens])
+        assert len(scored) == len(prompt_T) + len(c.tokens) - 1
+        assert scored[len(prompt_T) - 1 :] == pytest.approx(c.logprobs, rel=1e-3, abs=1e-3)
+
     # A retried request (same sampler, prompt and seed) replays its samples.
     assert await sampler0.sample(prompt_T, 4, params) == completions_G
     # Requests of one step can all be in flight at once.

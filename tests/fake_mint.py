@@ -171,6 +171,8 @@ class FakeMintServer:
         self.release = threading.Event()
         self.sampling_params: list[types.SamplingParams] = []
         """Every SamplingParams received, in order."""
+        self.logprob_requests: list[int] = []
+        """The length of every compute_logprobs prompt, in order."""
         self.loss_fn_configs: list[tuple[str, dict[str, float] | None]] = []
         """Every forward_backward's loss_fn and loss_fn_config, in order."""
         self.tokenizer = FakeHFTokenizer()
@@ -531,6 +533,13 @@ class FakeSamplingClient:
                 self.server.sequence(c.tokens, c.logprobs, params.stop) for c in completions_G
             ]
         )
+
+    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]:
+        """As the SDK returns them: one per token of `prompt`, None for the first."""
+        if not isinstance(prompt, types.ModelInput) or prompt.length == 0:
+            raise refused(f"compute_logprobs takes a non-empty types.ModelInput (got {prompt!r})")
+        self.server.logprob_requests.append(prompt.length)
+        return [None, *await self._sampler.logprobs(prompt.to_ints())]
 
 
 if TYPE_CHECKING:

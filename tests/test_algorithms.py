@@ -244,3 +244,33 @@ def test_fill_batch_is_deterministic_and_works_off_policy(tmp_path: Path, off_po
     assert trained("b") == (first, drawn)  # the same problems, samples and datums
     assert all(config.batch <= n <= 4 * config.batch for n in drawn)
     assert max(drawn) > config.batch  # some steps did draw more
+
+
+def test_the_kl_penalty_asks_the_step_0_sampler_over_the_sdk_too(tmp_path: Path) -> None:
+    task = MathAdapter()
+    config = TrainConfig(steps=3, batch=4, group=4, kl_coef=0.1)
+    server = FakeMintServer(
+        references_for(task, [p for s in (1, 2, 3) for p in task.build_dataset(0, s, 4)]),
+        checkpoint_dir=tmp_path,
+    )
+    training = server.connect().create_lora_training_client("fake/base")
+    backend = MintBackend(training, training.get_tokenizer())
+    result = run_grpo(backend, task, config)
+    trained = [m for m in result.steps if m.datums]
+    assert len(server.logprob_requests) == sum(m.datums for m in trained)
+    assert all(m.kl is not None for m in trained)
+    assert trained[0].kl == pytest.approx(0.0, abs=1e-6)  # step 1 samples the base weights
+
+
+def test_a_run_with_a_kl_penalty_resumes_against_the_same_base(tmp_path: Path) -> None:
+    first = run_main(tmp_path, "--backend", "fake", "--steps", "3", "--log-dir", "run",
+                     "--kl-coef", "0.1", "--eval-every", "0")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    resumed = run_main(tmp_path, "--resume", "run", "--steps", "5")
+    assert resumed.returncode == 0, resumed.stderr
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+    assert all(r["kl"] is not None for r in records if r["datums"])
+    assert records[0]["kl"] == pytest.approx(0.0, abs=1e-9)  # step 1 samples the base itself
+    assert any(r["kl"] > 0 for r in records[1:])  # then the policy moves away from it

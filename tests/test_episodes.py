@@ -55,6 +55,9 @@ class Scripted:
         completion = Completion(tuple(tokens), tuple(-0.25 for _ in tokens))
         return [completion] * num_samples
 
+    async def logprobs(self, tokens_T: Sequence[int]) -> list[float]:
+        return [-0.25] * (len(tokens_T) - 1)
+
 
 class Guess:
     """Guess a secret digit; after a miss the environment says higher or lower."""

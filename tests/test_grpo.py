@@ -17,6 +17,7 @@ from mathrl.grpo import (
     episode_datum,
     group_advantages,
     is_constant_group,
+    kl_penalized,
     minibatches,
     step_advantages,
 )
@@ -300,3 +301,45 @@ def test_worked_example_of_minibatches() -> None:
     assert [len(run) for run in minibatches(datums, 3)] == [3, 2, 2]  # type: ignore[arg-type]  # never None
     with pytest.raises(ValueError, match="count must be at least 1"):
         minibatches(datums, 0)  # type: ignore[arg-type]  # never None
+
+
+# --- the KL penalty -----------------------------------------------------------------------
+
+
+@given(st_.episodes(), st.floats(-3, 3), st.floats(0.0, 2.0), st.floats(-2.0, 0.0))
+def test_the_kl_penalty_moves_only_the_models_tokens_and_keeps_the_sum(
+    episode: tuple[list[list[int]], list[list[float]], list[list[int]]],
+    advantage: float,
+    coef: float,
+    base: float,
+) -> None:
+    turns, logprobs, replies = episode
+    datum = episode_datum([5, 6], turns, logprobs, replies, advantage)
+    assume(datum is not None)
+    assert datum is not None
+    base_T = [base + 0.01 * i for i in range(len(datum.target_tokens))]
+    [shaped], kl = kl_penalized([datum], [base_T], coef)
+    model = [q != 0.0 or a != 0.0 for q, a in zip(datum.logprobs, datum.advantages, strict=True)]
+    for is_model, before, after in zip(model, datum.advantages, shaped.advantages, strict=True):
+        if not is_model:
+            assert after == before  # the prompt's and the environment's tokens: untouched
+    # sum over the model's tokens of coef * (mean - d) is 0: the advantages keep their sum.
+    assert math.fsum(shaped.advantages) == pytest.approx(math.fsum(datum.advantages), abs=1e-6)
+    diffs = [q - b for q, b, m in zip(datum.logprobs, base_T, model, strict=True) if m]
+    assert kl == pytest.approx(math.fsum(diffs) / len(diffs) if diffs else 0.0)
+    assert kl_penalized([datum], [base_T], 0.0) == ([datum], kl)
+
+
+def test_worked_example_of_the_kl_penalty() -> None:
+    # Prompt [1, 2], completion [3, 4] sampled with logprobs -0.5 and -1.0, advantage 1.
+    # The base model gave them -1.0 and -1.0: d = 0.5 and 0.0, mean 0.25 (the KL estimate).
+    # With coef 0.2: 1 + 0.2 * (0.25 - 0.5) = 0.95 and 1 + 0.2 * (0.25 - 0.0) = 1.05.
+    datum = build_datum([1, 2], [3, 4], [-0.5, -1.0], 1.0)
+    assert datum is not None
+    [shaped], kl = kl_penalized([datum], [[-3.0, -1.0, -1.0]], 0.2)
+    assert kl == 0.25
+    assert shaped.advantages == pytest.approx((0.0, 0.95, 1.05))
+    with pytest.raises(ValueError, match="one base logprob per target token"):
+        kl_penalized([datum], [[-1.0]], 0.2)
+    with pytest.raises(ValueError, match="one list of base logprobs per datum"):
+        kl_penalized([datum], [], 0.2)

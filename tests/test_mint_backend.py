@@ -175,14 +175,41 @@ def test_a_dropped_stop_shows_in_the_completions(make_server: ServerFactory) -> 
 class OddSamplingClient:
     """Returns whatever response it was built with."""
 
-    def __init__(self, response: types.SampleResponse) -> None:
+    def __init__(
+        self, response: types.SampleResponse, logprobs: list[float | None] | None = None
+    ) -> None:
         self.response = response
+        self.prompt_logprobs = logprobs or []
 
     async def sample_async(self, prompt: Any, num_samples: int, sampling_params: Any) -> Any:
         return self.response
 
     def get_tokenizer(self) -> FakeHFTokenizer:
         return FakeHFTokenizer()
+
+    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]:
+        return self.prompt_logprobs
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ([None, -0.5], "asked for 3 tokens' logprobs, MinT returned 2 with 0 missing"),
+        ([None, None, -0.5], "returned 3 with 1 missing after the first"),
+    ],
+)
+def test_logprobs_the_service_does_not_give_are_an_error(
+    answer: list[float | None], message: str
+) -> None:
+    client = OddSamplingClient(types.SampleResponse(sequences=[]), answer)
+    sampler = MintSampler(client, HFTokenizer(FakeHFTokenizer()))
+    with pytest.raises(BackendError, match=message):
+        asyncio.run(sampler.logprobs([1, 2, 3]))
+    good = OddSamplingClient(types.SampleResponse(sequences=[]), [None, -0.5, -0.25])
+    assert asyncio.run(MintSampler(good, HFTokenizer(FakeHFTokenizer())).logprobs([1, 2, 3])) == [
+        -0.5,
+        -0.25,
+    ]
 
 
 @pytest.mark.parametrize(

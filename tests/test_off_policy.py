@@ -154,3 +154,29 @@ def test_an_off_policy_step_costs_two_round_trips_and_samples_while_training(
     # Save + sampler, the first samples, then train + sampler per step (the
     # last step needs no next sampler).
     assert elapsed == 3 + 2 * steps - 1
+
+
+# -- round trips with the algorithm choices -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("choice", "extra"),
+    [
+        ({"substeps": 3, "loss": "ppo"}, 0),  # the minibatches go back to back: no wait
+        ({"scale_rewards": "batch", "loss": "dro"}, 0),
+        ({"kl_coef": 0.1}, 1),  # the base model's logprobs: one round trip more
+    ],
+)
+def test_the_algorithm_choices_cost_what_they_say_in_round_trips(
+    fake_backend_factory: FakeFactory, choice: dict[str, object], extra: int
+) -> None:
+    steps = 3
+    backend = fake_backend_factory(seed=1, latency=1.0)
+    config = TrainConfig(steps=steps, batch=6, group=4, seed=1, **choice)  # type: ignore[arg-type]  # checked by TrainConfig
+    result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config, workers=INLINE))
+    assert all(m.datums > 0 for m in result.steps)
+    assert elapsed == 2 + (3 + extra) * steps - 1  # as without them, plus `extra` a step
+    waves = calls_at(backend.log.calls, "compute_logprobs")
+    assert len(waves) == (steps if extra else 0)  # every datum's logprobs at once
+    if extra:
+        assert [len(w) for w in waves.values()] == [m.datums for m in result.steps]

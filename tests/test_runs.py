@@ -80,7 +80,7 @@ def test_a_run_with_evaluation_leaves_a_folder_that_matches_its_output(tmp_path:
         "step", "accuracy", "mean_reward", "datums", "groups", "groups_kept", "groups_dropped",
         "sampled_tokens", "mean_completion_tokens", "loss", "backend_metrics", "seconds",
         "sampling_seconds", "training_seconds", "sampler_path", "reward_parts", "truncated",
-        "mean_abs_advantage",
+        "mean_abs_advantage", "kl",
     }  # fmt: skip
     assert first["groups_kept"] + first["groups_dropped"] == first["groups"] == 10
     assert first["reward_parts"] == {}  # the addition task's reward is a number

@@ -221,12 +221,22 @@ class FakeModel:
             steps.append(position_at(target, full[n : i + 1]))
         return steps
 
-    def logprobs(self, datum: Datum) -> list[float]:
-        """The current policy's logprob of each target token (forward's output)."""
+    def logprobs(self, datum: Datum, theta: Sequence[float] | None = None) -> list[float]:
+        """The policy's logprob of each target token (forward's output): under the current
+        weights, or `theta`."""
+        weights = self.theta if theta is None else theta
         return [
-            logprob(self.theta, at, token)
+            logprob(weights, at, token)
             for at, token in zip(self.positions_of(datum), datum.target_tokens, strict=True)
         ]
+
+    def sequence_logprobs(self, theta: Sequence[float], tokens_T: Sequence[int]) -> list[float]:
+        """Under `theta`, the logprob of each token after the ones before it (not the first)."""
+        if len(tokens_T) < 2:
+            return []
+        n = len(tokens_T) - 1
+        pseudo = Datum(tuple(tokens_T[:-1]), tuple(tokens_T[1:]), (0.0,) * n, (0.0,) * n)
+        return self.logprobs(pseudo, theta)
 
     def forward_backward(
         self, datums_D: Sequence[Datum], loss_fn: Loss = IMPORTANCE_SAMPLING

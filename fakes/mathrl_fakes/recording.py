@@ -35,6 +35,8 @@ class RecordingBackend:
         self.trained: list[list[Datum]] = []
         self.losses: list[Loss] = []
         """The loss of each train step."""
+        self.scored: list[tuple[str, tuple[int, ...]]] = []
+        """Each `logprobs` request: the sampler's path and the tokens."""
         self.train_submitted_at: list[float] = []
         """The event loop's time at each train step's submission."""
 
@@ -78,3 +80,7 @@ class RecordingSampler:
         self._recorder.samples.append(call)
         call.completions_G = await self._inner.sample(prompt_T, num_samples, params)
         return call.completions_G
+
+    async def logprobs(self, tokens_T: Sequence[int]) -> list[float]:
+        self._recorder.scored.append((self._path, tuple(tokens_T)))
+        return await self._inner.logprobs(tokens_T)

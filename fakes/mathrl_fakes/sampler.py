@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from mathrl.backend import Completion, SampleParams
+from mathrl_fakes.policy import VOCAB_SIZE
 
 if TYPE_CHECKING:
     from mathrl_fakes.fake_backend import FakeBackend
@@ -70,4 +71,12 @@ class FakeSampler:
         model = self._backend.model
         return await self._backend.call(
             "sample", lambda: model.sample(self.theta, prompt, key, num_samples, params)
+        )
+
+    async def logprobs(self, tokens_T: Sequence[int]) -> list[float]:
+        if any(not 0 <= t < VOCAB_SIZE for t in tokens_T):
+            raise ValueError(f"token ids must be in 0..{VOCAB_SIZE - 1}")
+        tokens, model = tuple(tokens_T), self._backend.model
+        return await self._backend.call(
+            "compute_logprobs", lambda: model.sequence_logprobs(self.theta, tokens)
         )

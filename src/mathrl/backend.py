@@ -140,6 +140,12 @@ class Sampler(Protocol):
         """
         ...
 
+    async def logprobs(self, tokens_T: Sequence[int]) -> list[float]:
+        """The logprob of each token of `tokens_T` after the ones before it, at
+        temperature 1: one fewer than the tokens (the first has none). One round trip.
+        The KL penalty asks it of the step-0 sampler, whose weights are the base model's."""
+        ...
+
 
 class Backend(Protocol):
     """A trainable policy, as the GRPO loop uses it.

@@ -49,8 +49,10 @@ def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
     options = sorted(task.chat_template_options.items())
     if options or task.mask_truncated or config.mask_truncated:  # settings added later
         settings += (options, task.mask_truncated or config.mask_truncated)
-    algorithm = (config.loss_fn, config.scale_rewards, config.substeps, config.fill_batch)
-    if algorithm != (IMPORTANCE_SAMPLING, "none", 1, False):  # added later: only when changed
+    algorithm = (
+        config.loss_fn, config.scale_rewards, config.substeps, config.fill_batch, config.kl_coef
+    )  # fmt: skip
+    if algorithm != (IMPORTANCE_SAMPLING, "none", 1, False, 0.0):  # added later: when changed
         settings += algorithm
     return hashlib.blake2b(repr(settings).encode(), digest_size=4).hexdigest()
 
@@ -95,3 +97,5 @@ class Resume:
     """The latest one at or before `step - 1`; off-policy step `step + 1` samples from it."""
     evaluate_first: bool = False
     """Evaluate the state's weights before going on: their evaluation was due, and lost."""
+    base_sampler_path: str = ""
+    """The step-0 sampler checkpoint: the base model's weights, for the KL penalty."""

@@ -78,6 +78,7 @@ RULES: dict[str, Rule] = {
     "scale_rewards": Rule(f"one of {', '.join(SCALES)}", lambda s: s in SCALES),
     "substeps": int_in(1, 64),
     "fill_batch": Rule("true or false", lambda v: isinstance(v, bool)),
+    "kl_coef": number_in(0, 10),
     "adapter": Rule(
         f"{', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask",
         lambda s: s in BUILT_IN or (0 < len(s) <= 500 and s.count(":") == 1),
@@ -143,6 +144,8 @@ class TrainConfig:
     fill_batch: bool = False
     """Draw more problems until `batch` groups have unequal rewards (DAPO's dynamic
     sampling), up to `mathrl.rollout.FILL_BATCH_CAP` x `batch` problems a step."""
+    kl_coef: float = 0.0
+    """The weight of the KL penalty against the base model (`mathrl.grpo.kl_penalized`)."""
 
     def __post_init__(self) -> None:
         _check_fields(self, "TrainConfig")

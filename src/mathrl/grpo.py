@@ -92,6 +92,56 @@ def _sample_std(values: Sequence[float]) -> float:
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
 
 
+def kl_penalized(
+    datums_D: Sequence[Datum], base_logprobs_D: Sequence[Sequence[float]], coef: float
+) -> tuple[list[Datum], float]:
+    """The datums with a KL penalty against the base model folded into their advantages,
+    and the step's mean KL estimate (as tinker-cookbook shapes them).
+
+    On each of the model's tokens (a position whose sampling logprob or advantage is not 0;
+    prompt and reply positions carry 0 and 0), `d = q - b`: the sampled token's logprob
+    under the sampler minus under the base model (`base_logprobs_D`, one per target
+    token). Their mean `d_mean` over the step's model tokens estimates KL(policy || base).
+    Each model token's advantage gains `coef * (d_mean - d)`: tokens the policy likes
+    more than the base did are pushed back, less liked ones forward, and the step's
+    advantages keep their sum. With `coef` 0 the datums are returned as they are.
+    """
+    if len(base_logprobs_D) != len(datums_D):
+        raise ValueError(
+            f"one list of base logprobs per datum (got {len(base_logprobs_D)} for {len(datums_D)})"
+        )
+    diffs_D: list[list[float | None]] = []
+    for datum, base_T in zip(datums_D, base_logprobs_D, strict=True):
+        if len(base_T) != len(datum.target_tokens):
+            raise ValueError(
+                f"one base logprob per target token (got {len(base_T)} for "
+                f"{len(datum.target_tokens)})"
+            )
+        diffs_D.append(
+            [
+                q - b if (q != 0.0 or a != 0.0) else None
+                for q, a, b in zip(datum.logprobs, datum.advantages, base_T, strict=True)
+            ]
+        )
+    every = [d for diffs_T in diffs_D for d in diffs_T if d is not None]
+    mean = math.fsum(every) / len(every) if every else 0.0
+    if coef == 0.0:
+        return list(datums_D), mean
+    shaped = [
+        Datum(
+            datum.model_input,
+            datum.target_tokens,
+            datum.logprobs,
+            tuple(
+                a if d is None else a + coef * (mean - d)
+                for a, d in zip(datum.advantages, diffs_T, strict=True)
+            ),
+        )
+        for datum, diffs_T in zip(datums_D, diffs_D, strict=True)
+    ]
+    return shaped, mean
+
+
 def minibatches(datums_D: Sequence[Datum], count: int) -> list[list[Datum]]:
     """`datums_D` in order, split into min(count, len(datums_D)) runs of near-equal size
     (the first ones one longer where they cannot all be equal)."""

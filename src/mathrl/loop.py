@@ -42,7 +42,7 @@ from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetr
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
 from mathrl.rollout import Rollout, logged_groups, rollout, step_metrics
-from mathrl.step import submit_update
+from mathrl.step import kl_penalty, submit_update
 from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
@@ -87,6 +87,8 @@ class _Update:
     sampler: Awaitable[str] | None
     state: Awaitable[str] | None
     submitted: float
+    kl: float | None = None
+    """The mean KL against the base model of the datums trained on (with kl_coef > 0)."""
 
 
 class _Run(Generic[P]):
@@ -112,6 +114,7 @@ class _Run(Generic[P]):
                 observer.on_warning(warning)
         self.path, self.state_path, self.state_step = "", "", -1  # the latest checkpoints
         self.sampler: Sampler | None = None  # for self.path's weights, once created
+        self.base: Sampler | None = None  # the step-0 weights', for the KL penalty
         self.sampler_path = ""
         self.rollouts: dict[int, asyncio.Task[Rollout]] = {}  # started, by step
         self.evaluating: asyncio.Task[EvalMetrics] | None = None
@@ -181,6 +184,13 @@ class _Run(Generic[P]):
             self.path = resume.sampler_path
             self.state_path, self.state_step = resume.state_path, resume.step
         self.sampler, self.sampler_path = await self.backend.create_sampler(self.path), self.path
+        if self.config.kl_coef:  # the base model: the step-0 sampler (a LoRA starts as it)
+            if resume is None:
+                self.base = self.sampler
+            elif resume.base_sampler_path:
+                self.base = await self.backend.create_sampler(resume.base_sampler_path)
+            else:
+                raise ValueError("kl_coef > 0 needs Resume.base_sampler_path, the step-0 sampler")
         if self.off_policy and lagged and lagged != self.path:
             # Off-policy, the first resumed step samples from the weights before the state.
             self._start_rollout(start + 1, await self.backend.create_sampler(lagged), lagged)
@@ -218,14 +228,17 @@ class _Run(Generic[P]):
         """Submit the step's training, its sampler save and (on cadence) a state save."""
         self.obs.on_phase(step, "training")
         submitted = self.clock()
-        training = sampler = state = None
+        training = sampler = state = kl = None
         if batch.datums_D:
+            datums_D = batch.datums_D
+            if self.base is not None:  # one round trip more: the base model's logprobs
+                datums_D, kl = await kl_penalty(self.base, datums_D, self.config.kl_coef)
             # Back to back: the saves land after the update, in one round trip.
-            training = await submit_update(self.backend, batch.datums_D, self.config)
+            training = await submit_update(self.backend, datums_D, self.config)
             sampler = await self._save(step, "sampler")
         if last or step % self.config.save_every == 0:
             state = await self._save(step, "state")
-        return _Update(training, sampler, state, submitted)
+        return _Update(training, sampler, state, submitted, kl)
 
     async def _finish_update(
         self, step: int, batch: Rollout, update: _Update, ended: float
@@ -236,7 +249,9 @@ class _Run(Generic[P]):
         saved = await update.sampler if update.sampler is not None else None
         state = await update.state if update.state is not None else None
         # The step first, its checkpoints after: a state on record comes with its steps' records.
-        metrics = step_metrics(self.config, step, batch, result, trained - update.submitted)
+        metrics = step_metrics(
+            self.config, step, batch, result, trained - update.submitted, update.kl
+        )
         metrics = replace(metrics, seconds=self.clock() - ended)
         self.obs.on_step(metrics)
         self.obs.on_samples(logged_groups(step, batch))

@@ -42,6 +42,9 @@ class StepMetrics:
     """Completions that ran into the token limit."""
     mean_abs_advantage: float = 0.0
     """The mean |advantage| of the episodes trained on (0.0 when none was)."""
+    kl: float | None = None
+    """With a KL penalty: the mean over the model's tokens trained on of sampler logprob
+    minus base logprob, an estimate of KL(policy || base); None otherwise."""
 
     @property
     def groups_kept(self) -> int:

@@ -258,7 +258,12 @@ def part_means(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 def step_metrics(
-    config: TrainConfig, step: int, batch: Rollout, result: TrainResult | None, training: float
+    config: TrainConfig,
+    step: int,
+    batch: Rollout,
+    result: TrainResult | None,
+    training: float,
+    kl: float | None = None,
 ) -> StepMetrics:
     """What step `step` did: its rollout's figures and what training reported."""
     rewards = [r for rewards_G in batch.rewards_P_G for r in rewards_G]
@@ -283,6 +288,7 @@ def step_metrics(
             r.ended == "length" for responses_G in batch.responses_P_G for r in responses_G
         ),
         mean_abs_advantage=mean_abs_advantage(batch),
+        kl=kl,
     )
 
 

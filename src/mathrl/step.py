@@ -20,7 +20,7 @@ from mathrl.backend import Backend, Sampler, TrainResult
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.episodes import Player
-from mathrl.grpo import Datum, minibatches, step_advantages
+from mathrl.grpo import Datum, kl_penalized, minibatches, step_advantages
 from mathrl.resolved import Task
 from mathrl.rollout import datums_of, play_step, trained
 from mathrl.workers import Workers, borrowed
@@ -47,12 +47,16 @@ async def grpo_step(
     config: TrainConfig,
     step: int,
     workers: Workers | None = None,
+    base: Sampler | None = None,
 ) -> StepOutcome:
     """One on-policy GRPO step from `sampler`'s weights. This function is the algorithm.
 
     Shape suffixes: _P a problem, _G a member of its group, _T a token, _D a datum.
     `workers` runs the task's rewards and environment (a pool of one per core by default).
+    `base` samples the base model's weights (the step-0 sampler): needed with kl_coef > 0.
     """
+    if config.kl_coef and base is None:
+        raise ValueError("kl_coef > 0 needs the base model's sampler (base=)")
     tokenizer = backend.tokenizer
     # 1. This step's problems, and their prompts: text, or a conversation the chat
     #    template renders. 2. A group of `config.group` episodes per problem, every request
@@ -73,12 +77,27 @@ async def grpo_step(
     datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G, trained_P_G)
     if not datums_D:
         return StepOutcome(rewards_P_G, datums_D, None, None)
-    # 5. forward_backward (with the configured loss) + optim_step, once per minibatch, then
+    # 5. With kl_coef > 0, each of the model's tokens' advantage moves by the KL penalty against
+    #    the base model (whose logprobs of the sampled tokens cost one round trip).
+    if base is not None and config.kl_coef:
+        datums_D, _ = await kl_penalty(base, datums_D, config.kl_coef)
+    # 6. forward_backward (with the configured loss) + optim_step, once per minibatch, then
     #    save the new weights for the next step's sampler: submitted back to back, awaited
     #    together.
     training = await submit_update(backend, datums_D, config)
     saving = await backend.submit_save_for_sampler(checkpoint_name(task, config, step))
     return StepOutcome(rewards_P_G, datums_D, await training, await saving)
+
+
+async def kl_penalty(
+    base: Sampler, datums_D: Sequence[Datum], coef: float
+) -> tuple[list[Datum], float]:
+    """`datums_D` with the KL penalty against `base` (`mathrl.grpo.kl_penalized`), and the
+    mean KL; every datum's base logprobs asked at once, so one round trip."""
+    base_D = await asyncio.gather(
+        *(base.logprobs([*d.model_input, d.target_tokens[-1]]) for d in datums_D)
+    )
+    return kl_penalized(datums_D, base_D, coef)
 
 
 async def submit_update(

@@ -36,6 +36,7 @@ def step_record(m: StepMetrics) -> dict[str, Any]:
         "reward_parts": dict(m.reward_parts),
         "truncated": m.truncated,
         "mean_abs_advantage": m.mean_abs_advantage,
+        "kl": m.kl,
     }
 
 

@@ -212,7 +212,10 @@ class RunRecord:
         before = [c["path"] for c in samplers if c["step"] <= step - 1] or at[:1]
         if not at:
             raise RunFolderError(f"{self.path / CHECKPOINTS} records no sampler checkpoint")
-        return Resume(step, states[-1]["path"], at[-1], before[-1])
+        base = [c["path"] for c in samplers if c["step"] == 0][:1]
+        return Resume(
+            step, states[-1]["path"], at[-1], before[-1], base_sampler_path=(base or [""])[0]
+        )
 
 
 def read_run(path: Path) -> RunRecord:

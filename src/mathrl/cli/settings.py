@@ -153,6 +153,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fill_batch", "--fill-batch", "MINT_RL_FILL_BATCH",
             "draw more problems until batch groups have unequal rewards (at most 4 x batch)",
             parse_bool),
+    Setting("kl_coef", "--kl-coef", "MINT_RL_KL_COEF",
+            "weight of the KL penalty against the base model (0: none)", _float),
     Setting("adapter", "--adapter", "MINT_RL_ADAPTER",
             "the task: a built-in one's name (`python -m mathrl tasks`), or module:Class", _text),
     Setting("base_model", "--base-model", "MINT_BASE_MODEL", "base model to train a LoRA on",

@@ -75,6 +75,7 @@ class SamplingClientLike(Protocol):
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
     ) -> types.SampleResponse: ...
     def get_tokenizer(self) -> HFTokenizerLike: ...
+    async def compute_logprobs_async(self, prompt: types.ModelInput) -> list[float | None]: ...
 
 
 class TrainingClientLike(Protocol):
@@ -142,6 +143,18 @@ class MintSampler:
                 f"MinT returned {len(response.sequences)}"
             )
         return [_completion(i, seq) for i, seq in enumerate(response.sequences)]
+
+    async def logprobs(self, tokens_T: Sequence[int]) -> list[float]:
+        with service_errors("calling compute_logprobs", self._secret):
+            values = await self._client.compute_logprobs_async(
+                types.ModelInput.from_ints(list(tokens_T))
+            )
+        if len(values) != len(tokens_T) or any(v is None for v in values[1:]):
+            raise BackendError(
+                f"compute_logprobs: asked for {len(tokens_T)} tokens' logprobs, MinT returned "
+                f"{len(values)} with {sum(v is None for v in values[1:])} missing after the first"
+            )
+        return [float(v) for v in values[1:] if v is not None]
 
 
 def _completion(index: int, seq: types.SampledSequence) -> Completion:

@@ -188,6 +188,11 @@ class RetryingSampler:
             "sample", lambda: self._inner.sample(prompt_T, num_samples, params)
         )
 
+    async def logprobs(self, tokens_T: Sequence[int]) -> list[float]:
+        return await self._retrier.retried(
+            "compute_logprobs", lambda: self._inner.logprobs(tokens_T)
+        )
+
 
 def observed(awaitable: Awaitable[T]) -> asyncio.Future[T]:
     """`awaitable` as a future whose failure counts as seen, even by a caller that stops early.
