@@ -1,4 +1,5 @@
-"""Developer sessions: `nox` runs tests, slow, lint and typecheck; bench, smoke, mutants on request.
+"""Developer sessions: `nox` runs tests, slow, lint and typecheck; bench, ablation, smoke and
+mutants on request.
 
 Sessions use the Python that runs nox (3.11 or newer), so `nox` works on a
 machine with any one of them.
@@ -67,6 +68,14 @@ def bench(session: nox.Session) -> None:
     """Step wall time in round trips, evaluation overhead, client overhead, peak memory."""
     session.install("-e", ".")
     session.run("python", "tests/benchmark.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def ablation(session: nox.Session) -> None:
+    """Each loss, with and without --fill-batch, at --kl-coef 0 and 0.1, seeds 0-4, on the fake:
+    a table on stdout and the seed-0 runs in one plot (ablation/ablation.png)."""
+    session.install("-e", ".[plot]")
+    session.run("python", "tests/ablation.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)
