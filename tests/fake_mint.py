@@ -287,7 +287,10 @@ class FakeMintServer:
         except BackendError as exc:
             raise refused(str(exc)) from None
         outputs = [{"logprobs": types.TensorData(model.logprobs(d), "float32")} for d in datums_D]
-        return types.ForwardBackwardOutput("ArrayRecord", outputs, metrics)
+        # The service reports the loss; a clip fraction the client works out from the outputs.
+        return types.ForwardBackwardOutput(
+            "ArrayRecord", outputs, {"loss:sum": metrics["loss:sum"]}
+        )
 
     @staticmethod
     def _loss(name: str, config: Mapping[str, float]) -> Loss:

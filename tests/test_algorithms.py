@@ -101,10 +101,16 @@ def test_the_mint_backend_sends_the_loss_and_its_config_and_gets_the_same_loss(
     mint = MintBackend(training, training.get_tokenizer())
     local = fake(tmp_path / "f")
     datums = datums_of(local)
+    # Move both off the sampling weights first, so ratios leave 1 and the clips bind.
+    asyncio.run(_train(mint, datums, 0.5))  # type: ignore[arg-type]  # a Backend too
+    asyncio.run(_train(local, datums, 0.5))
     got = asyncio.run(_train(mint, datums, 1e-3, loss))  # type: ignore[arg-type]  # a Backend too
-    assert server.loss_fn_configs == [(loss.name, loss.config())]
+    assert server.loss_fn_configs[-1] == (loss.name, loss.config())
+    want = asyncio.run(_train(local, datums, 1e-3, loss))
     # The SDK sends logprobs and advantages as float32: the same loss to about 1e-7.
-    assert got.loss == pytest.approx(asyncio.run(_train(local, datums, 1e-3, loss)).loss, rel=1e-6)
+    assert got.loss == pytest.approx(want.loss, rel=1e-6)
+    # The clip fraction: the fake computes it; over the SDK, the client does, from the outputs.
+    assert got.metrics.get("clipped:frac") == want.metrics.get("clipped:frac")
 
 
 def test_the_fake_sdk_refuses_a_config_the_loss_does_not_take(tmp_path: Path) -> None:

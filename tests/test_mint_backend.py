@@ -7,11 +7,13 @@ which takes and returns real `mint.types` and refuses what MinT refuses.
 from __future__ import annotations
 
 import asyncio
+import math
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,13 @@ from mathrl.checkpoints import checkpoint_name
 from mathrl.config import DEFAULT_BASE_URL, Config, TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import run_grpo_async
+from mathrl.losses import Loss
 from mathrl.resolved import as_task
 from mathrl.service.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl.service.mint_backend import (
     MintBackend,
     MintSampler,
+    clipped_fraction,
     open_backend,
     open_sampler,
     to_mint_datum,
@@ -721,3 +725,19 @@ def test_set_up_says_what_it_waits_on_and_for_how_long(make_server: ServerFactor
         "creating a LoRA training client for Qwen/Qwen3-0.6B (up to 90 s)",
         "loading the tokenizer (up to 90 s)",
     ]
+
+
+def test_the_clip_fraction_comes_from_the_learners_logprobs_or_not_at_all() -> None:
+    # Two completion tokens, sampled at logprob log 0.5, advantages +1 and -1. The learner now
+    # gives them log 0.75: r = 1.5 for both. PPO clips the first (r > 1.2 and A > 0) only.
+    datum = build_datum([1, 2], [3, 4], [math.log(0.5)] * 2, 1.0)
+    assert datum is not None
+    datum = replace(datum, advantages=(0.0, 1.0, -1.0))
+    learner = [-1.0, math.log(0.75), math.log(0.75)]
+    output = types.ForwardBackwardOutput(
+        "ArrayRecord", [{"logprobs": types.TensorData(learner, "float32")}], {}
+    )
+    assert clipped_fraction(Loss("ppo"), [datum], output) == 0.5
+    assert clipped_fraction(Loss("ppo"), [datum, datum], output) is None  # one output short
+    empty = types.ForwardBackwardOutput("ArrayRecord", [{}], {})
+    assert clipped_fraction(Loss("ppo"), [datum], empty) is None  # no logprobs returned

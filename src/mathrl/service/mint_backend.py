@@ -50,7 +50,7 @@ from mathrl.backend import (  # noqa: E402
 )
 from mathrl.config import DEFAULT_BASE_URL, Config  # noqa: E402
 from mathrl.grpo import Datum  # noqa: E402
-from mathrl.losses import IMPORTANCE_SAMPLING, Loss  # noqa: E402
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss  # noqa: E402
 from mathrl.service.deadline import run_in_daemon_thread  # noqa: E402
 from mathrl.service.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences  # noqa: E402
 from mathrl.service.probe import probe_service, retryable_status  # noqa: E402
@@ -217,6 +217,9 @@ class MintBackend:
             if "loss:sum" not in output.metrics:
                 raise BackendError(f"forward_backward reported no loss:sum (got {output.metrics})")
             metrics = {**output.metrics, **(optim.metrics or {})}
+            share = clipped_fraction(loss, datums_D, output) if loss.clips else None
+            if share is not None and "clipped:frac" not in metrics:
+                metrics["clipped:frac"] = share
             return TrainResult(loss=output.metrics["loss:sum"], metrics=metrics)
 
         return _Later(both)
@@ -256,6 +259,26 @@ class MintBackend:
         with service_errors(f"calling create_sampling_client({path!r})", self._secret):
             client = await self._training.create_sampling_client_async(model_path=path)
         return MintSampler(client, self._tokenizer, self._secret)
+
+
+def clipped_fraction(
+    loss: Loss, datums_D: Sequence[Datum], output: types.ForwardBackwardOutput
+) -> float | None:
+    """The share of the completions' tokens whose ratio `loss` clipped, from the learner's
+    logprobs forward_backward returns (`loss_fn_outputs[i]["logprobs"]`); None if it
+    returned none, or no token had an advantage."""
+    if len(output.loss_fn_outputs) != len(datums_D):
+        return None
+    clipped = scored = 0
+    for datum, outputs in zip(datums_D, output.loss_fn_outputs, strict=True):
+        tensor = outputs.get("logprobs")
+        if tensor is None:
+            return None
+        for lp, q, a in zip(tensor.tolist(), datum.logprobs, datum.advantages, strict=False):
+            if a != 0.0:
+                scored += 1
+                clipped += token_loss(loss, lp, q, a).clipped
+    return clipped / scored if scored else None
 
 
 class _Later(Awaitable[T]):
