@@ -96,6 +96,7 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     "fill-batch": {"fill_batch": True},
     "ppo, group scaling, 3 substeps": {"loss": "ppo", "scale_rewards": "group", "substeps": 3},
     "cispo, fill-batch": {"loss": "cispo", "clip_high": 2.0, "fill_batch": True},
+    "dro, 2 substeps": {"loss": "dro", "dro_beta": 0.1, "substeps": 2},
 }
 
 

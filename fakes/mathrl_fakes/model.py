@@ -1,8 +1,9 @@
 """FakeModel: the service's side of the fake, with no I/O and no event loop.
 
 It holds the weights, the Adam state and the reference table, and does what
-a training service computes: sample, forward_backward with the
-importance-sampling loss, optim_step with Adam, and state snapshots.
+a training service computes: sample, score a sequence (compute_logprobs),
+forward_backward with any loss of `mathrl.losses`, optim_step with Adam, and
+state snapshots.
 `FakeBackend` adds latency, ordering, faults and checkpoint files on top of
 it; the tests' fake of the mint SDK drives the same engine through its
 public methods.

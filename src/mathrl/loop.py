@@ -227,12 +227,12 @@ class _Run(Generic[P]):
     async def _submit_update(self, step: int, batch: Rollout, last: bool) -> _Update:
         """Submit the step's training, its sampler save and (on cadence) a state save."""
         self.obs.on_phase(step, "training")
-        submitted = self.clock()
         training = sampler = state = kl = None
-        if batch.datums_D:
-            datums_D = batch.datums_D
-            if self.base is not None:  # one round trip more: the base model's logprobs
-                datums_D, kl = await kl_penalty(self.base, datums_D, self.config.kl_coef)
+        datums_D = batch.datums_D
+        if datums_D and self.base is not None:  # one round trip more: the base's logprobs
+            datums_D, kl = await kl_penalty(self.base, datums_D, self.config.kl_coef)
+        submitted = self.clock()
+        if datums_D:
             # Back to back: the saves land after the update, in one round trip.
             training = await submit_update(self.backend, datums_D, self.config)
             sampler = await self._save(step, "sampler")

@@ -113,7 +113,12 @@ async def submit_update(
         return submitted[0]
 
     async def all_of() -> TrainResult:
-        return combined([await training for training in submitted])
+        # Every minibatch's outcome is awaited, so a failure of one leaves none unobserved.
+        outcomes = await asyncio.gather(*submitted, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return combined([o for o in outcomes if isinstance(o, TrainResult)])
 
     return asyncio.ensure_future(all_of())
 

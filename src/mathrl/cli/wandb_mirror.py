@@ -101,6 +101,8 @@ class WandbMirror(Observer):
             "train/groups_kept": metrics.groups_kept,
             "train/sampled_tokens": metrics.sampled_tokens,
             "train/truncated": metrics.truncated,
+            "train/groups": metrics.groups,
+            "train/mean_abs_advantage": metrics.mean_abs_advantage,
             "train/seconds": metrics.seconds,
             "train/sampling_seconds": metrics.sampling_seconds,
             "train/training_seconds": metrics.training_seconds,
@@ -108,6 +110,10 @@ class WandbMirror(Observer):
         }
         if metrics.loss is not None:
             logged["train/loss"] = metrics.loss
+        if metrics.kl is not None:
+            logged["train/kl"] = metrics.kl
+        if "clipped:frac" in metrics.backend_metrics:
+            logged["train/clipped_frac"] = metrics.backend_metrics["clipped:frac"]
         self._log(logged)
 
     def on_eval(self, metrics: EvalMetrics) -> None:
