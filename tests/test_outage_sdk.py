@@ -12,10 +12,10 @@ for byte.
 - "503": every request is answered HTTP 503 for 60 s. At the default settings
   the SDK waits that out by itself (HTTP retries, then its own five-minute
   `execute_with_retries`), so mathrl is never told, and writes no retry line.
-- "silent": every request is taken and never answered for 60 s. The SDK
-  would wait that out too, but with `--call-timeout 20` mathrl's own deadline
-  fires first, so this case runs mathrl's recovery: it restores the step-0
-  state, replays step 1 and retries step 2, saying so on stderr.
+- "silent": every request is taken and never answered for 60 s. At the
+  defaults the SDK waits that out too. With `--call-timeout 20` mathrl's own
+  deadline fires first, so that case runs mathrl's recovery: it restores the
+  step-0 state, replays step 1 and retries step 2, saying so on stderr.
 
 Everything else is at its default, `--retry-delay` and the 600 s retry window
 included. Each test takes a little over a minute: the outage, plus a few
@@ -57,11 +57,12 @@ KEY = "sk-test-SECRET123"
 OUTAGE = 60.0
 HANG_SECONDS = 600  # a run takes seconds, the one with the outage a little over a minute
 RUN = ("--steps", "4", "--batch", "4", "--group", "4")
-SETTINGS: dict[OutageMode, tuple[str, ...]] = {
-    "503": (),
+CASES: dict[str, tuple[OutageMode, tuple[str, ...]]] = {
+    "503": ("503", ()),
+    "silent": ("silent", ()),
     # mathrl's deadline (600 s by default) must fire within the silence for its
-    # own recovery to run; the SDK alone waits a silent minute out as well.
-    "silent": ("--call-timeout", "20"),
+    # own recovery to run; at the defaults the SDK waits a silent minute out itself.
+    "silent, --call-timeout 20": ("silent", ("--call-timeout", "20")),
 }
 
 
@@ -112,7 +113,7 @@ def offline_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-def train(folder: Path, service: FakeMintHTTP, mode: OutageMode) -> tuple[Result, float]:
+def train(folder: Path, service: FakeMintHTTP, settings: tuple[str, ...]) -> tuple[Result, float]:
     """`python -m mathrl` in `folder` against `service`, and how many seconds it took.
 
     A run that hangs (it never has, but the SDK's threads are not ours) ends the test
@@ -122,7 +123,7 @@ def train(folder: Path, service: FakeMintHTTP, mode: OutageMode) -> tuple[Result
     start = time.monotonic()
     faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)
     try:
-        done = run_main(folder, *RUN, *SETTINGS[mode], MINT_API_KEY=KEY, MINT_BASE_URL=service.url)
+        done = run_main(folder, *RUN, *settings, MINT_API_KEY=KEY, MINT_BASE_URL=service.url)
     finally:
         faulthandler.cancel_dump_traceback_later()
     took = time.monotonic() - start
@@ -130,17 +131,18 @@ def train(folder: Path, service: FakeMintHTTP, mode: OutageMode) -> tuple[Result
     return done, took
 
 
-@pytest.mark.parametrize("mode", SETTINGS)
+@pytest.mark.parametrize("case", CASES)
 def test_a_minute_of_outage_mid_run_is_survived_with_the_same_stdout(
-    tmp_path: Path, service: FakeMintHTTP, mode: OutageMode
+    tmp_path: Path, service: FakeMintHTTP, case: str
 ) -> None:
-    calm, _ = train(tmp_path / "calm", service, mode)
+    mode, settings = CASES[case]
+    calm, _ = train(tmp_path / "calm", service, settings)
     assert calm.returncode == 0, calm.stderr
     assert calm.stdout.count("Step ") == 4
 
     outage = service.outage(mode, OUTAGE, at_forward_backward=2)
     since = time.monotonic()
-    stormy, took = train(tmp_path / "outage", service, mode)
+    stormy, took = train(tmp_path / "outage", service, settings)
 
     assert stormy.returncode == 0, stormy.stderr
     assert stormy.stdout == calm.stdout
@@ -159,8 +161,9 @@ def test_a_minute_of_outage_mid_run_is_survived_with_the_same_stdout(
     assert service.seq_anomalies == []  # no training request ran twice or out of order
     restores = [s for s in service.served if s.name == "load_weights" and s.at >= since]
     retries = [line for line in stormy.stderr.splitlines() if line.startswith("mathrl: retry ")]
-    if mode == "503":
-        # The SDK kept retrying for longer than the outage lasted: mathrl never knew.
+    if not settings:
+        # At the defaults the SDK kept retrying (or waiting) longer than the outage
+        # lasted: mathrl never knew.
         assert retries == []
         assert restores == []
     else:
