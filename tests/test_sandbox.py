@@ -671,12 +671,24 @@ def test_a_process_the_child_starts_ends_with_it(box: Box, monkeypatch: pytest.M
     sandbox.allow_missing_layers()
     marker = "30.0123"
     source = (
-        "import os\n"
+        "import os, time\n"
+        "def running():\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        f"            if b'{marker}' in open(f'/proc/{{pid}}/cmdline', 'rb').read():\n"
+        "                return True\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return False\n"
         "def f():\n"
         "    if os.fork() == 0:\n"
         "        os.setsid()  # out of the process group the trainer kills\n"
         f"        os.execv('/bin/sleep', ['sleep', '{marker}'])\n"
-        "    return 'spawned'\n"
+        "    for _ in range(100):  # it did start: the test is not passed by a failed exec\n"
+        "        if running():\n"
+        "            return 'spawned'\n"
+        "        time.sleep(0.01)\n"
+        "    return 'never started'\n"
     )
     assert box.run(source, limits=replace(FAST, processes=8)).results == ("spawned",)
     time.sleep(0.2)  # the kernel kills the namespace's processes as its process 1 ends
