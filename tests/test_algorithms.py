@@ -310,3 +310,28 @@ def test_the_choices_survive_retries_exactly(tmp_path: Path) -> None:
         return [m.loss or 0.0 for m in result.steps], list(inner.theta)
 
     assert finish(0.2, "faulty") == finish(0.0, "clean")
+
+
+def test_every_choice_at_once_over_the_sdk_trains_as_on_the_fake(tmp_path: Path) -> None:
+    # The mint backend over the fake SDK, and the fake backend, from the same references and
+    # seed: the same datums step by step, whatever the algorithm asks of them.
+    task = MathAdapter()
+    config = TrainConfig(steps=3, batch=4, group=4, loss="ppo", clip_high=1.1, substeps=2,
+                         scale_rewards="group", fill_batch=True, kl_coef=0.05)  # fmt: skip
+    problems = [p for s in (1, 2, 3) for p in task.build_dataset(0, s, 16)]
+    server = FakeMintServer(references_for(task, problems), checkpoint_dir=tmp_path / "m")
+    training = server.connect().create_lora_training_client("fake/base")
+    over_sdk = RecordingBackend(MintBackend(training, training.get_tokenizer()))
+    on_fake = RecordingBackend(
+        FakeBackend(references_for(task, problems), task_name="addition",
+                    checkpoint_dir=tmp_path / "f", unknown_prompts="uniform")
+    )  # fmt: skip
+    sdk_steps = run_grpo(over_sdk, task, config).steps
+    fake_steps = run_grpo(on_fake, task, config).steps
+    assert [len(d) for d in over_sdk.trained] == [len(d) for d in on_fake.trained]
+    assert [m.groups for m in sdk_steps] == [m.groups for m in fake_steps]
+    assert server.loss_fn_configs[0] == (
+        "ppo",
+        {"clip_low_threshold": 0.8, "clip_high_threshold": 1.1},
+    )
+    assert all(m.kl is not None for m in sdk_steps if m.datums)

@@ -10,7 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import strategies as st_
-from mathrl.backend import check_datums, check_train_step
+from mathrl.backend import TrainResult, check_datums, check_train_step
 from mathrl.grpo import (
     Datum,
     build_datum,
@@ -21,6 +21,7 @@ from mathrl.grpo import (
     minibatches,
     step_advantages,
 )
+from mathrl.step import combined
 
 
 @given(st_.reward_groups)
@@ -343,3 +344,16 @@ def test_worked_example_of_the_kl_penalty() -> None:
         kl_penalized([datum], [[-1.0]], 0.2)
     with pytest.raises(ValueError, match="one list of base logprobs per datum"):
         kl_penalized([datum], [], 0.2)
+
+
+@given(st.lists(st.tuples(st.floats(-1e3, 1e3), st.floats(0.0, 1.0)), min_size=1, max_size=6))
+def test_minibatch_results_combine_by_adding_losses_and_averaging_the_rest(
+    pairs: list[tuple[float, float]],
+) -> None:
+    results = [TrainResult(loss, {"loss:sum": loss, "clipped:frac": frac}) for loss, frac in pairs]
+    total = combined(results)
+    assert total.loss == pytest.approx(math.fsum(loss for loss, _ in pairs))
+    assert total.metrics["loss:sum"] == pytest.approx(total.loss)
+    assert total.metrics["clipped:frac"] == pytest.approx(
+        math.fsum(f for _, f in pairs) / len(pairs)
+    )
