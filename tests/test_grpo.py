@@ -357,3 +357,13 @@ def test_minibatch_results_combine_by_adding_losses_and_averaging_the_rest(
     assert total.metrics["clipped:frac"] == pytest.approx(
         math.fsum(f for _, f in pairs) / len(pairs)
     )
+
+
+def test_worked_example_of_combining_minibatches() -> None:
+    # Two minibatches: losses -1.5 and 0.5 add to -1.0; clip fractions 0.1 and 0.3 average 0.2;
+    # a metric only the second reported (0.7) is its own mean.
+    first = TrainResult(-1.5, {"loss:sum": -1.5, "clipped:frac": 0.1})
+    second = TrainResult(0.5, {"loss:sum": 0.5, "clipped:frac": 0.3, "optim:lr": 0.7})
+    total = combined([first, second])
+    assert total.loss == -1.0
+    assert total.metrics == pytest.approx({"loss:sum": -1.0, "clipped:frac": 0.2, "optim:lr": 0.7})
