@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from mathrl.grpo import SCALES
-from mathrl.losses import DEFAULT_CLIPS, LOSSES, Loss
+from mathrl.losses import DEFAULT_CLIPS, LOSSES, Loss, LossName
 from mathrl.tasks import BUILT_IN
 
 DEFAULT_BASE_URL = "https://mint.macaron.xin"
@@ -127,7 +127,7 @@ class TrainConfig:
     """Save the full training state (weights and optimizer) every this many steps."""
     mask_truncated: bool = False
     """Train on no completion that ran into the token limit (its reward still counts)."""
-    loss: str = "importance_sampling"
+    loss: LossName = "importance_sampling"
     """The policy-gradient loss (`mathrl.losses`): importance_sampling, ppo, cispo or dro."""
     clip_low: float | None = None
     """ppo and cispo: the lower bound of the importance ratio; None: the loss's default."""
@@ -155,7 +155,7 @@ class TrainConfig:
     @property
     def loss_fn(self) -> Loss:
         """The loss and its settings, as the backends take them."""
-        return Loss(self.loss, self.clip_low, self.clip_high, self.dro_beta)  # type: ignore[arg-type]  # checked by RULES
+        return Loss(self.loss, self.clip_low, self.clip_high, self.dro_beta)
 
 
 @dataclass(frozen=True, slots=True)

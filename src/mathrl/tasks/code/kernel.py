@@ -84,7 +84,7 @@ class Kernel:
 
     def enter(
         self, tmpfs: bytes, cpu_seconds: int, strict: bool
-    ) -> int:  # pragma: no cover (child)
+    ) -> int:  # pragma: no cover - in the sandbox's child, before exec
         """Set up every layer in this child, or stop it (`strict`) at the first that fails;
         return the layers' mask.
 
@@ -93,10 +93,11 @@ class Kernel:
         pipe): the child's untrusted code never holds fd 2's pipe, so these lines cannot
         be forged.
 
-        This, `_expose`, `_map_self`, `_stop` and `_wait_and_exit_alike` run only in the
-        child, between fork and exec, where coverage cannot record them ("no cover
-        (child)"): tests/test_sandbox.py and test_sandbox_layers.py check what each step
-        does, from inside the child and from the trainer.
+        This, `_landlock`, `_expose`, `_map_self`, `_stop` and `_wait_and_exit_alike` run
+        only in the child, between fork and exec, where coverage cannot record them (each
+        is marked "no cover - in the sandbox's child"): tests/test_sandbox.py and
+        test_sandbox_layers.py check what each step does, from inside the child and from
+        the trainer.
         """
         libc, word = self.libc, ctypes.c_ulong
         done, reachable = 0, self.exposed is None  # can NOBODY run the interpreter?
@@ -188,7 +189,9 @@ class Kernel:
         os.write(2, b"sandbox-layers %d\n" % done)
         return done
 
-    def _landlock(self, failed: Any) -> bool:  # pragma: no cover (child)
+    def _landlock(
+        self, failed: Any
+    ) -> bool:  # pragma: no cover - in the sandbox's child, before exec
         """Writes only beneath cwd; reads only there, in the system folders and the
         interpreter's prefix, /proc (its own) and a few files; no TCP, no signals out."""
         assert self.landlock is not None
@@ -225,7 +228,9 @@ class Kernel:
         finally:
             os.close(ruleset)
 
-    def _expose(self, hider: bytes, prefix: bytes, failed: Any) -> bool:  # pragma: no cover (child)
+    def _expose(
+        self, hider: bytes, prefix: bytes, failed: Any
+    ) -> bool:  # pragma: no cover - in the sandbox's child, before exec
         """Let NOBODY reach the interpreter's prefix inside `hider` (say /root, mode 700):
         a tmpfs over `hider` hides the rest of it, and the prefix is bound back in."""
         libc, word = self.libc, ctypes.c_ulong
@@ -259,7 +264,7 @@ class Kernel:
                 libc.umount2(hider, 2)  # MNT_DETACH
 
 
-def _map_self() -> None:  # pragma: no cover (child)
+def _map_self() -> None:  # pragma: no cover - in the sandbox's child, before exec
     """In a new user namespace: be the trainer's own uid and gid there too."""
     uid, gid = os.geteuid(), os.getegid()
     maps = (("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"), ("gid_map", f"{gid} {gid} 1"))
@@ -271,7 +276,9 @@ def _map_self() -> None:  # pragma: no cover (child)
             os.close(fd)
 
 
-def _stop(signum: int, frame: object) -> None:  # pragma: no cover (child)
+def _stop(
+    signum: int, frame: object
+) -> None:  # pragma: no cover - in the sandbox's child, before exec
     """SIGTERM in the first process: kill the child (which `_wait_and_exit_alike` then
     reaps and mirrors), or end at once if there is none yet. The trainer stops a call
     this way, so the child is always reaped by its own parent, never left to a trainer
@@ -284,7 +291,7 @@ def _stop(signum: int, frame: object) -> None:  # pragma: no cover (child)
 
 def _wait_and_exit_alike(
     libc: Any, child: int, cpu_seconds: int
-) -> None:  # pragma: no cover (child)
+) -> None:  # pragma: no cover - in the sandbox's child, before exec
     """The first process, outside the pid namespace: hold nothing, wait, end as `child` did.
 
     As process 1 of its namespace the child ignores SIGXCPU, so the CPU limit

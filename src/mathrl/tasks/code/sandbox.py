@@ -519,7 +519,7 @@ def _confine(limits: Limits, kernel: Kernel | None, strict: bool) -> Callable[[]
     if kernel is not None and kernel.root:
         tmpfs += b",uid=%d,gid=%d" % (NOBODY, NOBODY)
 
-    def confine() -> None:  # pragma: no cover (child: see Kernel.enter)
+    def confine() -> None:  # pragma: no cover - in the sandbox's child, before exec
         layers = kernel.enter(tmpfs, limits.cpu_seconds, strict) if kernel is not None else 0
         for what, values in as_process_1 if layers & bit("pid") else otherwise:
             resource.setrlimit(what, values)
