@@ -6,19 +6,25 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import tinker
 
 from cli_process import run_main
-from fake_mint import FakeMintServer
-from mathrl.backend import TrainResult
+from fake_mint import FakeMintServer, FakeTrainingClient
+from mathrl.backend import Backend, SampleParams, TrainResult
+from mathrl.checkpoints import run_fingerprint
 from mathrl.config import ConfigError, TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import run_grpo
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss
-from mathrl.service.mint_backend import MintBackend
-from mathrl.tasks.addition import MathAdapter
+from mathrl.resolved import as_task
+from mathrl.service.mint_backend import MintBackend, to_mint_datum
+from mathrl.service.recovery import RetryingBackend
+from mathrl.service.retry import RetryPolicy
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend, references_for
 
 LOSSES = [
@@ -40,8 +46,6 @@ def datums_of(backend: FakeBackend, n: int = 6) -> list[Datum]:
         out = []
         for i, problem in enumerate(problems):
             prompt_T = backend.tokenizer.encode(task.make_prompt(problem))
-            from mathrl.backend import SampleParams
-
             [c] = await sampler.sample(prompt_T, 1, SampleParams(8, 1.0, ("\n",), i))
             datum = build_datum(prompt_T, c.tokens, c.logprobs, (-1.0) ** i * (1 + i / 4))
             assert datum is not None
@@ -49,6 +53,18 @@ def datums_of(backend: FakeBackend, n: int = 6) -> list[Datum]:
         return out
 
     return asyncio.run(go())
+
+
+def fake_sdk(
+    folder: Path, problems: Sequence[AdditionProblem]
+) -> tuple[FakeMintServer, FakeTrainingClient]:
+    """A fake of the MinT SDK that knows `problems`, and a LoRA training client on it."""
+    server = FakeMintServer(references_for(MathAdapter(), problems), checkpoint_dir=folder)
+    return server, server.connect().create_lora_training_client("fake/base")
+
+
+def mint_on(training: FakeTrainingClient) -> MintBackend:
+    return MintBackend(training, training.get_tokenizer())
 
 
 def fake(tmp_path: Path) -> FakeBackend:
@@ -84,7 +100,7 @@ def test_the_fake_trains_with_exactly_the_losses_of_the_core(tmp_path: Path, los
 
 
 async def _train(
-    backend: FakeBackend, datums: list[Datum], lr: float, loss: Loss = IMPORTANCE_SAMPLING
+    backend: Backend, datums: list[Datum], lr: float, loss: Loss = IMPORTANCE_SAMPLING
 ) -> TrainResult:
     return await (await backend.submit_train_step(datums, lr, loss))
 
@@ -93,18 +109,14 @@ async def _train(
 def test_the_mint_backend_sends_the_loss_and_its_config_and_gets_the_same_loss(
     tmp_path: Path, loss: Loss
 ) -> None:
-    task = MathAdapter()
-    server = FakeMintServer(
-        references_for(task, task.build_dataset(0, 1, 6)), checkpoint_dir=tmp_path / "m"
-    )
-    training = server.connect().create_lora_training_client("fake/base")
-    mint = MintBackend(training, training.get_tokenizer())
+    server, training = fake_sdk(tmp_path / "m", MathAdapter().build_dataset(0, 1, 6))
+    mint = mint_on(training)
     local = fake(tmp_path / "f")
     datums = datums_of(local)
     # Move both off the sampling weights first, so ratios leave 1 and the clips bind.
-    asyncio.run(_train(mint, datums, 0.5))  # type: ignore[arg-type]  # a Backend too
+    asyncio.run(_train(mint, datums, 0.5))
     asyncio.run(_train(local, datums, 0.5))
-    got = asyncio.run(_train(mint, datums, 1e-3, loss))  # type: ignore[arg-type]  # a Backend too
+    got = asyncio.run(_train(mint, datums, 1e-3, loss))
     assert server.loss_fn_configs[-1] == (loss.name, loss.config())
     want = asyncio.run(_train(local, datums, 1e-3, loss))
     # The SDK sends logprobs and advantages as float32: the same loss to about 1e-7.
@@ -114,17 +126,8 @@ def test_the_mint_backend_sends_the_loss_and_its_config_and_gets_the_same_loss(
 
 
 def test_the_fake_sdk_refuses_a_config_the_loss_does_not_take(tmp_path: Path) -> None:
-    task = MathAdapter()
-    server = FakeMintServer(
-        references_for(task, task.build_dataset(0, 1, 6)), checkpoint_dir=tmp_path
-    )
-    training = server.connect().create_lora_training_client("fake/base")
-    datums = datums_of(fake(tmp_path / "f"))
-    import tinker
-
-    from mathrl.service.mint_backend import to_mint_datum
-
-    data = [to_mint_datum(d) for d in datums]
+    _, training = fake_sdk(tmp_path, MathAdapter().build_dataset(0, 1, 6))
+    data = [to_mint_datum(d) for d in datums_of(fake(tmp_path / "f"))]
     with pytest.raises(tinker.RequestFailedError, match="loss_fn_config for ppo takes"):
         training.forward_backward(data, "ppo", {"beta": 0.1}).result()
 
@@ -149,9 +152,6 @@ def test_substeps_split_the_step_into_that_many_updates(tmp_path: Path, substeps
 
 
 def test_the_default_algorithm_keeps_the_checkpoint_names_of_before() -> None:
-    from mathrl.checkpoints import run_fingerprint
-    from mathrl.resolved import as_task
-
     task = as_task(MathAdapter())
     base = run_fingerprint(task, TrainConfig())
     assert base == "5528d96d"  # the addition task's default name before these choices existed
@@ -261,12 +261,10 @@ def test_fill_batch_is_deterministic_and_works_off_policy(tmp_path: Path, off_po
 def test_the_kl_penalty_asks_the_step_0_sampler_over_the_sdk_too(tmp_path: Path) -> None:
     task = MathAdapter()
     config = TrainConfig(steps=3, batch=4, group=4, kl_coef=0.1)
-    server = FakeMintServer(
-        references_for(task, [p for s in (1, 2, 3) for p in task.build_dataset(0, s, 4)]),
-        checkpoint_dir=tmp_path,
+    server, training = fake_sdk(
+        tmp_path, [p for s in (1, 2, 3) for p in task.build_dataset(0, s, 4)]
     )
-    training = server.connect().create_lora_training_client("fake/base")
-    recorder = RecordingBackend(MintBackend(training, training.get_tokenizer()))
+    recorder = RecordingBackend(mint_on(training))
     result = run_grpo(recorder, task, config)
     trained = [m for m in result.steps if m.datums]
     assert len(server.logprob_requests) == sum(m.datums for m in trained)
@@ -295,9 +293,6 @@ def test_a_run_with_a_kl_penalty_resumes_against_the_same_base(tmp_path: Path) -
 def test_the_choices_survive_retries_exactly(tmp_path: Path) -> None:
     # Faults on a fifth of the calls: a retried training call restores the last state and
     # replays the steps since, with their minibatches and loss; the run ends the same.
-    from mathrl.service.recovery import RetryingBackend
-    from mathrl.service.retry import RetryPolicy
-
     task = MathAdapter()
     config = TrainConfig(steps=4, batch=6, group=4, loss="ppo", substeps=3, kl_coef=0.1,
                          fill_batch=True, save_every=2)  # fmt: skip
@@ -319,9 +314,8 @@ def test_every_choice_at_once_over_the_sdk_trains_as_on_the_fake(tmp_path: Path)
     config = TrainConfig(steps=3, batch=4, group=4, loss="ppo", clip_high=1.1, substeps=2,
                          scale_rewards="group", fill_batch=True, kl_coef=0.05)  # fmt: skip
     problems = [p for s in (1, 2, 3) for p in task.build_dataset(0, s, 16)]
-    server = FakeMintServer(references_for(task, problems), checkpoint_dir=tmp_path / "m")
-    training = server.connect().create_lora_training_client("fake/base")
-    over_sdk = RecordingBackend(MintBackend(training, training.get_tokenizer()))
+    server, training = fake_sdk(tmp_path / "m", problems)
+    over_sdk = RecordingBackend(mint_on(training))
     on_fake = RecordingBackend(
         FakeBackend(references_for(task, problems), task_name="addition",
                     checkpoint_dir=tmp_path / "f", unknown_prompts="uniform")

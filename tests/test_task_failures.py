@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_process import run_main
+from cli_process import Result, run_main
 from mathrl.adapter import Response
 from mathrl.config import TrainConfig
 from mathrl.evaluation import evaluation_set
@@ -39,21 +39,25 @@ BROKEN_AT_STEP_3 = (
 FIXED = "return super().compute_reward(completion, problem)"
 
 
+def one_failure(failed: Result) -> list[str]:
+    """The run's error lines: it ended with exit 1 and no traceback (one line is expected)."""
+    assert failed.returncode == 1
+    assert "Traceback" not in failed.stderr
+    return [line for line in failed.stderr.splitlines() if "error:" in line]
+
+
 def test_a_reward_that_raises_ends_the_run_in_one_line_and_resumes_once_fixed(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "flaky.py").write_text(FLAKY.format(body=BROKEN_AT_STEP_3))
     run = ["--backend", "fake", "--adapter", "flaky:Flaky", "--steps", "5", "--log-dir", "run"]
     failed = run_main(tmp_path, *run)
-    assert failed.returncode == 1
-    assert "Traceback" not in failed.stderr
-    errors = [line for line in failed.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1
+    [error] = one_failure(failed)
     assert re.match(
         r"mathrl: error: task 'flaky' failed: compute_reward raised ValueError: invalid literal "
         r"for int\(\) with base 10: .* \(on '.*'\)$",
-        errors[0],
-    ), errors
+        error,
+    ), error
     assert "check the task with: python -m mathrl check-adapter flaky:Flaky" in failed.stderr
     # Steps 1 and 2 trained; a state was saved at step 2, not at step 0.
     assert [line.split(":")[0] for line in failed.stdout.splitlines()] == [
@@ -83,17 +87,14 @@ def test_a_reward_past_the_timeout_ends_the_run_in_one_line_and_resumes_with_mor
     (tmp_path / "flaky.py").write_text(FLAKY.format(body=HANGS_AT_STEP_3))
     run = ["--backend", "fake", "--adapter", "flaky:Flaky", "--steps", "4", "--log-dir", "run"]
     failed = run_main(tmp_path, *run, "--reward-timeout", "0.5")
-    assert failed.returncode == 1
-    assert "Traceback" not in failed.stderr
-    errors = [line for line in failed.stderr.splitlines() if "error:" in line]
-    assert len(errors) == 1
+    [error] = one_failure(failed)
     assert re.match(
         # The group's rewards are one call to the pool, of 0.5 s per distinct completion.
         r"mathrl: error: task 'flaky' failed: compute_reward did not return within [0-9.]+ s "
         r"\(\d calls of up to 0\.5 s each\) \(on \[.*\]\); --reward-timeout sets how long "
         r"a call may take$",
-        errors[0],
-    ), errors
+        error,
+    ), error
     assert "check-adapter" not in failed.stderr  # the task is slow, not wrong
     assert "the last saved state is step 2; resume with: python -m mathrl --resume run" in (
         failed.stderr

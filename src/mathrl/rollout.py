@@ -182,9 +182,9 @@ async def play_step(
         tokens = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts]
         first = len(prompts_P)
         episodes = await play_groups(player, config, step, round_P, prompts, tokens, first=first)
-        prompts_P, prompts_P_T, episodes_P_G = (
-            [*prompts_P, *prompts], [*prompts_P_T, *tokens], [*episodes_P_G, *episodes]
-        )  # fmt: skip
+        prompts_P += prompts
+        prompts_P_T += tokens
+        episodes_P_G += episodes
         informative += sum(not is_constant_group([e.reward for e in g]) for g in episodes)
         if not config.fill_batch:
             break
