@@ -37,7 +37,7 @@ from tinker import types
 
 from mathrl.backend import BackendError, SampleParams
 from mathrl.grpo import Datum
-from mathrl.losses import LOSSES, Loss
+from mathrl.losses import LOSSES, Loss, loss_named
 from mathrl_fakes import (
     ByteTokenizer,
     CallLog,
@@ -300,7 +300,7 @@ class FakeMintServer:
             raise refused(f"loss_fn_config for {name} takes {sorted(keys)} (got {sorted(config)})")
         try:
             return Loss(
-                name,  # type: ignore[arg-type]  # checked against LOSSES above
+                loss_named(name),
                 config.get("clip_low_threshold"),
                 config.get("clip_high_threshold"),
                 config.get("beta"),

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mathrl.losses import DEFAULT_CLIPS, IMPORTANCE_SAMPLING, LOSSES, Loss, TokenLoss, token_loss
+from mathrl.losses import (
+    DEFAULT_CLIPS,
+    IMPORTANCE_SAMPLING,
+    LOSSES,
+    Loss,
+    TokenLoss,
+    loss_named,
+    token_loss,
+)
 from strategies import advantages, clip_pairs, logprobs, losses
 
 PPO, CISPO, DRO = Loss("ppo"), Loss("cispo"), Loss("dro")
@@ -158,3 +166,9 @@ def test_worked_example_dro() -> None:
     # loss = -(lp A - beta (lp - q)^2 / 2) = -(-0.510826 * 2 - 0.025 * 0.164402) = 1.025762,
     # gradient = -A + beta (lp - q) = -2 + 0.020273 = -1.979727.
     assert_token(token_loss(DRO, LP, Q, 2.0), 1.0257622, -1.9797267, False)
+
+
+def test_a_loss_is_named_as_the_service_names_it() -> None:
+    assert [loss_named(name) for name in LOSSES] == list(LOSSES)
+    with pytest.raises(ValueError, match="must be one of importance_sampling, ppo, cispo, dro"):
+        loss_named("grpo")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
@@ -168,11 +169,11 @@ def test_an_off_policy_step_costs_two_round_trips_and_samples_while_training(
     ],
 )
 def test_the_algorithm_choices_cost_what_they_say_in_round_trips(
-    fake_backend_factory: FakeFactory, choice: dict[str, object], extra: int
+    fake_backend_factory: FakeFactory, choice: dict[str, Any], extra: int
 ) -> None:
     steps = 3
     backend = fake_backend_factory(seed=1, latency=1.0)
-    config = TrainConfig(steps=steps, batch=6, group=4, seed=1, **choice)  # type: ignore[arg-type]  # checked by TrainConfig
+    config = TrainConfig(steps=steps, batch=6, group=4, seed=1, **choice)
     result, elapsed = run_virtual(run_grpo_async(backend, MathAdapter(), config, workers=INLINE))
     assert all(m.datums > 0 for m in result.steps)
     assert elapsed == 2 + (3 + extra) * steps - 1  # as without them, plus `extra` a step

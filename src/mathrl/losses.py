@@ -91,6 +91,14 @@ class Loss:
 IMPORTANCE_SAMPLING = Loss()
 
 
+def loss_named(name: str) -> LossName:
+    """`name` as a LossName; ValueError if it names none of LOSSES."""
+    for known in LOSSES:
+        if known == name:
+            return known
+    raise ValueError(f"the loss must be one of {', '.join(LOSSES)} (got {name!r})")
+
+
 @dataclass(frozen=True, slots=True)
 class TokenLoss:
     """One token's loss, its gradient d loss / d lp, and whether the clip bound its weight."""
