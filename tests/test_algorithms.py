@@ -19,7 +19,14 @@ from mathrl.checkpoints import run_fingerprint
 from mathrl.config import ConfigError, TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import run_grpo
-from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss
+from mathrl.losses import (
+    DEFAULT_CLIPS,
+    DEFAULT_DRO_BETA,
+    IMPORTANCE_SAMPLING,
+    Loss,
+    loss_named,
+    token_loss,
+)
 from mathrl.resolved import as_task
 from mathrl.service.mint_backend import MintBackend, to_mint_datum
 from mathrl.service.recovery import RetryingBackend
@@ -161,14 +168,26 @@ def test_the_default_algorithm_keeps_the_checkpoint_names_of_before() -> None:
         )
         == base
     )
-    for changed in (
+    # The loss counts as the service gets it: explicit defaults are the defaults.
+    for name, (low, high) in DEFAULT_CLIPS.items():
+        loss = loss_named(name)
+        explicit = TrainConfig(loss=loss, clip_low=low, clip_high=high)
+        assert run_fingerprint(task, explicit) == run_fingerprint(task, TrainConfig(loss=loss))
+    explicit = TrainConfig(loss="dro", dro_beta=DEFAULT_DRO_BETA)
+    assert run_fingerprint(task, explicit) == run_fingerprint(task, TrainConfig(loss="dro"))
+    changed = (
         TrainConfig(loss="ppo"),
+        TrainConfig(loss="ppo", clip_low=0.9),
+        TrainConfig(loss="cispo"),
+        TrainConfig(loss="dro"),
+        TrainConfig(loss="dro", dro_beta=0.1),
         TrainConfig(scale_rewards="group"),
         TrainConfig(substeps=2),
         TrainConfig(fill_batch=True),
         TrainConfig(kl_coef=0.1),
-    ):
-        assert run_fingerprint(task, changed) != base
+    )
+    names = [run_fingerprint(task, c) for c in changed]
+    assert len({base, *names}) == 1 + len(names)  # each trains differently: each its own name
 
 
 @pytest.mark.parametrize(

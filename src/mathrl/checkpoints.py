@@ -25,6 +25,7 @@ from mathrl.losses import IMPORTANCE_SAMPLING
 from mathrl.resolved import Task
 
 P = TypeVar("P")
+DEFAULT = (IMPORTANCE_SAMPLING.name, IMPORTANCE_SAMPLING.config())
 Kind = Literal["sampler", "state"]
 
 CHECKPOINT_NAME = re.compile(
@@ -49,10 +50,13 @@ def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
     options = sorted(task.chat_template_options.items())
     if options or task.mask_truncated or config.mask_truncated:  # settings added later
         settings += (options, task.mask_truncated or config.mask_truncated)
+    # The loss as the service gets it: `--loss ppo` and `--loss ppo --clip-low 0.8` train alike.
+    loss = config.loss_fn
     algorithm = (
-        config.loss_fn, config.scale_rewards, config.substeps, config.fill_batch, config.kl_coef
+        (loss.name, loss.config()), config.scale_rewards, config.substeps, config.fill_batch,
+        config.kl_coef,
     )  # fmt: skip
-    if algorithm != (IMPORTANCE_SAMPLING, "none", 1, False, 0.0):  # added later: when changed
+    if algorithm != (DEFAULT, "none", 1, False, 0.0):  # added later: only when changed
         settings += algorithm
     return hashlib.blake2b(repr(settings).encode(), digest_size=4).hexdigest()
 
