@@ -9,18 +9,21 @@ afterwards. Timing is never a criterion beyond "finished within the wall limit a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import functools
 import os
 import platform
 import re
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -38,6 +41,7 @@ from mathrl.tasks.code.sandbox import (
     call_function,
     remove_tree,
 )
+from mathrl.workers import Workers
 
 FAST = Limits(cpu_seconds=1, wall_seconds=3.0)
 MARGIN = 2.0  # seconds beyond the wall limit a call may take, start-up and clean-up included
@@ -61,10 +65,32 @@ def no_children_left() -> bool:
     return False
 
 
+def warm_call(
+    source: str, function: str, inputs: Sequence[Sequence[JsonValue]], limits: Limits
+) -> Outcome:
+    """`call_function` in a sandbox that a worker pool started ahead of the call."""
+
+    async def go(pool: Workers) -> Outcome:
+        await pool.run(lambda: call_function("def f():\n    return 1\n", "f", [[]], limits))
+        warm = sandbox.warm_of(pool)  # it now starts sandboxes of the kind of that call
+        deadline = time.monotonic() + 30
+        while warm.ready < warm.size:
+            assert time.monotonic() < deadline, "no sandbox was started ahead"
+            await asyncio.sleep(0.01)
+        taken = warm.taken
+        outcome = await pool.run(lambda: call_function(source, function, inputs, limits))
+        assert warm.taken == taken + 1
+        return outcome
+
+    with Workers(1) as pool:
+        return asyncio.run(go(pool))
+
+
 @dataclass(frozen=True)
 class Box:
     world: Path  # what the completion must not touch
     sandboxes: Path  # where call_function makes its temp folders
+    warm: bool = False  # each call in a sandbox started ahead of it (then the pool closes)
 
     def run(
         self,
@@ -75,9 +101,8 @@ class Box:
     ) -> Outcome:
         before = snapshot(self.world)
         started = time.monotonic()
-        outcome = call_function(
-            source.replace("WORLD", repr(str(self.world))), function, inputs, limits
-        )
+        call = warm_call if self.warm else call_function
+        outcome = call(source.replace("WORLD", repr(str(self.world))), function, inputs, limits)
         assert time.monotonic() - started < limits.wall_seconds + MARGIN
         assert snapshot(self.world) == before
         assert list(self.sandboxes.iterdir()) == []
@@ -103,6 +128,13 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
     monkeypatch.setattr(tempfile, "tempdir", str(sandboxes))
     yield Box(world, sandboxes)
     remove_tree(str(top))
+
+
+@pytest.fixture
+def warm_box(box: Box, monkeypatch: pytest.MonkeyPatch) -> Box:
+    """`box`, each call in a sandbox started ahead of it (a pool that keeps one ready)."""
+    monkeypatch.setattr(sandbox, "WARM_PER_WORKER", 1)
+    return replace(box, warm=True)
 
 
 # What the machine offers the kernel layers is asked here, not of the sandbox: a layer that
@@ -772,3 +804,137 @@ def test_a_banned_module_built_into_the_interpreter_is_refused(
         monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, executable=python))
     outcome = box.run("import os\ndef f():\n    import _posixsubprocess\n    return 'escaped'\n")
     assert scores_nothing(outcome, "escaped"), outcome
+
+
+# --- sandboxes started ahead of their calls (a worker pool's) -------------------------------
+
+
+def test_a_sandbox_started_ahead_returns_what_a_fresh_one_does(warm_box: Box) -> None:
+    source = "def f(x):\n    return x * 2 + 1\n"
+    assert warm_box.run(source, [[1], [20]]).results == (3, 41)
+
+
+@pytest.mark.parametrize("name", sorted(ESCAPES))
+def test_a_sandbox_started_ahead_stops_every_escape(warm_box: Box, name: str) -> None:
+    # Its layers were set up before the call existed, exactly as a fresh one's.
+    body, _ = ESCAPES[name]
+    outcome = warm_box.run(f"import os\ndef f():\n    {body}\n")
+    assert scores_nothing(outcome, "escaped"), outcome
+
+
+def test_a_sandbox_started_ahead_is_no_more_than_a_fresh_one(warm_box: Box) -> None:
+    # Never root, alone in its pid namespace, off the network: what the kernel layers give.
+    private = warm_box.world / "root-only.txt"
+    private.write_text("secret")
+    private.chmod(0o600)
+    source = (
+        "import os, socket\n"
+        "def f():\n"
+        "    try:\n"
+        "        socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+        "        net = 'reached'\n"
+        "    except Exception:\n"
+        "        net = 'none'\n"
+        "    try:\n"
+        "        secret = open(WORLD + '/root-only.txt').read()\n"
+        "    except OSError:\n"
+        "        secret = 'refused'\n"
+        "    return [os.getuid() != 0, os.getpid(), net, secret]\n"
+    )
+    assert warm_box.run(source).results == ([True, 1, "none", "refused"],)
+
+
+def in_pool(pool: Workers, *calls: Callable[[], Outcome]) -> list[Outcome]:
+    async def go() -> list[Outcome]:
+        return [await pool.run(call) for call in calls]
+
+    return asyncio.run(go())
+
+
+def wait_ready(warm: sandbox.Warm, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while warm.ready < count:
+        assert time.monotonic() < deadline, f"{warm.ready} of {count} sandboxes started ahead"
+        time.sleep(0.01)
+
+
+def test_each_sandbox_started_ahead_serves_one_call(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A call leaves a file in its folder; no later call finds it, so no sandbox served twice.
+    monkeypatch.setattr(sandbox, "WARM_PER_WORKER", 3)
+    source = (
+        "import os\n"
+        "def f():\n"
+        "    found = os.path.exists('mark')\n"
+        "    open('mark', 'w').write('x')\n"
+        "    return found\n"
+    )
+    call = functools.partial(call_function, source, "f", [[]], FAST)
+    with Workers(1) as pool:
+        in_pool(pool, call)
+        warm = sandbox.warm_of(pool)
+        wait_ready(warm, 3)
+        outcomes = in_pool(pool, call, call, call)
+        assert warm.taken == 3
+        assert [o.results for o in outcomes] == [(False,)] * 3
+    assert warm.ready == 0  # the pool closed: those not used are gone, and so is their folder
+    assert list(box.sandboxes.iterdir()) == []
+    assert no_children_left()
+
+
+def test_a_sandbox_that_died_waiting_is_passed_over(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox, "WARM_PER_WORKER", 2)
+    call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
+    with Workers(1) as pool:
+        in_pool(pool, call)
+        warm = sandbox.warm_of(pool)
+        wait_ready(warm, 2)
+        for started in list(warm._ready):  # killed from outside while it waited
+            os.killpg(started.child.pid, signal.SIGKILL)
+            started.child.wait()
+        (outcome,) = in_pool(pool, call)
+        assert outcome.results == (7,)
+        assert warm.taken == 0  # it started its own
+    assert list(box.sandboxes.iterdir()) == []
+    assert no_children_left()
+
+
+def test_a_call_of_another_kind_starts_its_own(box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Other limits: the sandboxes waiting have the wrong ones, so they go, and it starts its own.
+    monkeypatch.setattr(sandbox, "WARM_PER_WORKER", 2)
+    source = "import resource\ndef f():\n    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]\n"
+    other = replace(FAST, open_files=32)
+    with Workers(1) as pool:
+        in_pool(pool, functools.partial(call_function, source, "f", [[]], FAST))
+        warm = sandbox.warm_of(pool)
+        wait_ready(warm, 2)
+        (outcome,) = in_pool(pool, functools.partial(call_function, source, "f", [[]], other))
+        assert outcome.results == (32,)
+        assert warm.taken == 0
+    assert no_children_left()
+
+
+def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Starting one ahead fails (say, out of processes): the pool stops trying, calls go on.
+    start = sandbox._start
+
+    def failing(kind: sandbox.Kind) -> sandbox.Started:
+        if threading.current_thread().name == "mathrl-sandboxes":
+            raise OSError("no more processes")
+        return start(kind)
+
+    monkeypatch.setattr(sandbox, "_start", failing)
+    call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
+    with Workers(1) as pool:
+        in_pool(pool, call)
+        warm = sandbox.warm_of(pool)
+        warm._thread.join(30)
+        assert not warm._thread.is_alive()
+        assert [o.results for o in in_pool(pool, call, call)] == [(7,), (7,)]
+        assert (warm.taken, warm.ready) == (0, 0)
+    assert no_children_left()

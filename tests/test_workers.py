@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mathrl.workers import Late, WorkerDied, Workers, default_size, in_process
+from mathrl.workers import Late, WorkerDied, Workers, current, default_size, in_process
 
 
 def run_in(workers: Workers, *fns: object) -> list[object]:
@@ -149,3 +149,53 @@ def test_a_call_of_several_task_calls_has_their_time() -> None:
         with pytest.raises(Late, match=r"^it did not return within 0\.15 s \(3 calls of up to "):
             asyncio.run(go())
         release.set()
+
+
+def test_the_pool_knows_when_it_is_idle() -> None:
+    release, started = threading.Event(), threading.Event()
+
+    def held() -> str:
+        started.set()
+        release.wait(10)
+        return "done"
+
+    with Workers(size=1) as workers:
+        assert workers.wait_idle(0)  # nothing queued or running
+
+        async def go() -> str:
+            call = asyncio.ensure_future(workers.run(held))
+            await asyncio.to_thread(started.wait, 10)
+            assert not workers.wait_idle(0.05)  # a call is running
+            release.set()
+            return await call
+
+        assert asyncio.run(go()) == "done"
+        assert workers.wait_idle(5)
+
+
+class Resource:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_what_a_pool_keeps_is_made_once_and_closed_with_it() -> None:
+    made: list[Resource] = []
+
+    def make() -> Resource:
+        made.append(Resource())
+        return made[-1]
+
+    workers = Workers(size=1)
+    (kept,) = run_in(workers, lambda: workers.kept("thing", make))
+    assert workers.kept("thing", make) is kept
+    assert made == [kept]
+    (on_thread,) = run_in(workers, lambda: current() is workers)
+    assert on_thread  # the pool's threads know it; others do not
+    assert current() is None
+    workers.close()
+    assert made[0].closed
+    assert workers.kept("thing", make) is made[1]  # a closed pool starts afresh
+    workers.close()

@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 300.0
@@ -108,6 +108,20 @@ class Late(TimeoutError):
         self.each, self.calls = each, calls
 
 
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+K = TypeVar("K", bound=Closable)
+_CURRENT = threading.local()
+
+
+def current() -> Workers | None:
+    """The pool whose worker thread this is; None on any other thread."""
+    pool: Workers | None = getattr(_CURRENT, "pool", None)
+    return pool
+
+
 _Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]", int]
 """A call, the loop awaiting it, its future there, and how many of a task's calls it makes."""
 
@@ -144,6 +158,9 @@ class Workers:
         self._ids = itertools.count()
         self._watchdog: threading.Thread | None = None
         self._closed = False
+        self._busy = 0  # calls queued or running
+        self._idle = threading.Condition(self._lock)
+        self._kept: dict[str, Closable] = {}
 
     @classmethod
     def inline(cls) -> Workers:
@@ -162,8 +179,23 @@ class Workers:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._start()
+        with self._lock:
+            self._busy += 1
         self._jobs.put((fn, loop, future, calls))
         return await future
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until no call is queued or running (True), or for `timeout` seconds (False)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._busy == 0, timeout)
+
+    def kept(self, key: str, make: Callable[[], K]) -> K:
+        """The pool's own `key` object, made by `make()` on first use and closed with the pool:
+        what the calls made on its threads share (a task's warm resources, say)."""
+        with self._lock:
+            if key not in self._kept:
+                self._kept[key] = make()
+            return cast(K, self._kept[key])  # `make` made it for this key
 
     def __enter__(self) -> Workers:
         return self
@@ -180,6 +212,9 @@ class Workers:
             self._threads.clear()
             self._closed = True
             self._due.notify()
+            kept, self._kept = list(self._kept.values()), {}
+        for resource in kept:
+            resource.close()
 
     def _start(self) -> None:
         with self._lock:
@@ -224,27 +259,40 @@ class Workers:
         thread.start()
 
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, loop, future, calls = job
-            if future.done():  # given up on before it started
-                continue
-            ident = next(self._ids)
-            deadline = time.monotonic() + self.timeout * calls
-            with self._due:
-                self._running[ident] = threading.current_thread()
-                heapq.heappush(self._deadlines, (deadline, ident, job))
-                self._due.notify()
-            result: Any = None
-            error: BaseException | None = None
+        _CURRENT.pool = self
+        going = True
+        while going and (job := self._jobs.get()) is not None:
             try:
-                result = fn()
-            except BaseException as exc:  # handed to the awaiting coroutine, never lost
-                error = exc
-            with self._due:
-                if ident not in self._running:
-                    return  # the watchdog gave up on this call and replaced this thread
-                del self._running[ident]
-            _hand_over(loop, future, result, error)
+                going = self._one(job)
+            finally:
+                with self._idle:
+                    self._busy -= 1
+                    if self._busy == 0:
+                        self._idle.notify_all()
+
+    def _one(self, job: _Job) -> bool:
+        """Run one call; False if the watchdog gave up on it (this thread then ends)."""
+        fn, loop, future, calls = job
+        if future.done():  # given up on before it started
+            return True
+        ident = next(self._ids)
+        deadline = time.monotonic() + self.timeout * calls
+        with self._due:
+            self._running[ident] = threading.current_thread()
+            heapq.heappush(self._deadlines, (deadline, ident, job))
+            self._due.notify()
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = fn()
+        except BaseException as exc:  # handed to the awaiting coroutine, never lost
+            error = exc
+        with self._due:
+            if ident not in self._running:
+                return False  # the watchdog gave up on this call and replaced this thread
+            del self._running[ident]
+        _hand_over(loop, future, result, error)
+        return True
 
 
 def _hand_over(

@@ -1,10 +1,12 @@
 """The script the sandbox's child runs, kept as text: it never runs in the trainer.
 
-`mathrl.tasks.code.sandbox` passes `HARNESS` to `python -I -S -B -c`. In the child it
-reads the request from stdin before any untrusted code exists, points fds 0-2
-at /dev/null (so stray writes fail), installs the audit hook (`guard`) after
-removing the unaudited ways out (`disarm`), runs the completion, calls the
-function once per input, and writes one JSON line to a private copy of the
+`mathrl.tasks.code.sandbox` passes `HARNESS` to `python -I -S -B -c` (with the
+argument `hook` when the audit hook is one of the layers). In the child it
+installs the audit hook (`guard`) after removing the unaudited ways out
+(`disarm`), then reads the request from stdin, all of it before any untrusted
+code exists (so a sandbox started ahead of its call waits there, guarded),
+points fds 0-2 at /dev/null (so stray writes fail), runs the completion, calls
+the function once per input, and writes one JSON line to a private copy of the
 original stdout. Kept as a string, not a module, because it must import
 nothing but the standard library, and because nothing in it may run here.
 """
@@ -133,6 +135,9 @@ def describe(exc):
 
 
 def main():
+    if sys.argv[1:] == ["hook"]:  # first: a sandbox started ahead waits, guarded, for its call
+        disarm()
+        sys.addaudithook(guard(os.getcwd()))
     request = json.loads(sys.stdin.buffer.read())  # all of it, before untrusted code runs
     reply, null = os.dup(1), os.open(os.devnull, os.O_RDONLY)  # stray writes to 1 and 2 fail
     for fd in (0, 1, 2):
@@ -141,9 +146,6 @@ def main():
         io.BufferedWriter(Discard()), write_through=True)
     sys.stdin = sys.__stdin__ = io.StringIO()
     sys.pycache_prefix = os.devnull + "/none"  # imports compile from source: marshal is refused
-    if request["hook"]:
-        disarm()
-        sys.addaudithook(guard(os.getcwd()))
     inputs, budget = request["inputs"], request["budget"]
     status, detail, results = "ok", "", ["null"] * len(inputs)
     try:

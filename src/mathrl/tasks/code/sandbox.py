@@ -6,6 +6,11 @@ calls `function(*args)` once per input. Expected outputs never leave the parent,
 scores only by computing them. Not for: trusted code, or code that needs subprocesses, the
 network, or files outside its own empty temporary folder.
 
+A call made on a worker pool's thread (`mathrl.workers`) takes a sandbox the pool started ahead
+of it, if one is ready (`Warm`): set up in full, it waits for its call on stdin, and serves that
+one call only. Starting a sandbox is most of a call's cost, so the loop's waits on the service
+pay for it instead of the rewards.
+
 Layers; tests/test_sandbox.py shows each one alone stopping the attacks it is meant for:
 * Always: rlimits (CPU, address space, file size, open files, processes, no core); SIGKILL to
   the process group at the wall-clock deadline or past the output cap; `python -I -S -B` with
@@ -44,11 +49,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import TypeAlias
 
+from mathrl import workers
 from mathrl.adapter import Unavailable
 from mathrl.tasks.code.harness import HARNESS
 from mathrl.tasks.code.kernel import (
@@ -73,6 +80,8 @@ STOP_SECONDS = 2.0
 """How long a stopped call's first process may take to kill and reap its child."""
 _REQUIRE_ALL = [True]
 """Whether a kernel layer that cannot be set up stops the call (see allow_missing_layers)."""
+WARM_PER_WORKER = 16
+"""Sandboxes a worker pool keeps started ahead of their calls, per thread (see `Warm`)."""
 WEAK_SANDBOX_VARIABLE = "MINT_RL_WEAK_SANDBOX"
 """The variable (and --weak-sandbox the flag) that lets the command line run with what is there."""
 
@@ -155,32 +164,168 @@ def _call(
     try:
         arguments = [list(args) for args in inputs]
         request = json.dumps(
-            {"source": source, "function": function, "inputs": arguments, "budget": budget,
-             "hook": "hook" in _LAYERS}
-        ).encode()  # fmt: skip
+            {"source": source, "function": function, "inputs": arguments, "budget": budget}
+        ).encode()
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"inputs must hold JSON values only, got {exc}") from None
     kernel = kernel_layers() if "kernel" in _LAYERS else None
     if kernel is None and "kernel" in _LAYERS and strict:
         raise SandboxError(f"sandbox: the kernel layers need Linux, not {sys.platform}")
-    workdir = tempfile.mkdtemp(prefix="mathrl-sandbox-")
+    kind = Kind(limits, kernel, strict, "hook" in _LAYERS)
+    started = _warm(kind) or _start(kind)
     try:
-        if kernel is not None and kernel.root:  # its own folder, should no tmpfs cover it
-            os.chown(workdir, NOBODY, NOBODY)
-        with subprocess.Popen(
-            [kernel.executable if kernel else sys.executable, "-I", "-S", "-B", "-c", HARNESS],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
-            env={}, close_fds=True, start_new_session=True,
-            preexec_fn=_confine(limits, kernel, strict),
-        ) as child:  # fmt: skip
+        with started.child as child:
             outcome, setup = _collect(child, request, len(inputs), limits)
-    except subprocess.SubprocessError as exc:  # the set-up raised before exec (a failed fork)
-        raise SandboxError(f"sandbox: the child could not be set up ({exc})") from None
     finally:
-        remove_tree(workdir)
+        remove_tree(started.workdir)
     if strict and kernel is not None and setup.missing:
         raise SandboxError(f"sandbox: {setup.advice(kernel)}")
     return outcome, setup
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What a sandbox is started with; a call may use a sandbox started ahead of it only if
+    that sandbox is of the call's kind."""
+
+    limits: Limits
+    kernel: Kernel | None
+    strict: bool
+    hook: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A sandbox's child, started and waiting for its call on stdin, and its host folder."""
+
+    child: subprocess.Popen[bytes]
+    workdir: str
+    kind: Kind
+
+
+def _start(kind: Kind) -> Started:
+    """Start a sandbox of `kind`: it sets itself up, then waits to read its call."""
+    workdir = tempfile.mkdtemp(prefix="mathrl-sandbox-")
+    try:
+        if kind.kernel is not None and kind.kernel.root:  # its own folder, should no tmpfs cover it
+            os.chown(workdir, NOBODY, NOBODY)
+        executable = kind.kernel.executable if kind.kernel else sys.executable
+        child = subprocess.Popen(
+            [executable, "-I", "-S", "-B", "-c", HARNESS, *(["hook"] if kind.hook else [])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
+            env={}, close_fds=True, start_new_session=True,
+            preexec_fn=_confine(kind.limits, kind.kernel, kind.strict),
+        )  # fmt: skip
+    except BaseException as exc:
+        remove_tree(workdir)
+        if isinstance(exc, subprocess.SubprocessError):  # the set-up raised before exec
+            raise SandboxError(f"sandbox: the child could not be set up ({exc})") from None
+        raise
+    return Started(child, workdir, kind)
+
+
+def _warm(kind: Kind) -> Started | None:
+    """A sandbox of `kind` started ahead, if this call runs on a worker pool that has one."""
+    pool = workers.current()
+    return None if pool is None else warm_of(pool).take(kind)
+
+
+def warm_of(pool: workers.Workers) -> Warm:
+    """The sandboxes `pool` keeps started ahead of its calls (made on first use)."""
+    return pool.kept("sandbox", lambda: Warm(pool, WARM_PER_WORKER * max(1, pool.size)))
+
+
+class Warm:
+    """Sandboxes started ahead of their calls, for the calls a worker pool runs.
+
+    A thread starts them while the pool has no call queued or running (the
+    loop waits on sampling or training), up to `size`, of the kind of the
+    pool's latest call. Each serves one call, exactly as a sandbox started for
+    it would: the same layers, set up before anything of the call's exists. A
+    call that finds none ready starts its own. `close` ends those not used.
+    """
+
+    def __init__(self, pool: workers.Workers, size: int) -> None:
+        self.size = size
+        self.taken = 0
+        """How many calls found a sandbox ready."""
+        self._pool = pool
+        self._ready: list[Started] = []
+        self._kind: Kind | None = None
+        self._closed = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._fill, name="mathrl-sandboxes", daemon=True)
+        self._thread.start()
+
+    @property
+    def ready(self) -> int:
+        """How many sandboxes wait for a call now."""
+        with self._changed:
+            return len(self._ready)
+
+    def take(self, kind: Kind) -> Started | None:
+        """A ready sandbox of `kind`, or None. Asks for more of `kind` from now on."""
+        found, dropped = None, []
+        with self._changed:
+            if kind != self._kind:
+                self._kind, dropped, self._ready = kind, self._ready, []
+            while self._ready and found is None:
+                started = self._ready.pop(0)  # oldest first
+                if started.child.poll() is None:
+                    found = started
+                else:  # it ended while waiting (a kill from outside)
+                    dropped.append(started)
+            self.taken += found is not None
+            self._changed.notify()
+        for started in dropped:
+            _end(started)
+        return found
+
+    def close(self) -> None:
+        """End the sandboxes not used, and the thread that starts them."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join()
+        with self._changed:
+            dropped, self._ready = self._ready, []
+        for started in dropped:
+            _end(started)
+
+    def _fill(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(
+                    lambda: (
+                        self._closed or (self._kind is not None and len(self._ready) < self.size)
+                    )
+                )
+                if self._closed:
+                    return
+                kind = self._kind
+            assert kind is not None
+            if not self._pool.wait_idle(0.05):  # only while the pool would wait anyway
+                continue
+            try:
+                started = _start(kind)
+            except OSError:  # the calls start their own, and say why
+                with self._changed:
+                    self._closed = True
+                return
+            with self._changed:
+                fresh = kind == self._kind and not self._closed
+                if fresh:
+                    self._ready.append(started)
+            if not fresh:
+                _end(started)
+
+
+def _end(started: Started) -> None:
+    """Stop a sandbox that was never given its call."""
+    mask = bit("pid") if started.kind.kernel is not None else 0  # SIGTERM: first process ends
+    with started.child as child:
+        _stop(child, Setup(mask))
+    remove_tree(started.workdir)
 
 
 @dataclass(frozen=True, slots=True)
