@@ -20,13 +20,13 @@ L = 1 s and at L = 0; a loop that scores after sampling takes their sum. The
 same for the whole steps, where sampling-only is the same schedule with the
 free reward: at L = 0, and off-policy at L = 1 s. On-policy at L = 1 s it is
 not a target (the table shows it): the step's update needs every reward of
-the step, and the next step's sampling needs the update, so a reward can
-overlap only the step's own sampling, all of whose requests, at a fixed
-round trip, come back at once; the step is at least its three round trips
-plus the rewards, which is more than the target while the rewards take under
-about 10 s a step. The worker pool keeps sandboxes started ahead of their
-calls (`WARM_PER_WORKER` a thread), started while the loop waits on the
-service: the part of a reward that needs no completion overlaps sampling.
+the step, and the next step's sampling needs the update, so a reward's work
+on a completion can overlap only the step's own sampling, all of whose
+requests, at a fixed round trip, come back at once. The step is its three
+round trips plus that work, which fits under the target only when the work
+is small. The worker pool keeps up to `WARM_SANDBOXES` (32) sandboxes started
+ahead of their calls, started while the loop waits on the service: the part
+of a reward that needs no completion overlaps the waits.
 Also: the sandbox's cost per call, alone and with one call per core in
 flight.
 """

@@ -133,7 +133,7 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
 @pytest.fixture
 def warm_box(box: Box, monkeypatch: pytest.MonkeyPatch) -> Box:
     """`box`, each call in a sandbox started ahead of it (a pool that keeps one ready)."""
-    monkeypatch.setattr(sandbox, "WARM_PER_WORKER", 1)
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
     return replace(box, warm=True)
 
 
@@ -862,7 +862,7 @@ def test_each_sandbox_started_ahead_serves_one_call(
     box: Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A call leaves a file in its folder; no later call finds it, so no sandbox served twice.
-    monkeypatch.setattr(sandbox, "WARM_PER_WORKER", 3)
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 3)
     source = (
         "import os\n"
         "def f():\n"
@@ -886,7 +886,7 @@ def test_each_sandbox_started_ahead_serves_one_call(
 def test_a_sandbox_that_died_waiting_is_passed_over(
     box: Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sandbox, "WARM_PER_WORKER", 2)
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 2)
     call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
     with Workers(1) as pool:
         in_pool(pool, call)
@@ -904,7 +904,7 @@ def test_a_sandbox_that_died_waiting_is_passed_over(
 
 def test_a_call_of_another_kind_starts_its_own(box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
     # Other limits: the sandboxes waiting have the wrong ones, so they go, and it starts its own.
-    monkeypatch.setattr(sandbox, "WARM_PER_WORKER", 2)
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 2)
     source = "import resource\ndef f():\n    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]\n"
     other = replace(FAST, open_files=32)
     with Workers(1) as pool:

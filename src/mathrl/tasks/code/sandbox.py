@@ -80,8 +80,9 @@ STOP_SECONDS = 2.0
 """How long a stopped call's first process may take to kill and reap its child."""
 _REQUIRE_ALL = [True]
 """Whether a kernel layer that cannot be set up stops the call (see allow_missing_layers)."""
-WARM_PER_WORKER = 16
-"""Sandboxes a worker pool keeps started ahead of their calls, per thread (see `Warm`)."""
+WARM_SANDBOXES = 32
+"""Sandboxes a worker pool keeps started ahead of their calls (see `Warm`); each holds about
+7 MB while it waits."""
 WEAK_SANDBOX_VARIABLE = "MINT_RL_WEAK_SANDBOX"
 """The variable (and --weak-sandbox the flag) that lets the command line run with what is there."""
 
@@ -232,7 +233,7 @@ def _warm(kind: Kind) -> Started | None:
 
 def warm_of(pool: workers.Workers) -> Warm:
     """The sandboxes `pool` keeps started ahead of its calls (made on first use)."""
-    return pool.kept("sandbox", lambda: Warm(pool, WARM_PER_WORKER * max(1, pool.size)))
+    return pool.kept("sandbox", lambda: Warm(pool, WARM_SANDBOXES))
 
 
 class Warm:
