@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import itertools
 import statistics
 import time
@@ -48,7 +49,7 @@ from mathrl.loop import run_grpo_async
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import rewards_of
 from mathrl.rollout import Rollout, rollout
-from mathrl.tasks.code.sandbox import call_function
+from mathrl.tasks.code.sandbox import WARM_SANDBOXES, call_function, warm_of
 from mathrl.tasks.code.task import LIMITS, CodeAdapter, CodeProblem, code_of, run
 from mathrl.workers import Workers, default_size, in_process
 from mathrl_fakes import FakeBackend
@@ -133,6 +134,26 @@ def sandbox_costs(workers: int) -> tuple[float, float]:
     return alone * 1e3, shared * 1e3
 
 
+def warm_cost() -> float:
+    """Milliseconds per call, one at a time, in sandboxes a pool started ahead of the calls."""
+    sources = [f"def f(x):\n    return x * {k} + 1\n" for k in range(WARM_SANDBOXES)]
+    inputs: Sequence[Sequence[Any]] = [[x] for x in range(8)]
+
+    async def go(pool: Workers) -> float:
+        await pool.run(lambda: call_function("def f(x):\n    return x\n", "f", inputs, LIMITS))
+        warm = warm_of(pool)
+        while warm.ready < warm.size:
+            await asyncio.sleep(0.01)
+        started = time.perf_counter()
+        for source in sources:
+            await pool.run(functools.partial(call_function, source, "f", inputs, LIMITS))
+        assert warm.taken == len(sources), "a call found no sandbox ready"
+        return (time.perf_counter() - started) / len(sources)
+
+    with Workers(1) as pool:
+        return asyncio.run(go(pool)) * 1e3
+
+
 def busy(work: int) -> int:
     """Pure Python: it holds the interpreter's lock throughout."""
     return sum(i * i for i in range(work))
@@ -208,7 +229,9 @@ def reward_overlap_table(root: Path) -> tuple[list[str], list[tuple[str, float, 
     rows += [
         "",
         f"The sandbox: {alone:.1f} ms a call one at a time, {shared:.1f} ms a call with "
-        f"{cores} in flight ({SANDBOX_CALLS} calls of a distinct one-line `f` on 8 inputs).",
+        f"{cores} in flight ({SANDBOX_CALLS} calls of a distinct one-line `f` on 8 inputs); "
+        f"{warm_cost():.1f} ms a call one at a time in sandboxes started ahead "
+        f"({WARM_SANDBOXES} calls).",
         "",
         gil_line(cores),
     ]
