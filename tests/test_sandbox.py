@@ -41,7 +41,7 @@ from mathrl.tasks.code.sandbox import (
     call_function,
     remove_tree,
 )
-from mathrl.workers import Workers
+from mathrl.workers import Workers, in_process
 
 FAST = Limits(cpu_seconds=1, wall_seconds=3.0)
 MARGIN = 2.0  # seconds beyond the wall limit a call may take, start-up and clean-up included
@@ -938,3 +938,55 @@ def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
         assert [o.results for o in in_pool(pool, call, call)] == [(7,), (7,)]
         assert (warm.taken, warm.ready) == (0, 0)
     assert no_children_left()
+
+
+def test_a_call_in_flight_when_the_pool_closes_still_finishes(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its sandbox would die with the thread that started it: that thread waits for the call.
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
+    slow = "import time\ndef f():\n    time.sleep(1)\n    return 'finished'\n"
+    with Workers(1) as pool:
+        in_pool(pool, functools.partial(call_function, "def f():\n    return 1\n", "f", [[]], FAST))
+        warm = sandbox.warm_of(pool)
+        wait_ready(warm, 1)
+
+        async def go() -> Outcome:
+            call = asyncio.ensure_future(
+                pool.run(functools.partial(call_function, slow, "f", [[]], FAST))
+            )
+            while warm.taken == 0:
+                await asyncio.sleep(0.01)
+            await asyncio.to_thread(warm.close)
+            return await call
+
+        outcome = asyncio.run(go())
+    assert outcome.results == ("finished",), outcome
+    assert no_children_left()
+
+
+def test_a_fork_of_the_trainer_does_not_hold_up_a_sandbox_started_before_it(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task's call in a forked process (`work_in_processes`) holds a copy of every waiting
+    # sandbox's stdin; the sandbox reads its call by length, so it need not see end-of-file.
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
+    with Workers(2) as pool:
+        in_pool(pool, functools.partial(call_function, "def f():\n    return 1\n", "f", [[]], FAST))
+        warm = sandbox.warm_of(pool)
+        wait_ready(warm, 1)
+
+        async def go() -> Outcome:
+            forked = asyncio.ensure_future(
+                pool.run(in_process(functools.partial(time.sleep, FAST.wall_seconds + 1), 30))
+            )
+            await asyncio.sleep(0.3)  # the fork is made
+            outcome = await pool.run(
+                functools.partial(call_function, "def f():\n    return 2\n", "f", [[]], FAST)
+            )
+            await forked
+            return outcome
+
+        outcome = asyncio.run(go())
+        assert warm.taken == 1
+    assert outcome.results == (2,), outcome

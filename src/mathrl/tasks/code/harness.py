@@ -138,7 +138,10 @@ def main():
     if sys.argv[1:] == ["hook"]:  # first: a sandbox started ahead waits, guarded, for its call
         disarm()
         sys.addaudithook(guard(os.getcwd()))
-    request = json.loads(sys.stdin.buffer.read())  # all of it, before untrusted code runs
+    # All of it, before untrusted code runs. Its length comes first: a copy of the pipe's write
+    # end in another child of the trainer (a fork made while this waited) would hold off EOF.
+    size = int(sys.stdin.buffer.readline())
+    request = json.loads(sys.stdin.buffer.read(size))
     reply, null = os.dup(1), os.open(os.devnull, os.O_RDONLY)  # stray writes to 1 and 2 fail
     for fd in (0, 1, 2):
         os.dup2(null, fd)

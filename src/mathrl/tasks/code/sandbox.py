@@ -176,7 +176,8 @@ def _call(
     started = _warm(kind) or _start(kind)
     try:
         with started.child as child:
-            outcome, setup = _collect(child, request, len(inputs), limits)
+            framed = b"%d\n%s" % (len(request), request)  # the length first: see HARNESS
+            outcome, setup = _collect(child, framed, len(inputs), limits)
     finally:
         remove_tree(started.workdir)
     if strict and kernel is not None and setup.missing:
@@ -244,6 +245,10 @@ class Warm:
     pool's latest call. Each serves one call, exactly as a sandbox started for
     it would: the same layers, set up before anything of the call's exists. A
     call that finds none ready starts its own. `close` ends those not used.
+
+    A sandbox dies with the thread that started it (its death signal, which
+    ends it if the trainer dies), so that thread ends only once every sandbox
+    it handed out has finished its call.
     """
 
     def __init__(self, pool: workers.Workers, size: int) -> None:
@@ -252,6 +257,7 @@ class Warm:
         """How many calls found a sandbox ready."""
         self._pool = pool
         self._ready: list[Started] = []
+        self._serving: list[Started] = []  # handed out, maybe still at their call
         self._kind: Kind | None = None
         self._closed = False
         self._changed = threading.Condition()
@@ -268,6 +274,8 @@ class Warm:
         """A ready sandbox of `kind`, or None. Asks for more of `kind` from now on."""
         found, dropped = None, []
         with self._changed:
+            if self._closed:
+                return None
             if kind != self._kind:
                 self._kind, dropped, self._ready = kind, self._ready, []
             while self._ready and found is None:
@@ -276,20 +284,25 @@ class Warm:
                     found = started
                 else:  # it ended while waiting (a kill from outside)
                     dropped.append(started)
-            self.taken += found is not None
+            if found is not None:
+                self.taken += 1
+                self._serving = [s for s in self._serving if s.child.returncode is None]
+                self._serving.append(found)
             self._changed.notify()
         for started in dropped:
             _end(started)
         return found
 
     def close(self) -> None:
-        """End the sandboxes not used, and the thread that starts them."""
-        with self._changed:
-            self._closed = True
-            self._changed.notify()
+        """End the sandboxes not used, then the thread that starts them (once every sandbox
+        it handed out has finished its call)."""
+        self._stop_filling()
         self._thread.join()
+
+    def _stop_filling(self) -> None:
         with self._changed:
-            dropped, self._ready = self._ready, []
+            self._closed, dropped, self._ready = True, self._ready, []
+            self._changed.notify()
         for started in dropped:
             _end(started)
 
@@ -302,7 +315,7 @@ class Warm:
                     )
                 )
                 if self._closed:
-                    return
+                    break
                 kind = self._kind
             assert kind is not None
             if not self._pool.wait_idle(0.05):  # only while the pool would wait anyway
@@ -310,15 +323,28 @@ class Warm:
             try:
                 started = _start(kind)
             except OSError:  # the calls start their own, and say why
-                with self._changed:
-                    self._closed = True
-                return
+                self._stop_filling()
+                break
             with self._changed:
                 fresh = kind == self._kind and not self._closed
                 if fresh:
                     self._ready.append(started)
             if not fresh:
                 _end(started)
+        self._wait_served()
+
+    def _wait_served(self) -> None:
+        """Until each sandbox handed out is reaped by its call (which never takes longer than
+        its wall limit and the stop), without reaping it here: its pid stays its own."""
+        with self._changed:
+            serving = list(self._serving)
+        if serving:
+            longest = max(s.kind.limits.wall_seconds for s in serving)
+            deadline = time.monotonic() + longest + STOP_SECONDS + 1.0
+            while any(s.child.returncode is None for s in serving):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
 
 
 def _end(started: Started) -> None:
