@@ -135,7 +135,8 @@ def sandbox_costs(workers: int) -> tuple[float, float]:
 
 
 def warm_cost() -> float:
-    """Milliseconds per call, one at a time, in sandboxes a pool started ahead of the calls."""
+    """Milliseconds per call, one at a time, in sandboxes a pool started ahead of the calls
+    (what a call costs once its sandbox is ready)."""
     sources = [f"def f(x):\n    return x * {k} + 1\n" for k in range(WARM_SANDBOXES)]
     inputs: Sequence[Sequence[Any]] = [[x] for x in range(8)]
 
@@ -144,6 +145,7 @@ def warm_cost() -> float:
         warm = warm_of(pool)
         while warm.ready < warm.size:
             await asyncio.sleep(0.01)
+        warm.size = 0  # no more started between the calls: the call's own cost
         started = time.perf_counter()
         for source in sources:
             await pool.run(functools.partial(call_function, source, "f", inputs, LIMITS))
