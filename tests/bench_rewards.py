@@ -143,6 +143,7 @@ def warm_cost() -> float:
     async def go(pool: Workers) -> float:
         await pool.run(lambda: call_function("def f(x):\n    return x\n", "f", inputs, LIMITS))
         warm = warm_of(pool)
+        assert warm is not None, "the pool is open"
         while warm.ready < warm.size:
             await asyncio.sleep(0.01)
         warm.size = 0  # no more started between the calls: the call's own cost

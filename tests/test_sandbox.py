@@ -65,6 +65,13 @@ def no_children_left() -> bool:
     return False
 
 
+def open_warm(pool: Workers) -> sandbox.Warm:
+    """The sandboxes the open `pool` keeps started ahead of its calls."""
+    warm = sandbox.warm_of(pool)
+    assert warm is not None, "the pool is open"
+    return warm
+
+
 def warm_call(
     source: str, function: str, inputs: Sequence[Sequence[JsonValue]], limits: Limits
 ) -> Outcome:
@@ -72,7 +79,7 @@ def warm_call(
 
     async def go(pool: Workers) -> Outcome:
         await pool.run(lambda: call_function("def f():\n    return 1\n", "f", [[]], limits))
-        warm = sandbox.warm_of(pool)  # it now starts sandboxes of the kind of that call
+        warm = open_warm(pool)  # it now starts sandboxes of the kind of that call
         deadline = time.monotonic() + 30
         while warm.ready < warm.size:
             assert time.monotonic() < deadline, "no sandbox was started ahead"
@@ -873,7 +880,7 @@ def test_each_sandbox_started_ahead_serves_one_call(
     call = functools.partial(call_function, source, "f", [[]], FAST)
     with Workers(1) as pool:
         in_pool(pool, call)
-        warm = sandbox.warm_of(pool)
+        warm = open_warm(pool)
         wait_ready(warm, 3)
         outcomes = in_pool(pool, call, call, call)
         assert warm.taken == 3
@@ -890,7 +897,7 @@ def test_a_sandbox_that_died_waiting_is_passed_over(
     call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
     with Workers(1) as pool:
         in_pool(pool, call)
-        warm = sandbox.warm_of(pool)
+        warm = open_warm(pool)
         wait_ready(warm, 2)
         for started in list(warm._ready):  # killed from outside while it waited
             os.killpg(started.child.pid, signal.SIGKILL)
@@ -909,7 +916,7 @@ def test_a_call_of_another_kind_starts_its_own(box: Box, monkeypatch: pytest.Mon
     other = replace(FAST, open_files=32)
     with Workers(1) as pool:
         in_pool(pool, functools.partial(call_function, source, "f", [[]], FAST))
-        warm = sandbox.warm_of(pool)
+        warm = open_warm(pool)
         wait_ready(warm, 2)
         (outcome,) = in_pool(pool, functools.partial(call_function, source, "f", [[]], other))
         assert outcome.results == (32,)
@@ -917,22 +924,23 @@ def test_a_call_of_another_kind_starts_its_own(box: Box, monkeypatch: pytest.Mon
     assert no_children_left()
 
 
+@pytest.mark.parametrize("error", [OSError("no more processes"), RuntimeError("a bug")])
 def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
-    box: Box, monkeypatch: pytest.MonkeyPatch
+    box: Box, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
     # Starting one ahead fails (say, out of processes): the pool stops trying, calls go on.
     start = sandbox._start
 
     def failing(kind: sandbox.Kind) -> sandbox.Started:
         if threading.current_thread().name == "mathrl-sandboxes":
-            raise OSError("no more processes")
+            raise error
         return start(kind)
 
     monkeypatch.setattr(sandbox, "_start", failing)
     call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
     with Workers(1) as pool:
         in_pool(pool, call)
-        warm = sandbox.warm_of(pool)
+        warm = open_warm(pool)
         warm._thread.join(30)
         assert not warm._thread.is_alive()
         assert [o.results for o in in_pool(pool, call, call)] == [(7,), (7,)]
@@ -948,7 +956,7 @@ def test_a_call_in_flight_when_the_pool_closes_still_finishes(
     slow = "import time\ndef f():\n    time.sleep(1)\n    return 'finished'\n"
     with Workers(1) as pool:
         in_pool(pool, functools.partial(call_function, "def f():\n    return 1\n", "f", [[]], FAST))
-        warm = sandbox.warm_of(pool)
+        warm = open_warm(pool)
         wait_ready(warm, 1)
 
         async def go() -> Outcome:
@@ -973,7 +981,7 @@ def test_a_fork_of_the_trainer_does_not_hold_up_a_sandbox_started_before_it(
     monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
     with Workers(2) as pool:
         in_pool(pool, functools.partial(call_function, "def f():\n    return 1\n", "f", [[]], FAST))
-        warm = sandbox.warm_of(pool)
+        warm = open_warm(pool)
         wait_ready(warm, 1)
 
         async def go() -> Outcome:
@@ -990,3 +998,46 @@ def test_a_fork_of_the_trainer_does_not_hold_up_a_sandbox_started_before_it(
         outcome = asyncio.run(go())
         assert warm.taken == 1
     assert outcome.results == (2,), outcome
+
+
+def test_a_fork_of_the_trainer_that_calls_the_sandbox_leaves_the_pools_alone(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task's call in a forked process has copies of the pool's sandboxes, which are not its
+    # own: it starts its own sandbox, and the pool's, busy or waiting, go on.
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 3)
+    slow = "import time\ndef f():\n    time.sleep(1)\n    return 'finished'\n"
+    quick = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
+    with Workers(2) as pool:
+        in_pool(pool, quick)
+        warm = open_warm(pool)
+        wait_ready(warm, 3)
+
+        async def go() -> tuple[Outcome, Outcome]:
+            busy = asyncio.ensure_future(
+                pool.run(functools.partial(call_function, slow, "f", [[]], FAST))
+            )
+            while warm.taken == 0:
+                await asyncio.sleep(0.01)
+            forked = await pool.run(in_process(quick, 30))
+            return await busy, forked
+
+        busy, forked = asyncio.run(go())
+        assert (busy.results, forked.results) == (("finished",), (7,))
+        assert warm.taken == 1
+        assert all(started.child.poll() is None for started in warm._ready)
+    assert no_children_left()
+
+
+def test_calls_that_may_start_processes_are_never_started_ahead(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As uid 65534 every waiting sandbox would count against such a call's process limit.
+    limits = replace(FAST, processes=2)
+    call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], limits)
+    with Workers(1) as pool:
+        assert in_pool(pool, call, call)[1].results == (7,)
+        assert pool.wait_idle(5)
+        time.sleep(0.5)  # time enough to start some, were it asked to
+        warm = open_warm(pool)
+        assert (warm.ready, warm.taken) == (0, 0)

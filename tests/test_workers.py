@@ -197,5 +197,23 @@ def test_what_a_pool_keeps_is_made_once_and_closed_with_it() -> None:
     assert current() is None
     workers.close()
     assert made[0].closed
-    assert workers.kept("thing", make) is made[1]  # a closed pool starts afresh
+    assert workers.kept("thing", make) is None  # closed: nothing new that no close would end
+    (again,) = run_in(workers, lambda: workers.kept("thing", make))
+    assert again is made[1]  # used again, the pool starts afresh
     workers.close()
+    assert made[1].closed
+
+
+def test_a_call_given_up_on_leaves_the_pool_idle() -> None:
+    release = threading.Event()
+    with Workers(size=1, timeout=0.05) as workers:
+        (late,) = run_in(workers, lambda: release.wait(10))
+        assert isinstance(late, TimeoutError)
+        assert workers.wait_idle(5)  # its thread still waits, but it is no call of the pool's
+        release.set()
+
+
+def test_a_fork_made_on_a_worker_thread_is_no_pools_thread() -> None:
+    with Workers(size=1) as workers:
+        (inside,) = run_in(workers, in_process(lambda: current() is None, 30))
+    assert inside is True

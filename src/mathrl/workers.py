@@ -13,6 +13,11 @@ within `timeout` seconds of starting raises TimeoutError; its thread is
 given up (a daemon thread never holds the process open at exit) and another
 takes its place. The timeout is wall-clock time, kept by a watchdog thread,
 not the event loop's clock.
+
+What the calls on one pool share lives as long as the pool (`kept`): the
+code task's sandboxes started ahead of their calls, which a thread starts
+while the pool is idle (`wait_idle`), for the calls that find themselves on
+one of its threads (`current`).
 """
 
 from __future__ import annotations
@@ -114,6 +119,9 @@ class Closable(Protocol):
 
 K = TypeVar("K", bound=Closable)
 _CURRENT = threading.local()
+# A fork made from a worker thread (`in_process`) is no pool's: its copies of the pool's
+# state are not the pool's to use.
+os.register_at_fork(after_in_child=lambda: vars(_CURRENT).clear())
 
 
 def current() -> Workers | None:
@@ -189,10 +197,14 @@ class Workers:
         with self._idle:
             return self._idle.wait_for(lambda: self._busy == 0, timeout)
 
-    def kept(self, key: str, make: Callable[[], K]) -> K:
+    def kept(self, key: str, make: Callable[[], K]) -> K | None:
         """The pool's own `key` object, made by `make()` on first use and closed with the pool:
-        what the calls made on its threads share (a task's warm resources, say)."""
+        what the calls made on its threads share (a task's warm resources, say). None while
+        the pool is closed (a call queued before `close` may still run), so nothing is made
+        that no `close` would end."""
         with self._lock:
+            if self._closed:
+                return None
             if key not in self._kept:
                 self._kept[key] = make()
             return cast(K, self._kept[key])  # `make` made it for this key
@@ -241,6 +253,7 @@ class Workers:
                 if wait is not None and wait <= 0:
                     _, ident, (_, loop, future, calls) = heapq.heappop(self._deadlines)
                     hung = self._running.pop(ident)
+                    self._finished()  # for the pool: its thread is not the pool's any more
                     if hung in self._threads:  # it is not the pool's any more
                         self._threads.remove(hung)
                     _hand_over(loop, future, None, Late(self.timeout, calls))
@@ -260,20 +273,16 @@ class Workers:
 
     def _work(self) -> None:
         _CURRENT.pool = self
-        going = True
-        while going and (job := self._jobs.get()) is not None:
-            try:
-                going = self._one(job)
-            finally:
-                with self._idle:
-                    self._busy -= 1
-                    if self._busy == 0:
-                        self._idle.notify_all()
+        while (job := self._jobs.get()) is not None:
+            if not self._one(job):
+                return  # the watchdog gave up on its call and replaced this thread
 
     def _one(self, job: _Job) -> bool:
-        """Run one call; False if the watchdog gave up on it (this thread then ends)."""
+        """Run one call; False if the watchdog gave up on it."""
         fn, loop, future, calls = job
         if future.done():  # given up on before it started
+            with self._lock:
+                self._finished()
             return True
         ident = next(self._ids)
         deadline = time.monotonic() + self.timeout * calls
@@ -289,10 +298,17 @@ class Workers:
             error = exc
         with self._due:
             if ident not in self._running:
-                return False  # the watchdog gave up on this call and replaced this thread
+                return False  # counted as finished when it was given up on
             del self._running[ident]
+            self._finished()
         _hand_over(loop, future, result, error)
         return True
+
+    def _finished(self) -> None:
+        """One call queued or running fewer (the lock held)."""
+        self._busy -= 1
+        if self._busy == 0:
+            self._idle.notify_all()
 
 
 def _hand_over(

@@ -227,13 +227,18 @@ def _start(kind: Kind) -> Started:
 
 
 def _warm(kind: Kind) -> Started | None:
-    """A sandbox of `kind` started ahead, if this call runs on a worker pool that has one."""
+    """A sandbox of `kind` started ahead, if this call runs on a worker pool that has one.
+
+    Never for calls that may start processes: as uid 65534 every sandbox counts against
+    each one's limit on processes, so those waiting would use it up."""
     pool = workers.current()
-    return None if pool is None else warm_of(pool).take(kind)
+    warm = warm_of(pool) if pool is not None and kind.limits.processes == 0 else None
+    return None if warm is None else warm.take(kind)
 
 
-def warm_of(pool: workers.Workers) -> Warm:
-    """The sandboxes `pool` keeps started ahead of its calls (made on first use)."""
+def warm_of(pool: workers.Workers) -> Warm | None:
+    """The sandboxes `pool` keeps started ahead of its calls (made on first use); None while
+    the pool is closed."""
     return pool.kept("sandbox", lambda: Warm(pool, WARM_SANDBOXES))
 
 
@@ -307,6 +312,12 @@ class Warm:
             _end(started)
 
     def _fill(self) -> None:
+        try:
+            self._fill_while_open()
+        finally:
+            self._wait_served()
+
+    def _fill_while_open(self) -> None:
         while True:
             with self._changed:
                 self._changed.wait_for(
@@ -315,23 +326,22 @@ class Warm:
                     )
                 )
                 if self._closed:
-                    break
+                    return
                 kind = self._kind
             assert kind is not None
             if not self._pool.wait_idle(0.05):  # only while the pool would wait anyway
                 continue
             try:
                 started = _start(kind)
-            except OSError:  # the calls start their own, and say why
+            except Exception:  # out of processes, say: the calls start their own, and say why
                 self._stop_filling()
-                break
+                return
             with self._changed:
                 fresh = kind == self._kind and not self._closed
                 if fresh:
                     self._ready.append(started)
             if not fresh:
                 _end(started)
-        self._wait_served()
 
     def _wait_served(self) -> None:
         """Until each sandbox handed out is reaped by its call (which never takes longer than
