@@ -32,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mathrl.tasks.code import sandbox
-from mathrl.tasks.code.kernel import kernel_layers
+from mathrl.tasks.code.kernel import WAITER, kernel_layers
 from mathrl.tasks.code.sandbox import (
     STATUSES,
     JsonValue,
@@ -135,6 +135,16 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
     monkeypatch.setattr(tempfile, "tempdir", str(sandboxes))
     yield Box(world, sandboxes)
     remove_tree(str(top))
+
+
+@pytest.fixture(params=["fresh", "warm"])
+def any_box(request: pytest.FixtureRequest, box: Box, monkeypatch: pytest.MonkeyPatch) -> Box:
+    """`box`, then `warm_box`: for how a call ends, which a started-ahead sandbox's own waiting
+    process reports."""
+    if request.param == "warm":
+        monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
+        return replace(box, warm=True)
+    return box
 
 
 @pytest.fixture
@@ -318,15 +328,17 @@ def test_any_text_as_source_gives_an_outcome(source: str) -> None:
 # --- hostile code that the limits stop, whatever the layers ----------------------------------
 
 
-def test_an_endless_loop_is_stopped_by_the_cpu_limit(box: Box) -> None:
+def test_an_endless_loop_is_stopped_by_the_cpu_limit(any_box: Box) -> None:
     limits = Limits(cpu_seconds=1, wall_seconds=30.0)  # however busy the machine, CPU ends it
-    outcome = box.run("def f():\n    while True:\n        pass\n", limits=limits)
+    outcome = any_box.run("def f():\n    while True:\n        pass\n", limits=limits)
     assert outcome == Outcome("timeout", (None,), "cpu limit of 1 s exceeded")
 
 
-def test_an_idle_wait_is_stopped_by_the_wall_clock(box: Box) -> None:
+def test_an_idle_wait_is_stopped_by_the_wall_clock(any_box: Box) -> None:
     limits = Limits(cpu_seconds=1, wall_seconds=1.0)
-    outcome = box.run("import time\ndef f():\n    time.sleep(60)\n    return 1\n", limits=limits)
+    outcome = any_box.run(
+        "import time\ndef f():\n    time.sleep(60)\n    return 1\n", limits=limits
+    )
     assert outcome == Outcome("timeout", (None,), "killed after 1 s (wall-clock limit)")
 
 
@@ -338,8 +350,8 @@ def test_an_idle_wait_is_stopped_by_the_wall_clock(box: Box) -> None:
     ],
     ids=["10GB-at-once", "growing-list"],
 )
-def test_allocating_too_much_memory_scores_nothing(box: Box, body: str) -> None:
-    outcome = box.run(f"def f():\n    {body}\n")
+def test_allocating_too_much_memory_scores_nothing(any_box: Box, body: str) -> None:
+    outcome = any_box.run(f"def f():\n    {body}\n")
     assert outcome.status in ("ok", "crashed")
     assert scores_nothing(outcome, "allocated")
 
@@ -364,8 +376,8 @@ def test_flooding_the_output_scores_nothing(box: Box, body: str, statuses: tuple
     assert outcome.results == (None,)
 
 
-def test_exiting_early_scores_nothing(box: Box) -> None:
-    outcome = box.run("import os\ndef f(x):\n    os._exit(0)\n", [[1]])
+def test_exiting_early_scores_nothing(any_box: Box) -> None:
+    outcome = any_box.run("import os\ndef f(x):\n    os._exit(0)\n", [[1]])
     assert outcome == Outcome("crashed", (None,), "exited with code 0: no result")
 
 
@@ -931,10 +943,10 @@ def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
     # Starting one ahead fails (say, out of processes): the pool stops trying, calls go on.
     start = sandbox._start
 
-    def failing(kind: sandbox.Kind) -> sandbox.Started:
+    def failing(kind: sandbox.Kind, lean: bool = False) -> sandbox.Started:
         if threading.current_thread().name == "mathrl-sandboxes":
             raise error
-        return start(kind)
+        return start(kind, lean)
 
     monkeypatch.setattr(sandbox, "_start", failing)
     call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
@@ -1041,3 +1053,30 @@ def test_calls_that_may_start_processes_are_never_started_ahead(
         time.sleep(0.5)  # time enough to start some, were it asked to
         warm = open_warm(pool)
         assert (warm.ready, warm.taken) == (0, 0)
+
+
+def test_a_sandbox_waiting_for_its_call_holds_none_of_the_trainers_memory(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its first process is an interpreter of its own, not a copy of this process: what this
+    # process writes while the sandbox waits is not kept a second time for it.
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 2)
+    ballast = bytearray(200 * 2**20)
+    ballast[:: 2**12] = b"x" * len(ballast[:: 2**12])  # resident
+    with Workers(1) as pool:
+        in_pool(pool, functools.partial(call_function, "def f():\n    return 1\n", "f", [[]], FAST))
+        warm = open_warm(pool)
+        wait_ready(warm, 2)
+        for started in list(warm._ready):
+            first = started.child.pid
+            arguments = Path(f"/proc/{first}/cmdline").read_bytes().split(b"\0")
+            assert WAITER.encode() in arguments
+            assert resident_mb(first) < resident_mb(os.getpid()) / 4
+    del ballast
+
+
+def resident_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")

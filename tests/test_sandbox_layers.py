@@ -190,9 +190,10 @@ def test_a_run_records_its_layers_on_stderr_and_in_its_folder(tmp_path: Path) ->
 # --- as an unprivileged user -----------------------------------------------------------------
 
 UNPRIVILEGED_SCRIPT = r"""
-import json, os, socket, sys
+import asyncio, json, os, socket, sys, time
 from mathrl.tasks.code import sandbox
 from mathrl.tasks.code.sandbox import call_function, check_layers, SandboxUnavailable
+from mathrl.workers import Workers
 
 world, payloads = sys.argv[1], json.loads(sys.argv[2])
 report = {"uid": os.getuid()}
@@ -202,14 +203,38 @@ except SandboxUnavailable as exc:
     report["refused"] = str(exc)
     print(json.dumps(report))
     raise SystemExit
+
+
+def started_ahead(sources):  # each call in a sandbox a worker pool started ahead of it
+    async def go(pool):
+        await pool.run(lambda: call_function("def f():\n    return 1\n", "f", [[]]))
+        warm, outcomes = sandbox.warm_of(pool), []
+        for source in sources:
+            deadline = time.monotonic() + 30
+            while warm.ready < 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            outcomes.append(await pool.run(lambda: call_function(source, "f", [[]])))
+        return outcomes, warm.taken
+
+    with Workers(1) as pool:
+        return asyncio.run(go(pool))
+
+
 with socket.create_server(("127.0.0.1", 0)) as server:
     port = server.getsockname()[1]
+    sources = {
+        name: source.replace("WORLD", repr(world)).replace("PORT", str(port))
+        for name, source in payloads.items()
+    }
     for layers in ("both", "kernel"):  # every layer; then the kernel's alone, without the hook
         sandbox._LAYERS = frozenset({"hook", "kernel"} if layers == "both" else {"kernel"})
-        for name, source in payloads.items():
-            source = source.replace("WORLD", repr(world)).replace("PORT", str(port))
+        for name, source in sources.items():
             outcome = call_function(source, "f", [[]])
             report[layers + ": " + name] = [outcome.status, outcome.results[0], outcome.detail]
+    sandbox._LAYERS = frozenset({"hook", "kernel"})
+    outcomes, report["ahead: taken"] = started_ahead(list(sources.values()))
+    for name, outcome in zip(sources, outcomes):
+        report["ahead: " + name] = [outcome.status, outcome.results[0], outcome.detail]
 print(json.dumps(report))
 """
 
@@ -353,7 +378,8 @@ def test_as_an_unprivileged_user_every_payload_fails(unprivileged: tuple[Path, P
     assert isinstance(layers, str)
     assert layers.startswith("sandbox: user+pid+net+ipc+mount namespaces, tmpfs 1 MiB, "), layers
     assert "no capabilities, Landlock ABI" in layers
-    for layers in ("both", "kernel"):
+    assert report["ahead: taken"] == len(PAYLOADS)  # "ahead": in sandboxes started ahead
+    for layers in ("both", "kernel", "ahead"):
         assert report[f"{layers}: processes"] == ["ok", [1, ["1"]], ""]  # it sees only itself
         capabilities = report[f"{layers}: capabilities"]  # effective, bounding
         assert capabilities == ["ok", ["0" * 16, "0" * 16], ""]

@@ -83,10 +83,15 @@ class Kernel:
     seccomp: tuple[Any, Any] | None  # sock_fprog, and the program it points at (kept alive)
 
     def enter(
-        self, tmpfs: bytes, cpu_seconds: int, strict: bool
+        self, tmpfs: bytes, cpu_seconds: int, strict: bool, lean: bool = False
     ) -> int:  # pragma: no cover - in the sandbox's child, before exec
         """Set up every layer in this child, or stop it (`strict`) at the first that fails;
         return the layers' mask.
+
+        `lean`: the first process, once the child is set up, becomes a small interpreter that
+        waits (`WAITER`), instead of waiting as a copy of the trainer, whose memory it would
+        otherwise share, copy-on-write, for as long as it waits (a sandbox started ahead of
+        its call waits long).
 
         Writes `sandbox-missing STEP ERRNO` for each failed step (STEP is a layer, or
         `layer:detail`) and, last, `sandbox-layers MASK` to fd 2 (the parent's stderr
@@ -130,6 +135,9 @@ class Kernel:
             if call(layer, libc.unshare(flag)):
                 done |= bit(layer)
         if call("pid", libc.unshare(_NEWPID)):
+            # Closed when the child execs (or dies): by then its mounts are made, and the
+            # interpreter is where a lean first process can start it.
+            set_up = os.pipe2(os.O_CLOEXEC) if lean else None
             try:
                 child = os.fork()
             except OSError as exc:
@@ -137,10 +145,14 @@ class Kernel:
                 child = -1
             if child > 0:
                 _STOP.append(child)
+                if set_up is not None:
+                    _become_waiter(self.executable, child, cpu_seconds, set_up)  # if it can
                 _wait_and_exit_alike(libc, child, cpu_seconds)  # never returns
             if child == 0:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 prctl(1, word(signal.SIGKILL))  # die with the first process
+                if set_up is not None:
+                    os.close(set_up[0])
         if done & bit("mount") and not call("mount", mount(b"none", b"/", None, _REC | _PRIVATE)):
             done &= ~bit("mount")
         if done & bit("mount"):  # else no tmpfs, and /proc stays the host's: their bits stay 0
@@ -287,6 +299,50 @@ def _stop(
         os.kill(_STOP[0], signal.SIGKILL)  # not reaped yet, so this pid is still the child's
     else:
         os._exit(128 + signum)
+
+
+WAITER = r"""
+import os, signal, sys
+child, cpu_seconds = int(sys.argv[1]), int(sys.argv[2])
+signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(child, signal.SIGKILL))  # see _stop
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])  # one sent meanwhile comes now
+code = 121
+try:
+    _, status, usage = os.wait4(child, 0)
+    if os.WIFEXITED(status):
+        code = os.WEXITSTATUS(status)
+    else:
+        number = os.WTERMSIG(status)
+        if number == signal.SIGKILL and usage.ru_utime + usage.ru_stime >= 0.5 * cpu_seconds:
+            number = signal.SIGXCPU  # as _wait_and_exit_alike says why
+        code = 128 + number
+        signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+        os.kill(os.getpid(), number)
+finally:
+    os._exit(code)
+"""
+"""What a lean first process runs (`python -I -S -B -c WAITER CHILD CPU_SECONDS`): the same as
+`_wait_and_exit_alike`, in an interpreter of its own. It imports nothing but built-in modules."""
+
+
+def _become_waiter(
+    executable: str, child: int, cpu_seconds: int, set_up: tuple[int, int]
+) -> None:  # pragma: no cover - in the sandbox's child, before exec
+    """Exec `WAITER` once the child is set up; return only if that cannot be done."""
+    ready, _ = set_up
+    try:
+        os.closerange(0, ready)  # nothing of the trainer's, nor the child's pipes
+        os.closerange(ready + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        while os.read(ready, 1):  # until the child execs or dies; _stop may kill it meanwhile
+            pass
+        os.close(ready)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # never a core
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # until WAITER handles it
+        arguments = [executable, "-I", "-S", "-B", "-c", WAITER, str(child), str(cpu_seconds)]
+        os.execve(executable, arguments, {})
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
 
 
 def _wait_and_exit_alike(

@@ -82,7 +82,7 @@ _REQUIRE_ALL = [True]
 """Whether a kernel layer that cannot be set up stops the call (see allow_missing_layers)."""
 WARM_SANDBOXES = 32
 """Sandboxes a worker pool keeps started ahead of their calls (see `Warm`); each holds about
-7 MB while it waits."""
+8 MB while it waits. 0: none."""
 WEAK_SANDBOX_VARIABLE = "MINT_RL_WEAK_SANDBOX"
 """The variable (and --weak-sandbox the flag) that lets the command line run with what is there."""
 
@@ -205,8 +205,10 @@ class Started:
     kind: Kind
 
 
-def _start(kind: Kind) -> Started:
-    """Start a sandbox of `kind`: it sets itself up, then waits to read its call."""
+def _start(kind: Kind, lean: bool = False) -> Started:
+    """Start a sandbox of `kind`: it sets itself up, then waits to read its call. `lean`: its
+    first process waits in an interpreter of its own, not as a copy of the trainer (for a
+    sandbox that may wait long; it costs a small interpreter's start)."""
     workdir = tempfile.mkdtemp(prefix="mathrl-sandbox-")
     try:
         if kind.kernel is not None and kind.kernel.root:  # its own folder, should no tmpfs cover it
@@ -216,7 +218,7 @@ def _start(kind: Kind) -> Started:
             [executable, "-I", "-S", "-B", "-c", HARNESS, *(["hook"] if kind.hook else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
             env={}, close_fds=True, start_new_session=True,
-            preexec_fn=_confine(kind.limits, kind.kernel, kind.strict),
+            preexec_fn=_confine(kind.limits, kind.kernel, kind.strict, lean),
         )  # fmt: skip
     except BaseException as exc:
         remove_tree(workdir)
@@ -332,7 +334,7 @@ class Warm:
             if not self._pool.wait_idle(0.05):  # only while the pool would wait anyway
                 continue
             try:
-                started = _start(kind)
+                started = _start(kind, lean=True)
             except Exception:  # out of processes, say: the calls start their own, and say why
                 self._stop_filling()
                 return
@@ -675,7 +677,9 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _confine(limits: Limits, kernel: Kernel | None, strict: bool) -> Callable[[], None]:
+def _confine(
+    limits: Limits, kernel: Kernel | None, strict: bool, lean: bool = False
+) -> Callable[[], None]:
     """The preexec_fn. It runs between fork and exec, so it gets everything ready-made."""
 
     def pair(what: int, soft: int, hard: int) -> tuple[int, tuple[int, int]]:
@@ -702,7 +706,7 @@ def _confine(limits: Limits, kernel: Kernel | None, strict: bool) -> Callable[[]
         tmpfs += b",uid=%d,gid=%d" % (NOBODY, NOBODY)
 
     def confine() -> None:  # pragma: no cover - in the sandbox's child, before exec
-        layers = kernel.enter(tmpfs, limits.cpu_seconds, strict) if kernel is not None else 0
+        layers = kernel.enter(tmpfs, limits.cpu_seconds, strict, lean) if kernel else 0
         for what, values in as_process_1 if layers & bit("pid") else otherwise:
             resource.setrlimit(what, values)
 
