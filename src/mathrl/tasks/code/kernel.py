@@ -23,7 +23,9 @@ A step the kernel refuses stops the child before it runs anything, with a
 `sandbox-missing` line naming it, unless the trainer allowed missing layers;
 then that step is skipped and the others still hold. The pid namespace needs
 one more process: the child forks once after `unshare`, and the first process
-(outside the namespace) waits and exits as its child did.
+(outside the namespace) waits and exits as its child did: as a copy of the
+trainer, or (`lean`, for a sandbox started ahead of its call, which may wait
+long) as a small interpreter of its own running `WAITER`.
 """
 
 from __future__ import annotations
