@@ -76,21 +76,13 @@ def warm_call(
     source: str, function: str, inputs: Sequence[Sequence[JsonValue]], limits: Limits
 ) -> Outcome:
     """`call_function` in a sandbox that a worker pool started ahead of the call."""
-
-    async def go(pool: Workers) -> Outcome:
-        await pool.run(lambda: call_function("def f():\n    return 1\n", "f", [[]], limits))
-        warm = open_warm(pool)  # it now starts sandboxes of the kind of that call
-        deadline = time.monotonic() + 30
-        while warm.ready < warm.size:
-            assert time.monotonic() < deadline, "no sandbox was started ahead"
-            await asyncio.sleep(0.01)
+    with Workers(1) as pool:
+        warm = primed(pool, 1, limits)
         taken = warm.taken
-        outcome = await pool.run(lambda: call_function(source, function, inputs, limits))
+        call = functools.partial(call_function, source, function, inputs, limits)
+        (outcome,) = in_pool(pool, call)
         assert warm.taken == taken + 1
         return outcome
-
-    with Workers(1) as pool:
-        return asyncio.run(go(pool))
 
 
 @dataclass(frozen=True)
@@ -180,6 +172,13 @@ def use_layers(which: str, monkeypatch: pytest.MonkeyPatch) -> str:
     chosen = {"both": {"hook", "kernel"}, "hook": {"hook"}, "kernel": {"kernel"}}[which]
     monkeypatch.setattr(sandbox, "_LAYERS", frozenset(chosen))
     return which
+
+
+def root_only(world: Path) -> None:
+    """`world/root-only.txt`, "secret", readable by its owner (root) only."""
+    private = world / "root-only.txt"
+    private.write_text("secret")
+    private.chmod(0o600)
 
 
 def scores_nothing(outcome: Outcome, success: JsonValue) -> bool:
@@ -598,9 +597,7 @@ def test_the_child_is_never_real_root(
         assert kernel is not None
         monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, landlock=None))
         monkeypatch.setattr(sandbox, "_REQUIRE_ALL", [False])
-    private = box.world / "root-only.txt"
-    private.write_text("secret")
-    private.chmod(0o600)
+    root_only(box.world)
     source = (
         "import os\n"
         "def f():\n"
@@ -843,9 +840,7 @@ def test_a_sandbox_started_ahead_stops_every_escape(warm_box: Box, name: str) ->
 
 def test_a_sandbox_started_ahead_is_no_more_than_a_fresh_one(warm_box: Box) -> None:
     # Never root, alone in its pid namespace, off the network: what the kernel layers give.
-    private = warm_box.world / "root-only.txt"
-    private.write_text("secret")
-    private.chmod(0o600)
+    root_only(warm_box.world)
     source = (
         "import os, socket\n"
         "def f():\n"
@@ -870,11 +865,17 @@ def in_pool(pool: Workers, *calls: Callable[[], Outcome]) -> list[Outcome]:
     return asyncio.run(go())
 
 
-def wait_ready(warm: sandbox.Warm, count: int) -> None:
+def primed(pool: Workers, count: int, limits: Limits = FAST) -> sandbox.Warm:
+    """The pool's sandboxes started ahead, once a first call told it their kind (`limits`)
+    and `count` of them are ready."""
+    probe = "def f():\n    return 1\n"
+    in_pool(pool, functools.partial(call_function, probe, "f", [[]], limits))
+    warm = open_warm(pool)
     deadline = time.monotonic() + 30
     while warm.ready < count:
         assert time.monotonic() < deadline, f"{warm.ready} of {count} sandboxes started ahead"
         time.sleep(0.01)
+    return warm
 
 
 def test_each_sandbox_started_ahead_serves_one_call(
@@ -891,9 +892,7 @@ def test_each_sandbox_started_ahead_serves_one_call(
     )
     call = functools.partial(call_function, source, "f", [[]], FAST)
     with Workers(1) as pool:
-        in_pool(pool, call)
-        warm = open_warm(pool)
-        wait_ready(warm, 3)
+        warm = primed(pool, 3)
         outcomes = in_pool(pool, call, call, call)
         assert warm.taken == 3
         assert [o.results for o in outcomes] == [(False,)] * 3
@@ -908,9 +907,7 @@ def test_a_sandbox_that_died_waiting_is_passed_over(
     monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 2)
     call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
     with Workers(1) as pool:
-        in_pool(pool, call)
-        warm = open_warm(pool)
-        wait_ready(warm, 2)
+        warm = primed(pool, 2)
         for started in list(warm._ready):  # killed from outside while it waited
             os.killpg(started.child.pid, signal.SIGKILL)
             started.child.wait()
@@ -927,9 +924,7 @@ def test_a_call_of_another_kind_starts_its_own(box: Box, monkeypatch: pytest.Mon
     source = "import resource\ndef f():\n    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]\n"
     other = replace(FAST, open_files=32)
     with Workers(1) as pool:
-        in_pool(pool, functools.partial(call_function, source, "f", [[]], FAST))
-        warm = open_warm(pool)
-        wait_ready(warm, 2)
+        warm = primed(pool, 2)
         (outcome,) = in_pool(pool, functools.partial(call_function, source, "f", [[]], other))
         assert outcome.results == (32,)
         assert warm.taken == 0
@@ -967,9 +962,7 @@ def test_a_call_in_flight_when_the_pool_closes_still_finishes(
     monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
     slow = "import time\ndef f():\n    time.sleep(1)\n    return 'finished'\n"
     with Workers(1) as pool:
-        in_pool(pool, functools.partial(call_function, "def f():\n    return 1\n", "f", [[]], FAST))
-        warm = open_warm(pool)
-        wait_ready(warm, 1)
+        warm = primed(pool, 1)
 
         async def go() -> Outcome:
             call = asyncio.ensure_future(
@@ -992,9 +985,7 @@ def test_a_fork_of_the_trainer_does_not_hold_up_a_sandbox_started_before_it(
     # sandbox's stdin; the sandbox reads its call by length, so it need not see end-of-file.
     monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
     with Workers(2) as pool:
-        in_pool(pool, functools.partial(call_function, "def f():\n    return 1\n", "f", [[]], FAST))
-        warm = open_warm(pool)
-        wait_ready(warm, 1)
+        warm = primed(pool, 1)
 
         async def go() -> Outcome:
             forked = asyncio.ensure_future(
@@ -1021,9 +1012,7 @@ def test_a_fork_of_the_trainer_that_calls_the_sandbox_leaves_the_pools_alone(
     slow = "import time\ndef f():\n    time.sleep(1)\n    return 'finished'\n"
     quick = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
     with Workers(2) as pool:
-        in_pool(pool, quick)
-        warm = open_warm(pool)
-        wait_ready(warm, 3)
+        warm = primed(pool, 3)
 
         async def go() -> tuple[Outcome, Outcome]:
             busy = asyncio.ensure_future(
@@ -1064,13 +1053,12 @@ def test_a_sandbox_waiting_for_its_call_holds_none_of_the_trainers_memory(
     ballast = bytearray(200 * 2**20)
     ballast[:: 2**12] = b"x" * len(ballast[:: 2**12])  # resident
     with Workers(1) as pool:
-        in_pool(pool, functools.partial(call_function, "def f():\n    return 1\n", "f", [[]], FAST))
-        warm = open_warm(pool)
-        wait_ready(warm, 2)
+        warm = primed(pool, 2)
         for started in list(warm._ready):
-            first = started.child.pid
-            arguments = Path(f"/proc/{first}/cmdline").read_bytes().split(b"\0")
-            assert WAITER.encode() in arguments
+            first, deadline = started.child.pid, time.monotonic() + 30
+            while WAITER.encode() not in Path(f"/proc/{first}/cmdline").read_bytes().split(b"\0"):
+                assert time.monotonic() < deadline, "its first process never became the waiter"
+                time.sleep(0.01)  # it execs the waiter just after the child's exec
             assert resident_mb(first) < resident_mb(os.getpid()) / 4
     del ballast
 
