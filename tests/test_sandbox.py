@@ -1060,6 +1060,11 @@ def test_a_sandbox_waiting_for_its_call_holds_none_of_the_trainers_memory(
                 assert time.monotonic() < deadline, "its first process never became the waiter"
                 time.sleep(0.01)  # it execs the waiter just after the child's exec
             assert resident_mb(first) < resident_mb(os.getpid()) / 4
+            # Never a core (its exec made it dumpable again): 1, not 0, stops a piped one too.
+            limits = Path(f"/proc/{first}/limits").read_text().splitlines()
+            assert [line.split()[4:6] for line in limits if line.startswith("Max core")] == [
+                ["1", "1"]
+            ]
     del ballast
 
 
@@ -1068,3 +1073,20 @@ def resident_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_a_kill_is_reported_alike_by_either_sandbox(
+    any_box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the hook the code may lower its own CPU limit to nothing: the kernel's SIGKILL,
+    # early (not the CPU limit's), reads as that, from a sandbox started ahead too.
+    use_layers("kernel", monkeypatch)
+    source = (
+        "import resource\n"
+        "def f():\n"
+        "    resource.setrlimit(resource.RLIMIT_CPU, (0, 0))\n"
+        "    while True:\n"
+        "        pass\n"
+    )
+    outcome = any_box.run(source)
+    assert outcome == Outcome("crashed", (None,), "killed by SIGKILL: no result"), outcome

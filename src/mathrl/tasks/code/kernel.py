@@ -304,10 +304,26 @@ def _stop(
 
 
 WAITER = r"""
-import os, signal, sys
+import _signal, os, sys
 child, cpu_seconds = int(sys.argv[1]), int(sys.argv[2])
-signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(child, signal.SIGKILL))  # see _stop
-signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])  # one sent meanwhile comes now
+try:
+    handle = os.pidfd_open(child)  # once the child is reaped, its pid may be another's
+except OSError:
+    handle = None
+
+
+def stop(signum, frame):  # see _stop
+    try:
+        if handle is None:
+            os.kill(child, _signal.SIGKILL)
+        else:
+            _signal.pidfd_send_signal(handle, _signal.SIGKILL)
+    except OSError:
+        pass
+
+
+_signal.signal(_signal.SIGTERM, stop)
+_signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGTERM])  # one sent meanwhile comes now
 code = 121
 try:
     _, status, usage = os.wait4(child, 0)
@@ -315,17 +331,20 @@ try:
         code = os.WEXITSTATUS(status)
     else:
         number = os.WTERMSIG(status)
-        if number == signal.SIGKILL and usage.ru_utime + usage.ru_stime >= 0.5 * cpu_seconds:
-            number = signal.SIGXCPU  # as _wait_and_exit_alike says why
+        if number == _signal.SIGKILL and usage.ru_utime + usage.ru_stime >= 0.5 * cpu_seconds:
+            number = _signal.SIGXCPU  # as _wait_and_exit_alike says why
         code = 128 + number
-        signal.signal(number, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+        try:
+            _signal.signal(number, _signal.SIG_DFL)
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [number])
+        except (OSError, ValueError):  # SIGKILL's action cannot be set, and needs no setting
+            pass
         os.kill(os.getpid(), number)
 finally:
     os._exit(code)
 """
 """What a lean first process runs (`python -I -S -B -c WAITER CHILD CPU_SECONDS`): the same as
-`_wait_and_exit_alike`, in an interpreter of its own. It imports nothing but built-in modules."""
+`_wait_and_exit_alike`, in an interpreter of its own. It imports built-in modules only."""
 
 
 def _become_waiter(
@@ -335,11 +354,13 @@ def _become_waiter(
     ready, _ = set_up
     try:
         os.closerange(0, ready)  # nothing of the trainer's, nor the child's pipes
-        os.closerange(ready + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        os.closerange(ready + 1, 2**31 - 1)
         while os.read(ready, 1):  # until the child execs or dies; _stop may kill it meanwhile
             pass
         os.close(ready)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # never a core
+        # Never a core: an exec makes it dumpable again, and a limit of 0 does not stop a
+        # core_pattern that pipes to a program; 1 stops both.
+        resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # until WAITER handles it
         arguments = [executable, "-I", "-S", "-B", "-c", WAITER, str(child), str(cpu_seconds)]
         os.execve(executable, arguments, {})

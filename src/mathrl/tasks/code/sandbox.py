@@ -690,7 +690,7 @@ def _confine(
 
     def rlimits(cpu_hard: int) -> list[tuple[int, tuple[int, int]]]:
         return [  # address space last: the ones before it must not need new memory
-            pair(resource.RLIMIT_CORE, 0, 0),
+            pair(resource.RLIMIT_CORE, 1, 1),  # no core: 0 would not stop a piped core_pattern
             pair(resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
             pair(resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes),
             pair(resource.RLIMIT_NPROC, limits.processes, limits.processes),
