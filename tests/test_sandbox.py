@@ -687,6 +687,33 @@ def test_a_call_in_flight_ends_when_the_trainer_is_killed(tmp_path: Path) -> Non
         time.sleep(0.05)
 
 
+def test_sandboxes_started_ahead_end_when_the_trainer_is_killed(tmp_path: Path) -> None:
+    trainer = subprocess.Popen(
+        [sys.executable, "-c",
+         "import asyncio, time\n"
+         "from mathrl.tasks.code.sandbox import Limits, call_function\n"
+         "from mathrl.workers import Workers\n"
+         "limits = Limits(open_files=57)\n"
+         "with Workers(1) as pool:\n"
+         "    asyncio.run(pool.run(lambda: call_function('def f():\\n    return 1\\n', 'f',"
+         " [[]], limits)))\n"
+         "    time.sleep(60)  # its sandboxes wait, started ahead\n"],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while len(processes_limited_to(57)) < 2:  # some are ready
+            assert time.monotonic() < deadline, "no sandbox was started ahead"
+            time.sleep(0.05)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    deadline = time.monotonic() + 5
+    while processes_limited_to(57):
+        assert time.monotonic() < deadline, "a sandbox started ahead outlived the trainer"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("which", ["both", "kernel"])
 def test_the_child_sees_only_its_own_process(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
