@@ -26,7 +26,9 @@ requests, at a fixed round trip, come back at once. The step is its three
 round trips plus that work, which fits under the target only when the work
 is small. The worker pool keeps up to `WARM_SANDBOXES` (32) sandboxes started
 ahead of their calls, started while the loop waits on the service: the part
-of a reward that needs no completion overlaps the waits.
+of a reward that needs no completion overlaps the waits. With 32 the
+on-policy step at L = 1 s lands near the target, on either side; a pool as
+large as a step's calls meets it, at about 8 MB a sandbox.
 Also: the sandbox's cost per call, alone and with one call per core in
 flight.
 """
