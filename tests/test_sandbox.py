@@ -665,52 +665,40 @@ def test_a_child_that_leaves_its_process_group_still_ends_with_the_call(
     assert processes_limited_to(57) == []
 
 
-def test_a_call_in_flight_ends_when_the_trainer_is_killed(tmp_path: Path) -> None:
+IN_FLIGHT = (  # a call of a minute, its child marked by an open-file limit of 58
+    "from mathrl.tasks.code.sandbox import Limits, call_function\n"
+    "call_function('import time\\ndef f():\\n    time.sleep(60)\\n', 'f', [[]],"
+    " Limits(wall_seconds=60.0, cpu_seconds=60, open_files=58))\n"
+)
+STARTED_AHEAD = (  # one call, then its pool's sandboxes wait, started ahead, marked by 58
+    "import asyncio, time\n"
+    "from mathrl.tasks.code.sandbox import Limits, call_function\n"
+    "from mathrl.workers import Workers\n"
+    "with Workers(1) as pool:\n"
+    "    asyncio.run(pool.run(lambda: call_function('def f():\\n    return 1\\n', 'f', [[]],"
+    " Limits(open_files=58))))\n"
+    "    time.sleep(60)\n"
+)
+
+
+@pytest.mark.parametrize(("script", "running"), [(IN_FLIGHT, 1), (STARTED_AHEAD, 2)])
+def test_the_sandboxes_end_when_the_trainer_is_killed(
+    tmp_path: Path, script: str, running: int
+) -> None:
     trainer = subprocess.Popen(
-        [sys.executable, "-c",
-         "from mathrl.tasks.code.sandbox import Limits, call_function\n"
-         "call_function('import time\\ndef f():\\n    time.sleep(60)\\n', 'f', [[]],"
-         " Limits(wall_seconds=60.0, cpu_seconds=60, open_files=58))\n"],
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-    )  # fmt: skip
+        [sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp_path)}
+    )
     try:
         deadline = time.monotonic() + 30
-        while not processes_limited_to(58):  # the child is running
-            assert time.monotonic() < deadline, "the sandbox's child never started"
+        while len(processes_limited_to(58)) < running:
+            assert time.monotonic() < deadline, "the sandboxes never started"
             time.sleep(0.05)
     finally:
         trainer.kill()
         trainer.wait()
     deadline = time.monotonic() + 5
     while processes_limited_to(58):
-        assert time.monotonic() < deadline, "the child outlived the trainer"
-        time.sleep(0.05)
-
-
-def test_sandboxes_started_ahead_end_when_the_trainer_is_killed(tmp_path: Path) -> None:
-    trainer = subprocess.Popen(
-        [sys.executable, "-c",
-         "import asyncio, time\n"
-         "from mathrl.tasks.code.sandbox import Limits, call_function\n"
-         "from mathrl.workers import Workers\n"
-         "limits = Limits(open_files=57)\n"
-         "with Workers(1) as pool:\n"
-         "    asyncio.run(pool.run(lambda: call_function('def f():\\n    return 1\\n', 'f',"
-         " [[]], limits)))\n"
-         "    time.sleep(60)  # its sandboxes wait, started ahead\n"],
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while len(processes_limited_to(57)) < 2:  # some are ready
-            assert time.monotonic() < deadline, "no sandbox was started ahead"
-            time.sleep(0.05)
-    finally:
-        trainer.kill()
-        trainer.wait()
-    deadline = time.monotonic() + 5
-    while processes_limited_to(57):
-        assert time.monotonic() < deadline, "a sandbox started ahead outlived the trainer"
+        assert time.monotonic() < deadline, "a sandbox outlived the trainer"
         time.sleep(0.05)
 
 
