@@ -167,6 +167,7 @@ def _call(
         request = json.dumps(
             {"source": source, "function": function, "inputs": arguments, "budget": budget}
         ).encode()
+        request = b"%d\n%s" % (len(request), request)  # its length first: see HARNESS
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"inputs must hold JSON values only, got {exc}") from None
     kernel = kernel_layers() if "kernel" in _LAYERS else None
@@ -176,8 +177,7 @@ def _call(
     started = _warm(kind) or _start(kind)
     try:
         with started.child as child:
-            framed = b"%d\n%s" % (len(request), request)  # the length first: see HARNESS
-            outcome, setup = _collect(child, framed, len(inputs), limits)
+            outcome, setup = _collect(child, request, len(inputs), limits)
     finally:
         remove_tree(started.workdir)
     if strict and kernel is not None and setup.missing:
@@ -234,8 +234,10 @@ def _warm(kind: Kind) -> Started | None:
     Never for calls that may start processes: as uid 65534 every sandbox counts against
     each one's limit on processes, so those waiting would use it up."""
     pool = workers.current()
-    warm = warm_of(pool) if pool is not None and kind.limits.processes == 0 else None
-    return None if warm is None else warm.take(kind)
+    if pool is None or kind.limits.processes > 0:
+        return None
+    warm = warm_of(pool)
+    return warm.take(kind) if warm is not None else None
 
 
 def warm_of(pool: workers.Workers) -> Warm | None:
