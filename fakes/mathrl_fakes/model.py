@@ -264,7 +264,7 @@ class FakeModel:
                 loss += term.loss
                 clipped += term.clipped
                 if at.target is not None and at.learnable:
-                    p = math.exp(logprob(self.theta, at, at.target))
+                    p = math.exp(lp if token == at.target else logprob(self.theta, at, at.target))
                     dlogp_dlogit = (1.0 if token == at.target else 0.0) - p
                     grad[at.position] += term.gradient * dlogp_dlogit * WIDTH
         self.pending_grad = grad

@@ -47,14 +47,13 @@ class Loss:
     def __post_init__(self) -> None:
         if self.name not in LOSSES:
             raise ValueError(f"the loss must be one of {', '.join(LOSSES)} (got {self.name!r})")
-        clipped = self.name in DEFAULT_CLIPS
-        if not clipped and (self.clip_low is not None or self.clip_high is not None):
+        if not self.clips and (self.clip_low is not None or self.clip_high is not None):
             raise ValueError(
                 f"clip thresholds apply to ppo and cispo only (the loss is {self.name})"
             )
         if self.name != "dro" and self.beta is not None:
             raise ValueError(f"beta applies to dro only (the loss is {self.name})")
-        if clipped and not 0 <= self.low <= 1 <= self.high:
+        if self.clips and not 0 <= self.low <= 1 <= self.high:
             raise ValueError(
                 "the clip thresholds must satisfy 0 <= low <= 1 <= high "
                 f"(got {self.low}, {self.high})"
@@ -77,7 +76,7 @@ class Loss:
     def config(self) -> dict[str, float] | None:
         """The `loss_fn_config` the service gets: every setting spelled out (None for
         importance_sampling, which has none), so the service's defaults never decide."""
-        if self.name in DEFAULT_CLIPS:
+        if self.clips:
             return {"clip_low_threshold": self.low, "clip_high_threshold": self.high}
         if self.name == "dro":
             return {"beta": self.dro_beta}

@@ -197,13 +197,9 @@ class MintBackend:
     ) -> Awaitable[TrainResult]:
         check_train_step(datums_D, learning_rate, vocab_size=None)  # the service knows the bound
         data_D = [to_mint_datum(d) for d in datums_D]
-        config = loss.config()
         with service_errors("calling forward_backward", self._secret):
             # Submitted back to back, awaited only after: one clock cycle for both.
-            if config is None:  # importance_sampling: the call as it always was
-                forward = await self._training.forward_backward_async(data_D, loss.name)
-            else:
-                forward = await self._training.forward_backward_async(data_D, loss.name, config)
+            forward = await self._training.forward_backward_async(data_D, loss.name, loss.config())
         with service_errors("calling optim_step", self._secret):
             step = await self._training.optim_step_async(
                 types.AdamParams(learning_rate=learning_rate)
@@ -217,9 +213,10 @@ class MintBackend:
             if "loss:sum" not in output.metrics:
                 raise BackendError(f"forward_backward reported no loss:sum (got {output.metrics})")
             metrics = {**output.metrics, **(optim.metrics or {})}
-            share = clipped_fraction(loss, datums_D, output) if loss.clips else None
-            if share is not None and "clipped:frac" not in metrics:
-                metrics["clipped:frac"] = share
+            if loss.clips and "clipped:frac" not in metrics:  # the service's own, if it says
+                share = clipped_fraction(loss, datums_D, output)
+                if share is not None:
+                    metrics["clipped:frac"] = share
             return TrainResult(loss=output.metrics["loss:sum"], metrics=metrics)
 
         return _Later(both)
