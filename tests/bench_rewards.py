@@ -50,7 +50,8 @@ from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo_async
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import rewards_of
-from mathrl.rollout import Rollout, rollout
+from mathrl.rollout import Rollout
+from mathrl.step import sample_and_score
 from mathrl.tasks.code.sandbox import WARM_SANDBOXES, call_function, warm_of
 from mathrl.tasks.code.task import LIMITS, CodeAdapter, CodeProblem, code_of, run
 from mathrl.workers import Workers, default_size, in_process
@@ -88,7 +89,8 @@ async def one_latency(latency: float, folder: Path, cores: int) -> list[tuple[fl
         for step in STEPS:
 
             def go(task: Task[Any], pool: Workers, step: int = step) -> Callable[[], Any]:
-                return lambda: rollout(backend.tokenizer, sampler, task, config, step, None, pool)
+                tokenizer = backend.tokenizer
+                return lambda: sample_and_score(tokenizer, sampler, task, config, step, pool)
 
             sampling, _ = await timed(go(free, Workers.inline()))
             run.cache_clear()

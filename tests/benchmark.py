@@ -64,12 +64,12 @@ from bench_rewards import reward_overlap_table
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Turn
-from mathrl.grpo import Datum
+from mathrl.grpo import Datum, step_advantages
 from mathrl.loop import run_grpo_async
 from mathrl.report import EvalMetrics, Observer, StepMetrics
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import response_of, rewards_of
-from mathrl.rollout import prompt_tokens, request_seed, sample_params, scored
+from mathrl.rollout import datums_of, prompt_tokens, request_seed, sample_params
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, FakeModel, RecordingBackend
 from virtual_clock import INLINE, run_virtual
@@ -185,11 +185,13 @@ async def run_serial_async(
                     )
                 ]
             )  # fmt: skip
-        batch = scored(task, config, prompts_P, prompts_P_T, episodes_P_G)
-        if batch.datums_D:
-            recorder.trained.append(batch.datums_D)
+        rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
+        advantages_P_G = step_advantages(rewards_P_G)
+        datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G)
+        if datums_D:
+            recorder.trained.append(datums_D)
             recorder.train_submitted_at.append(asyncio.get_running_loop().time())
-            await (await backend.submit_forward_backward(batch.datums_D))
+            await (await backend.submit_forward_backward(datums_D))
             await (await backend.submit_optim_step(config.lr))
             trained_through = step
 

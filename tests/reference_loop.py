@@ -1,17 +1,22 @@
-"""The reference GRPO loop: the algorithm as the seed writes it, every call awaited in turn.
+"""A naive GRPO loop for differential tests: not the spec, and not the code that runs.
 
-Nothing is overlapped, pipelined or cached here; nothing resumes, evaluates or
-retries. It is the yardstick the tests hold `mathrl.loop.grpo_step` and
-`mathrl.loop.run_grpo` to: on the same fake backend and seed, both must train
-on exactly its datums, step by step.
+The spec is `mathrl.step.grpo_step`, and `mathrl.loop.run_grpo` runs its two
+halves. This file restates the algorithm a second time on purpose, written
+as plainly as the seed writes it and apart from mathrl's own pieces (it calls
+`group_advantages` and `build_datum`, never `sample_and_score` or `datums_of`):
+every call awaited in turn, nothing overlapped, pipelined or cached, nothing
+resumed, evaluated or retried. On the same fake backend and seed, `grpo_step`
+and `run_grpo` must train on exactly its datums, step by step
+(tests/test_loop.py), so a slip in any of those pieces shows as a difference.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mathrl.adapter import Adapter, Response
-from mathrl.backend import Backend
+from mathrl.backend import Backend, Sampler
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, build_datum, group_advantages
@@ -27,16 +32,21 @@ async def reference_run(
     The algorithm choices, written as plainly: `fill_batch` goes on through the step's
     problems one at a time until `batch` groups have unequal rewards; `scale_rewards`
     "group" divides by the group's sample std (plus 1e-4); the loss goes to the backend;
-    `substeps` trains on consecutive slices of the datums.
+    `substeps` trains on consecutive slices of the datums; with `kl_coef`, each of the
+    model's tokens (known here by where the completion starts) gains `kl_coef` times the
+    step's mean of `q - b` minus its own, against the base model's logprobs `b` (the
+    step-0 weights).
     """
     assert config.scale_rewards in ("none", "group"), "the reference scales group by group"
     task = as_task(adapter)
     tok = backend.tokenizer
     datums_by_step: list[list[Datum]] = []
     path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+    base = await backend.create_sampler(path)
     for step in range(1, config.steps + 1):
         sampler = await backend.create_sampler(path)
         datums: list[Datum] = []
+        completion_starts: list[int] = []
         informative = 0
         for i, problem in enumerate(step_problems(task, config, step)):
             if informative == config.batch:
@@ -62,6 +72,9 @@ async def reference_run(
                 datum = build_datum(prompt, c.tokens, c.logprobs, advantage)
                 if datum is not None:
                     datums.append(datum)
+                    completion_starts.append(len(prompt) - 1)
+        if datums and config.kl_coef:
+            datums = await kl_shaped(base, datums, completion_starts, config.kl_coef)
         datums_by_step.append(datums)
         if datums:
             k = min(config.substeps, len(datums))
@@ -75,3 +88,28 @@ async def reference_run(
                 await backend.submit_save_for_sampler(checkpoint_name(task, config, step))
             )
     return datums_by_step
+
+
+async def kl_shaped(
+    base: Sampler, datums: list[Datum], completion_starts: list[int], coef: float
+) -> list[Datum]:
+    """The datums with the KL penalty against `base` in their completions' advantages."""
+    diffs = []
+    for datum, start in zip(datums, completion_starts, strict=True):
+        b = await base.logprobs([*datum.model_input, datum.target_tokens[-1]])
+        diffs.append([q - b_i for q, b_i in zip(datum.logprobs[start:], b[start:], strict=True)])
+    every = [d for diffs_T in diffs for d in diffs_T]
+    mean = math.fsum(every) / len(every)  # the exact sum, as mathrl.grpo takes it
+    return [
+        Datum(
+            datum.model_input,
+            datum.target_tokens,
+            datum.logprobs,
+            datum.advantages[:start]
+            + tuple(
+                a + coef * (mean - d)
+                for a, d in zip(datum.advantages[start:], diffs_T, strict=True)
+            ),
+        )
+        for datum, start, diffs_T in zip(datums, completion_starts, diffs, strict=True)
+    ]

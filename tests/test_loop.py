@@ -19,8 +19,8 @@ from mathrl.config import TrainConfig
 from mathrl.grpo import Datum, is_constant_group
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
-from mathrl.rollout import FILL_BATCH_CAP, Rollout, request_seed, rollout, sample_params
-from mathrl.step import StepOutcome, grpo_step
+from mathrl.rollout import FILL_BATCH_CAP, Rollout, request_seed, sample_params
+from mathrl.step import StepOutcome, grpo_step, sample_and_score
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
 from observing import Everything
@@ -97,6 +97,7 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
     "ppo, group scaling, 3 substeps": {"loss": "ppo", "scale_rewards": "group", "substeps": 3},
     "cispo, fill-batch": {"loss": "cispo", "clip_high": 2.0, "fill_batch": True},
     "dro, 2 substeps": {"loss": "dro", "dro_beta": 0.1, "substeps": 2},
+    "KL 0.1, 2 substeps": {"kl_coef": 0.1, "substeps": 2},
 }
 
 
@@ -116,19 +117,22 @@ def test_the_loop_matches_the_reference_loop(
 
 
 @pytest.mark.parametrize("seed", [0, 7])
-@pytest.mark.parametrize("fill_batch", [False, True])
+@pytest.mark.parametrize(("fill_batch", "kl_coef"), [(False, 0.0), (True, 0.0), (False, 0.1)])
 def test_grpo_step_is_the_reference_step(
-    fake_backend_factory: FakeFactory, seed: int, fill_batch: bool
+    fake_backend_factory: FakeFactory, seed: int, fill_batch: bool, kl_coef: float
 ) -> None:
-    config = TrainConfig(steps=6, seed=seed, batch=8, group=4, fill_batch=fill_batch)
+    config = TrainConfig(
+        steps=6, seed=seed, batch=8, group=4, fill_batch=fill_batch, kl_coef=kl_coef
+    )
     task = as_task(MathAdapter())
 
     async def by_grpo_step(backend: FakeBackend) -> list[list[Datum]]:
         path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        base = await backend.create_sampler(path) if kl_coef else None
         datums_by_step = []
         for step in range(1, config.steps + 1):
             outcome = await grpo_step(
-                backend, await backend.create_sampler(path), task, config, step
+                backend, await backend.create_sampler(path), task, config, step, base=base
             )
             datums_by_step.append(outcome.datums_D)
             # Exact-match rewards, one list per problem, one reward per sample; with fill_batch
@@ -166,7 +170,7 @@ def test_grpo_step_trains_on_the_datums_of_a_rollout_from_its_sampler(
         backend = FakeBackend.for_run(adapter, config, checkpoint_dir=tmp_path)
         path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
         sampler = await backend.create_sampler(path)
-        batch = await rollout(backend.tokenizer, sampler, task, config, 1)
+        batch = await sample_and_score(backend.tokenizer, sampler, task, config, 1)
         return batch, await grpo_step(backend, sampler, task, config, 1)
 
     batch, outcome = asyncio.run(go())
@@ -198,6 +202,21 @@ def test_a_step_of_constant_groups_trains_and_saves_nothing(
     assert outcome.sampler_path is None
     assert backend.log.count("forward_backward") == 0
     assert backend.log.count("save_weights_for_sampler") == 1  # step 0's, before the step
+
+
+def test_a_step_with_a_kl_penalty_refuses_to_run_without_the_base_model(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    backend = fake_backend_factory()
+    task, config = as_task(MathAdapter()), TrainConfig(kl_coef=0.1)
+
+    async def go() -> StepOutcome:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        return await grpo_step(backend, await backend.create_sampler(path), task, config, 1)
+
+    with pytest.raises(ValueError, match=r"kl_coef > 0 needs the base model's sampler"):
+        asyncio.run(go())
+    assert backend.log.kinds() == ["save_weights_for_sampler", "create_sampler"]  # none sampled
 
 
 @given(st_.seeds, st_.steps, st.integers(0, 10_000))

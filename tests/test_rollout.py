@@ -24,10 +24,10 @@ from mathrl.rollout import (
     logged_groups,
     prompt_tokens,
     request_seed,
-    rollout,
     sample_params,
     step_metrics,
 )
+from mathrl.step import sample_and_score
 from mathrl.tasks.addition import AdditionProblem, MathAdapter, heldout_problems
 from mathrl_fakes import ByteTokenizer, FakeBackend, RecordingBackend
 
@@ -84,7 +84,7 @@ def test_rollout_reports_each_requests_completions_as_it_returns(
     async def go() -> None:
         path = await (await backend.submit_save_for_sampler("weights"))
         sampler = await backend.create_sampler(path)
-        await rollout(backend.tokenizer, sampler, TASK, config, 1, done.append)
+        await sample_and_score(backend.tokenizer, sampler, TASK, config, 1, None, done.append)
 
     asyncio.run(go())
     assert done == [4, 4, 4]  # one call per problem, `group` completions each
@@ -157,7 +157,7 @@ def test_a_conversation_is_sampled_and_evaluated_in_the_chat_template(tmp_path: 
     async def go() -> None:
         path = await (await recorder.submit_save_for_sampler("weights"))
         sampler = await recorder.create_sampler(path)
-        await rollout(recorder.tokenizer, sampler, CHAT, config, 1)
+        await sample_and_score(recorder.tokenizer, sampler, CHAT, config, 1)
         await evaluate(recorder.tokenizer, sampler, CHAT, config, problems)
 
     asyncio.run(go())

@@ -1,12 +1,13 @@
-"""The GRPO loop: `run_grpo` runs `mathrl.step.grpo_step` for real, scheduled.
+"""The GRPO loop: `run_grpo` runs `mathrl.step`'s two halves, scheduled.
 
 Read `mathrl.step.grpo_step` first: it is the algorithm, one plain on-policy
-step. Nothing here changes what a step computes, and nothing here prints (the
-loop reports to an `Observer`). Around the same step it adds, each in one
-place of `_Run`:
+step, `sample_and_score` then `train_and_save`. `_Run` calls those same two
+halves (`_start_rollout`, `_submit_update`); nothing here changes what a step
+computes, and nothing here prints (the loop reports to an `Observer`).
+Around the step it adds, each in one place of `_Run`:
 
-- pipelining (`_submit_update`): the training calls and the saves are
-  submitted back to back and awaited together, one round trip;
+- pipelining: `train_and_save` submits the training calls and the save back
+  to back, and they are awaited together (`_finish_update`), one round trip;
 - the off-policy lag (`max_steps_off_policy=1`, in `train`): step k+1 is
   sampled from the weights before step k's update, from the moment they
   exist, so it samples while step k scores and trains; each datum carries
@@ -34,15 +35,15 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from mathrl.adapter import Adapter
-from mathrl.backend import Backend, BackendError, Sampler, TrainResult
+from mathrl.backend import Backend, BackendError, Sampler
 from mathrl.checkpoints import Kind, Resume, checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.evaluation import evaluate, evaluation_set
 from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
-from mathrl.rollout import Rollout, logged_groups, rollout, step_metrics
-from mathrl.step import kl_penalty, submit_update
+from mathrl.rollout import Rollout, logged_groups, step_metrics
+from mathrl.step import Update, sample_and_score, train_and_save
 from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
@@ -81,14 +82,11 @@ def run_grpo(
 
 @dataclass(frozen=True, slots=True)
 class _Update:
-    """One step's submitted training-side calls, not yet awaited."""
+    """One step's submitted training-side calls, not yet awaited: `train_and_save`'s, and
+    the state save that falls on this step (the save cadence)."""
 
-    training: Awaitable[TrainResult] | None
-    sampler: Awaitable[str] | None
+    step: Update
     state: Awaitable[str] | None
-    submitted: float
-    kl: float | None = None
-    """The mean KL against the base model of the datums trained on (with kl_coef > 0)."""
 
 
 class _Run(Generic[P]):
@@ -138,7 +136,7 @@ class _Run(Generic[P]):
                 await self._report_eval()
                 metrics.append(await self._finish_update(step, batch, update, ended))
                 ended, done, in_flight = self.clock(), step, None
-                if update.sampler is not None and (not last or self._eval_due(step)):
+                if update.step.saving is not None and (not last or self._eval_due(step)):
                     self.sampler = await self.backend.create_sampler(self.path)
                     self.sampler_path = self.path
                 # On-policy, the next step samples from these weights; off-policy, the one after.
@@ -218,39 +216,35 @@ class _Run(Generic[P]):
         async def go() -> Rollout:
             self.obs.on_phase(step, "sampling")
             started = self.clock()
-            given = (self.task, self.config, step, progress, self.workers)
-            batch = await rollout(self.backend.tokenizer, sampler, *given)
+            given = (self.task, self.config, step, self.workers, progress)
+            batch = await sample_and_score(self.backend.tokenizer, sampler, *given)
             return replace(batch, sampler_path=path, seconds=self.clock() - started)
 
         self.rollouts[step] = asyncio.create_task(go())
 
     async def _submit_update(self, step: int, batch: Rollout, last: bool) -> _Update:
-        """Submit the step's training, its sampler save and (on cadence) a state save."""
+        """Submit the step's training and its sampler save, and (on cadence) a state save
+        behind them: one round trip for all."""
         self.obs.on_phase(step, "training")
-        training = sampler = state = kl = None
-        datums_D = batch.datums_D
-        if datums_D and self.base is not None:  # one round trip more: the base's logprobs
-            datums_D, kl = await kl_penalty(self.base, datums_D, self.config.kl_coef)
-        submitted = self.clock()
-        if datums_D:
-            # Back to back: the saves land after the update, in one round trip.
-            training = await submit_update(self.backend, datums_D, self.config)
-            sampler = await self._save(step, "sampler")
+        given = (self.task, self.config, step, batch.datums_D, self.base)
+        update = await train_and_save(self.backend, *given)
+        state = None
         if last or step % self.config.save_every == 0:
             state = await self._save(step, "state")
-        return _Update(training, sampler, state, submitted, kl)
+        return _Update(update, state)
 
     async def _finish_update(
         self, step: int, batch: Rollout, update: _Update, ended: float
     ) -> StepMetrics:
         """Await the update and its saves; report the step, then its checkpoints."""
-        result = await update.training if update.training is not None else None
+        submitted = update.step
+        result = await submitted.training if submitted.training is not None else None
         trained = self.clock()
-        saved = await update.sampler if update.sampler is not None else None
+        saved = await submitted.saving if submitted.saving is not None else None
         state = await update.state if update.state is not None else None
         # The step first, its checkpoints after: a state on record comes with its steps' records.
         metrics = step_metrics(
-            self.config, step, batch, result, trained - update.submitted, update.kl
+            self.config, step, batch, result, trained - submitted.submitted, submitted.kl
         )
         metrics = replace(metrics, seconds=self.clock() - ended)
         self.obs.on_step(metrics)

@@ -8,35 +8,34 @@ Shape suffixes name the axes of nested data:
 so `rewards_P_G[p][g]` is the reward of episode g of problem p. An episode
 is one completion for a one-turn task (`mathrl.episodes`).
 
-`trained`, `datums_of` and `scored` are pure; `play_groups` and `rollout`
-keep every request of a step in flight at once on one sampler, with the
-task's work in a worker pool beside them. `mathrl.step.grpo_step` shows how
-they make one step.
+`trained` and `datums_of` are pure; `play_groups` and `play_step` keep
+every request of a step in flight at once on one sampler, with the task's
+work in a worker pool beside them. `mathrl.step.sample_and_score` puts them
+in order; `step_metrics` and `logged_groups` say what a step did.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from mathrl.adapter import Prompt, Response
-from mathrl.backend import SampleParams, Sampler, Tokenizer, TrainResult
+from mathrl.backend import SampleParams, Tokenizer, TrainResult
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Player, all_or_none
-from mathrl.grpo import Datum, is_constant_group, step_advantages
+from mathrl.grpo import Datum, is_constant_group
 from mathrl.report import Sample, SampleGroup, StepMetrics
 from mathrl.resolved import Task
-from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
 
 
 @dataclass(frozen=True, slots=True)
 class Rollout:
-    """One step's episodes, scored and turned into datums."""
+    """One step's episodes, scored and turned into datums (`mathrl.step.sample_and_score`)."""
 
     prompts_P: list[Prompt]
     episodes_P_G: list[list[Episode]]
@@ -163,7 +162,7 @@ def step_problems(task: Task[P], config: TrainConfig, step: int) -> list[P]:
 
 
 async def play_step(
-    player: Player[P], tokenizer: Tokenizer, config: TrainConfig, step: int
+    player: Player[P], config: TrainConfig, step: int
 ) -> tuple[list[Prompt], list[list[int]], list[list[Episode]]]:
     """Step `step`'s prompts, their tokens and a group of episodes for each.
 
@@ -179,7 +178,7 @@ async def play_step(
     informative = 0
     while round_P := pool[len(prompts_P) : len(prompts_P) + config.batch - informative]:
         prompts = [task.adapter.make_prompt(problem) for problem in round_P]
-        tokens = [prompt_tokens(tokenizer, task, prompt) for prompt in prompts]
+        tokens = [prompt_tokens(player.tokenizer, task, prompt) for prompt in prompts]
         first = len(prompts_P)
         episodes = await play_groups(player, config, step, round_P, prompts, tokens, first=first)
         prompts_P += prompts
@@ -189,47 +188,6 @@ async def play_step(
         if not config.fill_batch:
             break
     return prompts_P, prompts_P_T, episodes_P_G
-
-
-async def rollout(
-    tokenizer: Tokenizer,
-    sampler: Sampler,
-    task: Task[P],
-    config: TrainConfig,
-    step: int,
-    on_done: Callable[[int], None] | None = None,
-    workers: Workers | None = None,
-) -> Rollout:
-    """Everything of step `step` before training: `grpo_step` up to its datums."""
-    with borrowed(workers) as pool:
-        player = Player(tokenizer, sampler, task, pool, on_done)
-        prompts_P, prompts_P_T, episodes_P_G = await play_step(player, tokenizer, config, step)
-    return scored(task, config, prompts_P, prompts_P_T, episodes_P_G)
-
-
-def scored(
-    task: Task[P],
-    config: TrainConfig,
-    prompts_P: Sequence[Prompt],
-    prompts_P_T: Sequence[Sequence[int]],
-    episodes_P_G: Sequence[Sequence[Episode]],
-) -> Rollout:
-    """Advantages and datums for one step's scored episodes: `grpo_step`'s steps 3 and 4."""
-    rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
-    advantages_P_G = step_advantages(rewards_P_G, config.scale_rewards)
-    responses_P_G = [[e.final for e in episodes_G] for episodes_G in episodes_P_G]
-    trained_P_G = trained(task, config, responses_P_G)
-    datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G, trained_P_G)
-    return Rollout(
-        list(prompts_P),
-        [list(episodes_G) for episodes_G in episodes_P_G],
-        rewards_P_G,
-        advantages_P_G,
-        trained_P_G,
-        datums_D,
-        accuracy=task.adapter.evaluate([r for rewards_G in rewards_P_G for r in rewards_G]),
-        constant_groups=sum(map(is_constant_group, rewards_P_G)),
-    )
 
 
 def logged_groups(step: int, batch: Rollout) -> list[SampleGroup]:

@@ -1,28 +1,40 @@
-"""The GRPO step: `grpo_step` is the algorithm, one on-policy step, top to bottom.
+"""The GRPO step: `grpo_step` is the algorithm, and its two halves are the code that runs.
 
-problems -> prompts -> a group of episodes per problem -> rewards ->
-advantages -> datums -> train -> save. Every piece is a small function of
-`mathrl.rollout` and `mathrl.grpo`; this module only puts them in order.
-`mathrl.loop.run_grpo` runs the very same step, pipelined, and adds the
+    grpo_step = sample_and_score, then train_and_save
+
+- `sample_and_score`: the step's problems, a group of episodes per problem
+  (every sample request in flight at once, the task's rewards beside them),
+  each episode's advantage, and a datum per episode trained on.
+- `train_and_save`: the KL penalty against the base model (with `kl_coef`),
+  forward_backward + optim_step per minibatch, and the save for the next
+  step's sampler, submitted back to back and returned unawaited, so a caller
+  can overlap them with other work.
+
+`mathrl.loop.run_grpo` calls these same two halves, pipelined, and adds the
 off-policy lag, evaluation, the save cadence, stopping and resuming around
-it; the tests hold both to the serial reference loop in
-`tests/reference_loop.py`.
+them; nothing else composes a step. The pieces each half uses are small
+functions of `mathrl.rollout` (sampling and datums), `mathrl.episodes`
+(playing a group), `mathrl.rewards` (the task's reward) and `mathrl.grpo`
+(the arithmetic).
+
+Shape suffixes: _P a problem, _G a member of its group, _T a token, _D a
+datum (the legend is `mathrl.rollout`'s).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mathrl.backend import Backend, Sampler, TrainResult
+from mathrl.backend import Backend, Sampler, Tokenizer, TrainResult
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.episodes import Player
-from mathrl.grpo import Datum, kl_penalized, minibatches, step_advantages
+from mathrl.grpo import Datum, is_constant_group, kl_penalized, minibatches, step_advantages
 from mathrl.resolved import Task
-from mathrl.rollout import datums_of, play_step, trained
+from mathrl.rollout import Rollout, datums_of, play_step, trained
 from mathrl.workers import Workers, borrowed
 
 P = TypeVar("P")
@@ -51,53 +63,99 @@ async def grpo_step(
 ) -> StepOutcome:
     """One on-policy GRPO step from `sampler`'s weights. This function is the algorithm.
 
-    Shape suffixes: _P a problem, _G a member of its group, _T a token, _D a datum.
     `workers` runs the task's rewards and environment (a pool of one per core by default).
     `base` samples the base model's weights (the step-0 sampler): needed with kl_coef > 0.
     """
     if config.kl_coef and base is None:
         raise ValueError("kl_coef > 0 needs the base model's sampler (base=)")
-    tokenizer = backend.tokenizer
-    # 1. This step's problems, and their prompts: text, or a conversation the chat
-    #    template renders. 2. A group of `config.group` episodes per problem, every request
-    #    in flight at once. A group's first turns come from one request; as each turn comes
-    #    back, its reward (seeing how it ended) and, for a task with an environment, the
-    #    reply and the next turn follow. With `fill_batch`, more problems in rounds until
-    #    `batch` groups' rewards differ (`play_step`).
+    batch = await sample_and_score(backend.tokenizer, sampler, task, config, step, workers)
+    update = await train_and_save(backend, task, config, step, batch.datums_D, base)
+    result = await update.training if update.training is not None else None
+    saved = await update.saving if update.saving is not None else None
+    return StepOutcome(batch.rewards_P_G, update.datums_D, result, saved)
+
+
+async def sample_and_score(
+    tokenizer: Tokenizer,
+    sampler: Sampler,
+    task: Task[P],
+    config: TrainConfig,
+    step: int,
+    workers: Workers | None = None,
+    on_sampled: Callable[[int], None] | None = None,
+) -> Rollout:
+    """The first half of step `step`: its episodes sampled from `sampler`, scored, and
+    turned into datums. `on_sampled(n)` hears of each group's first turns as they arrive."""
+    # 1. This step's problems and their prompts (text, or a conversation the chat template
+    #    renders), and a group of `config.group` episodes per problem, every request in flight
+    #    at once. As each turn comes back, its reward (seeing how it ended) and, for a task
+    #    with an environment, the reply and the next turn follow. With `fill_batch`, more
+    #    problems in rounds until `batch` groups' rewards differ.
     with borrowed(workers) as pool:
-        player = Player(tokenizer, sampler, task, pool)
-        _, prompts_P_T, episodes_P_G = await play_step(player, tokenizer, config, step)
-    # 3. Each episode's advantage: its reward minus its group's mean (divided by a standard
-    #    deviation with --scale-rewards group or batch).
+        player = Player(tokenizer, sampler, task, pool, on_sampled)
+        prompts_P, prompts_P_T, episodes_P_G = await play_step(player, config, step)
+    # 2. Each episode's advantage: its reward minus its group's mean (divided by a standard
+    #    deviation with scale_rewards "group" or "batch").
     rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
     advantages_P_G = step_advantages(rewards_P_G, config.scale_rewards)
-    # 4. A datum per episode (prompt and environment tokens weigh 0), dropping groups of equal
+    # 3. A datum per episode (prompt and environment tokens weigh 0), dropping groups of equal
     #    rewards (and, if asked, episodes whose last turn was cut off at the token limit).
     trained_P_G = trained(task, config, [[e.final for e in g] for g in episodes_P_G])
     datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G, trained_P_G)
+    return Rollout(
+        prompts_P,
+        episodes_P_G,
+        rewards_P_G,
+        advantages_P_G,
+        trained_P_G,
+        datums_D,
+        accuracy=task.adapter.evaluate([r for rewards_G in rewards_P_G for r in rewards_G]),
+        constant_groups=sum(map(is_constant_group, rewards_P_G)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """What `train_and_save` submitted, not yet awaited (None: nothing to train on)."""
+
+    datums_D: list[Datum]
+    """The datums trained on: the step's, with the KL penalty folded in (with kl_coef > 0)."""
+    training: Awaitable[TrainResult] | None
+    saving: Awaitable[str] | None
+    """The path of the weights saved for the next sampler."""
+    kl: float | None
+    """The mean KL against the base model of the datums (with kl_coef > 0)."""
+    submitted: float
+    """The event loop's clock when the training calls were submitted."""
+
+
+async def train_and_save(
+    backend: Backend,
+    task: Task[P],
+    config: TrainConfig,
+    step: int,
+    datums_D: Sequence[Datum],
+    base: Sampler | None = None,
+) -> Update:
+    """The second half of step `step`: train on `datums_D` and save the weights for the
+    next sampler, every call submitted back to back; the caller awaits them together."""
+    kl = None
+    clock = asyncio.get_running_loop().time
     if not datums_D:
-        return StepOutcome(rewards_P_G, datums_D, None, None)
-    # 5. With kl_coef > 0, each of the model's tokens' advantage moves by the KL penalty against
-    #    the base model (whose logprobs of the sampled tokens cost one round trip).
+        return Update([], None, None, kl, clock())
+    # 4. With kl_coef > 0, each of the model's tokens' advantage moves by the KL penalty
+    #    against the base model, whose logprobs of the sampled tokens cost one round trip.
     if base is not None and config.kl_coef:
-        datums_D, _ = await kl_penalty(base, datums_D, config.kl_coef)
-    # 6. forward_backward (with the configured loss) + optim_step, once per minibatch, then
-    #    save the new weights for the next step's sampler: submitted back to back, awaited
-    #    together.
+        base_D = await asyncio.gather(
+            *(base.logprobs([*d.model_input, d.target_tokens[-1]]) for d in datums_D)
+        )
+        datums_D, kl = kl_penalized(datums_D, base_D, config.kl_coef)
+    # 5. forward_backward (with the configured loss) + optim_step, once per minibatch, then
+    # 6. the save of the new weights for the next step's sampler: one round trip for all.
+    submitted = clock()
     training = await submit_update(backend, datums_D, config)
     saving = await backend.submit_save_for_sampler(checkpoint_name(task, config, step))
-    return StepOutcome(rewards_P_G, datums_D, await training, await saving)
-
-
-async def kl_penalty(
-    base: Sampler, datums_D: Sequence[Datum], coef: float
-) -> tuple[list[Datum], float]:
-    """`datums_D` with the KL penalty against `base` (`mathrl.grpo.kl_penalized`), and the
-    mean KL; every datum's base logprobs asked at once, so one round trip."""
-    base_D = await asyncio.gather(
-        *(base.logprobs([*d.model_input, d.target_tokens[-1]]) for d in datums_D)
-    )
-    return kl_penalized(datums_D, base_D, coef)
+    return Update(list(datums_D), training, saving, kl, submitted)
 
 
 async def submit_update(
