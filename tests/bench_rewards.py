@@ -50,7 +50,7 @@ from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo_async
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import rewards_of
-from mathrl.rollout import Rollout
+from mathrl.rollout import Rollout, run_problems
 from mathrl.step import sample_and_score
 from mathrl.tasks.code.sandbox import WARM_SANDBOXES, call_function, warm_of
 from mathrl.tasks.code.task import LIMITS, CodeAdapter, CodeProblem, code_of, run
@@ -80,7 +80,9 @@ async def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 async def one_latency(latency: float, folder: Path, cores: int) -> list[tuple[float, ...]]:
     """(sampling only, serial rewards, step) seconds for each of STEPS at `latency`."""
     config = TrainConfig(steps=max(STEPS), batch=BATCH, group=GROUP)
-    backend = FakeBackend.for_run(CodeAdapter(), config, latency=latency, checkpoint_dir=folder)
+    backend = FakeBackend.for_run(
+        CodeAdapter(), run_problems(CodeAdapter(), config), latency=latency, checkpoint_dir=folder
+    )
     path = await (await backend.submit_save_for_sampler("bench"))
     sampler = await backend.create_sampler(path)
     code, free = as_task(CodeAdapter()), as_task(FreeRewards())
@@ -115,7 +117,9 @@ async def loop_step(
 ) -> float:
     """The mean time of steps 2-4 of a 4-step run."""
     config = TrainConfig(steps=4, batch=BATCH, group=GROUP, max_steps_off_policy=off_policy)
-    backend = FakeBackend.for_run(adapter, config, latency=latency, checkpoint_dir=folder)
+    backend = FakeBackend.for_run(
+        adapter, run_problems(adapter, config), latency=latency, checkpoint_dir=folder
+    )
     run.cache_clear()
     with Workers(cores) as workers:
         result = await run_grpo_async(backend, adapter, config, workers=workers)

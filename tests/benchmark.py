@@ -61,15 +61,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mathrl_fakes.fake_backend as fake_module
 from bench_rewards import reward_overlap_table
+from mathrl.backend import Datum
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Turn
-from mathrl.grpo import Datum, step_advantages
+from mathrl.grpo import step_advantages
 from mathrl.loop import run_grpo_async
 from mathrl.report import EvalMetrics, Observer, StepMetrics
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import response_of, rewards_of
-from mathrl.rollout import datums_of, prompt_tokens, request_seed, sample_params
+from mathrl.rollout import datums_of, prompt_tokens, request_seed, run_problems, sample_params
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, FakeModel, RecordingBackend
 from virtual_clock import INLINE, run_virtual
@@ -131,7 +132,12 @@ class Fakes:
     def make(self, config: TrainConfig, latency: float = 0.0) -> FakeBackend:
         """A fake that knows every problem a run of `config` draws, held-out ones included."""
         folder = self.root / f"backend{next(self._made)}"
-        return FakeBackend.for_run(MathAdapter(), config, latency=latency, checkpoint_dir=folder)
+        return FakeBackend.for_run(
+            MathAdapter(),
+            run_problems(MathAdapter(), config),
+            latency=latency,
+            checkpoint_dir=folder,
+        )
 
 
 def bench_config(

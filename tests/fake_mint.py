@@ -35,8 +35,7 @@ import httpx
 import tinker
 from tinker import types
 
-from mathrl.backend import BackendError, SampleParams
-from mathrl.grpo import Datum
+from mathrl.backend import BackendError, Datum, SampleParams
 from mathrl.losses import LOSSES, Loss, loss_named
 from mathrl_fakes import (
     ByteTokenizer,

@@ -16,10 +16,10 @@ import math
 from typing import Any
 
 from mathrl.adapter import Adapter, Response
-from mathrl.backend import Backend, Sampler
+from mathrl.backend import Backend, Datum, Sampler
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
-from mathrl.grpo import Datum, build_datum, group_advantages
+from mathrl.grpo import build_datum, group_advantages
 from mathrl.resolved import as_task
 from mathrl.rollout import request_seed, sample_params, step_problems
 

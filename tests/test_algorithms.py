@@ -14,10 +14,10 @@ import tinker
 
 from cli_process import run_main
 from fake_mint import FakeMintServer, FakeTrainingClient
-from mathrl.backend import Backend, SampleParams, TrainResult
+from mathrl.backend import Backend, Datum, SampleParams, TrainResult
 from mathrl.checkpoints import run_fingerprint
 from mathrl.config import ConfigError, TrainConfig
-from mathrl.grpo import Datum, build_datum
+from mathrl.grpo import build_datum
 from mathrl.loop import run_grpo
 from mathrl.losses import (
     DEFAULT_CLIPS,
@@ -28,6 +28,7 @@ from mathrl.losses import (
     token_loss,
 )
 from mathrl.resolved import as_task
+from mathrl.rollout import run_problems
 from mathrl.service.mint_backend import MintBackend, to_mint_datum
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
@@ -143,7 +144,7 @@ def test_the_fake_sdk_refuses_a_config_the_loss_does_not_take(tmp_path: Path) ->
 def test_substeps_split_the_step_into_that_many_updates(tmp_path: Path, substeps: int) -> None:
     task = MathAdapter()
     config = TrainConfig(steps=2, batch=4, group=4, substeps=substeps, loss="ppo")
-    backend = FakeBackend.for_run(task, config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(task, run_problems(task, config), checkpoint_dir=tmp_path)
     result = run_grpo(backend, task, config)
     training = ("forward_backward", "optim_step", "save_weights_for_sampler")
     kinds = [k for k in backend.log.kinds() if k in training]
@@ -266,7 +267,7 @@ def test_fill_batch_is_deterministic_and_works_off_policy(tmp_path: Path, off_po
 
     def trained(folder: str) -> tuple[list[list[Datum]], list[int]]:
         backend = RecordingBackend(
-            FakeBackend.for_run(task, config, checkpoint_dir=tmp_path / folder)
+            FakeBackend.for_run(task, run_problems(task, config), checkpoint_dir=tmp_path / folder)
         )
         result = run_grpo(backend, task, config)
         return backend.trained, [m.groups for m in result.steps]
@@ -317,8 +318,10 @@ def test_the_choices_survive_retries_exactly(tmp_path: Path) -> None:
                          fill_batch=True, save_every=2)  # fmt: skip
 
     def finish(fault_rate: float, folder: str) -> tuple[list[float], list[float]]:
-        inner = FakeBackend.for_run(task, config, checkpoint_dir=tmp_path / folder,
-                                    fault_rate=fault_rate, seed=3)  # fmt: skip
+        inner = FakeBackend.for_run(
+            task, run_problems(task, config), checkpoint_dir=tmp_path / folder,
+            fault_rate=fault_rate, seed=3,
+        )  # fmt: skip
         backend = RetryingBackend(inner, RetryPolicy(retries=50, delay=0.0, window=600.0))
         result = run_grpo(backend, task, config)
         return [m.loss or 0.0 for m in result.steps], list(inner.theta)

@@ -14,7 +14,7 @@ from mathrl.adapter import Message, Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
 from mathrl.resolved import as_task
-from mathrl.rollout import prompt_tokens, sample_params
+from mathrl.rollout import prompt_tokens, run_problems, sample_params
 from mathrl.service.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl.testing import check_adapter
 from mathrl_fakes import ByteTokenizer, FakeBackend
@@ -82,7 +82,9 @@ def test_a_chat_task_stops_at_the_end_of_its_turn_and_learns_on_the_fake() -> No
 
 def test_a_chat_task_trains_through_the_loop(tmp_path: Any) -> None:
     config = TrainConfig(steps=20, batch=8, group=4)
-    backend = FakeBackend.for_run(ChatSum(), config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(
+        ChatSum(), run_problems(ChatSum(), config), checkpoint_dir=tmp_path
+    )
     accuracy = [m.accuracy for m in run_grpo(backend, ChatSum(), config).steps]
     assert sum(accuracy[-5:]) / 5 >= sum(accuracy[:5]) / 5 + 0.2
 

@@ -14,6 +14,7 @@ from fake_mint import FakeMintServer
 from mathrl.adapter import Feedback, Response
 from mathrl.config import Config, TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
+from mathrl.rollout import run_problems
 from mathrl.service.mint_backend import open_backend
 from mathrl.tasks.code.feedback import SECOND_TRY, CodeFeedbackAdapter, first_failure
 from mathrl.tasks.code.task import ALL, CodeProblem, code_of
@@ -73,7 +74,7 @@ def test_code_feedback_passes_check_adapter() -> None:
 def test_code_feedback_learns_on_the_fake_and_the_second_turn_rescues(tmp_path: Path) -> None:
     config = TrainConfig(steps=20)
     adapter = CodeFeedbackAdapter()
-    backend = FakeBackend.for_run(adapter, config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(adapter, run_problems(adapter, config), checkpoint_dir=tmp_path)
     steps = run_grpo(backend, adapter, config).steps
     accuracy = [m.accuracy for m in steps]
     assert statistics.mean(accuracy[15:]) >= statistics.mean(accuracy[:5]) + 0.20

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
 from mathrl.resolved import as_task
+from mathrl.rollout import run_problems
 from mathrl.tasks.code.task import (
     ALL,
     FENCE,
@@ -88,6 +89,8 @@ def test_the_code_task_passes_check_adapter() -> None:
 @pytest.mark.slow  # 5 s of training; the task's contract is checked in the fast suite
 def test_the_code_task_learns_on_the_fake_at_its_defaults(tmp_path: Path) -> None:
     config = TrainConfig(steps=20)
-    backend = FakeBackend.for_run(CodeAdapter(), config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(
+        CodeAdapter(), run_problems(CodeAdapter(), config), checkpoint_dir=tmp_path
+    )
     accuracy = [m.accuracy for m in run_grpo(backend, CodeAdapter(), config).steps]
     assert statistics.mean(accuracy[15:]) >= statistics.mean(accuracy[:5]) + 0.20

@@ -24,6 +24,7 @@ from mathrl.grpo import episode_datum
 from mathrl.loop import run_grpo
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
+from mathrl.rollout import run_problems
 from mathrl.workers import Workers
 from mathrl_fakes import ByteTokenizer, FakeBackend
 from observing import Everything
@@ -403,7 +404,9 @@ class ChatGame(Guess):
 
 def test_a_conversation_game_learns_its_later_turns_on_the_fake(tmp_path: Path) -> None:
     config = TrainConfig(steps=12, batch=8, group=4)
-    backend = FakeBackend.for_run(ChatGame(), config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(
+        ChatGame(), run_problems(ChatGame(), config), checkpoint_dir=tmp_path
+    )
     observer = Everything()
     result = run_grpo(backend, ChatGame(), config, observer)
     assert all(m.datums > 0 for m in result.steps[:3])

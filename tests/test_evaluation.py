@@ -10,6 +10,7 @@ import pytest
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import Checkpoint
+from mathrl.rollout import run_problems
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import FakeBackend
 from observing import Everything
@@ -66,7 +67,9 @@ def test_a_run_whose_held_out_problems_all_train_evaluates_nothing(tmp_path: Pat
     # Held out: 0 and 1; step 2 trains on 10, 11, 0 and 1.
     config = TrainConfig(steps=2, batch=4, eval_every=1, eval_problems=2)
     observer = Everything()
-    backend = FakeBackend.for_run(OverlappingHeldout(), config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(
+        OverlappingHeldout(), run_problems(OverlappingHeldout(), config), checkpoint_dir=tmp_path
+    )
     result = run_grpo(backend, OverlappingHeldout(), config, observer)
     assert result.last_step == 2
     assert observer.evals == []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import mathrl
 
 
@@ -28,6 +31,7 @@ def test_all_is_pinned() -> None:
         "RetriesExhausted",
         "RetryPolicy",
         "RetryingBackend",
+        "RunProblems",
         "RunResult",
         "SampleParams",
         "Sampler",
@@ -52,6 +56,7 @@ def test_all_is_pinned() -> None:
         "reward",
         "run_grpo",
         "run_grpo_async",
+        "run_problems",
     ]
     for name in mathrl.__all__:
         assert getattr(mathrl, name) is not None
@@ -64,10 +69,39 @@ def test_the_fakes_and_the_conformance_kit_are_public_too() -> None:
     assert sorted(mathrl_fakes.__all__) == [
         "ByteTokenizer", "CallLog", "CallRecord", "FakeBackend", "FakeModel", "FakeSampler",
         "PromptKey",
-        "RecordingBackend", "RecordingSampler", "Reference", "SampleCall", "references_for",
-        "run_problems",
+        "RecordingBackend", "RecordingSampler", "Reference", "RunProblems", "SampleCall",
+        "references_for",
     ]  # fmt: skip
-    assert callable(mathrl.testing.check_adapter)
+    assert sorted(mathrl.testing.__all__) == [
+        "ADVERSARIAL", "LearnsOn", "WRONG", "check_adapter", "random_texts",
+    ]  # fmt: skip
+
+
+CONTRACT = {"mathrl.adapter", "mathrl.backend", "mathrl.losses", "mathrl.resolved"}
+"""What the fake may know of mathrl: the task and backend contracts and the types they use
+(`mathrl.resolved` fills in the task contract's documented defaults; `mathrl.losses` is the
+loss a backend computes)."""
+
+
+def test_the_fake_knows_only_the_contract() -> None:
+    # It is told what it needs about a run (`FakeBackend.for_run(task, run_problems(...))`);
+    # it never imports how the loop draws, samples or scores.
+    fakes = Path(mathrl_fakes_folder())
+    imported = set()
+    for path in fakes.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    assert {m for m in imported if m.split(".")[0] == "mathrl"} <= CONTRACT
+    assert "mathrl_fakes.references" in imported  # the scan reads the package's own imports
+
+
+def mathrl_fakes_folder() -> str:
+    import mathrl_fakes
+
+    return str(Path(mathrl_fakes.__file__).parent)
 
 
 def test_the_pure_core_is_exported_under_its_issue_names() -> None:

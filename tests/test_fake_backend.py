@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 import strategies as st_
 from backend_contract import check_backend
 from conftest import math_references
-from mathrl.backend import BackendError, SampleParams, TransientBackendError
+from mathrl.backend import BackendError, Datum, SampleParams, TransientBackendError
 from mathrl.config import TrainConfig
-from mathrl.grpo import Datum, build_datum
+from mathrl.grpo import build_datum
 from mathrl.loop import run_grpo
+from mathrl.rollout import run_problems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import (
     ByteTokenizer,
@@ -32,7 +33,6 @@ from mathrl_fakes import (
     RecordingBackend,
     Reference,
     references_for,
-    run_problems,
 )
 from mathrl_fakes.policy import (
     DECISION_DEPTH,
@@ -196,8 +196,11 @@ class Accents:
 
 def test_for_run_knows_every_prompt_a_run_draws_and_nothing_else(tmp_path: Path) -> None:
     config = TrainConfig(steps=3, batch=4, eval_problems=5)
-    backend = FakeBackend.for_run(Accents(), config, checkpoint_dir=tmp_path)
-    problems: list[int] = run_problems(Accents(), config)
+    backend = FakeBackend.for_run(
+        Accents(), run_problems(Accents(), config), checkpoint_dir=tmp_path
+    )
+    run = run_problems(Accents(), config)
+    problems = [p for step in range(1, 4) for p in run.step(step)] + run.heldout()
     assert len(problems) == 3 * 4 + 5
     tok = backend.tokenizer
 
@@ -216,10 +219,14 @@ def test_for_run_knows_every_prompt_a_run_draws_and_nothing_else(tmp_path: Path)
 def test_for_run_draws_each_step_as_the_run_gets_there(tmp_path: Path) -> None:
     # A million steps of 32,768 problems: drawn up front, that would eat the machine.
     config = TrainConfig(steps=1_000_000, batch=32_768, group=2, eval_problems=7)
-    backend = FakeBackend.for_run(MathAdapter(), config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(
+        MathAdapter(), run_problems(MathAdapter(), config), checkpoint_dir=tmp_path
+    )
     assert len(backend.model.table) == 7  # only the held-out problems so far
     small = TrainConfig(steps=10, batch=3, eval_problems=2)
-    backend = FakeBackend.for_run(MathAdapter(), small, checkpoint_dir=tmp_path, first_step=4)
+    backend = FakeBackend.for_run(
+        MathAdapter(), run_problems(MathAdapter(), small, first_step=4), checkpoint_dir=tmp_path
+    )
     tok = backend.tokenizer
 
     async def go() -> None:
@@ -250,7 +257,9 @@ class FewProblems(Accents):
 def test_a_small_problem_pool_never_leaves_the_fake_behind(tmp_path: Path) -> None:
     # A prompt first drawn late must still be known, however long since the last new one.
     config = TrainConfig(steps=60, batch=2, group=2)
-    backend = FakeBackend.for_run(FewProblems(), config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(
+        FewProblems(), run_problems(FewProblems(), config), checkpoint_dir=tmp_path
+    )
     result = run_grpo(backend, FewProblems(), config)
     assert [m.step for m in result.steps] == list(range(1, 61))
 
@@ -546,7 +555,9 @@ class PartialCredit(MathAdapter):
 def test_the_fake_writes_the_wrong_answers_a_task_names(tmp_path: Path) -> None:
     config = TrainConfig(steps=1, batch=100, group=4)
     backend = RecordingBackend(
-        FakeBackend.for_run(PartialCredit(), config, checkpoint_dir=tmp_path)
+        FakeBackend.for_run(
+            PartialCredit(), run_problems(PartialCredit(), config), checkpoint_dir=tmp_path
+        )
     )
     result = run_grpo(backend, PartialCredit(), config)
     rewards = [

@@ -10,9 +10,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import strategies as st_
-from mathrl.backend import TrainResult, check_datums, check_train_step
+from mathrl.backend import Datum, TrainResult, check_datums, check_train_step
 from mathrl.grpo import (
-    Datum,
     build_datum,
     episode_datum,
     group_advantages,

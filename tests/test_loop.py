@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 
 import strategies as st_
 from cli_process import fresh_interpreters
+from mathrl.backend import Datum
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
-from mathrl.grpo import Datum, is_constant_group
+from mathrl.grpo import is_constant_group
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
-from mathrl.rollout import FILL_BATCH_CAP, Rollout, request_seed, sample_params
+from mathrl.rollout import FILL_BATCH_CAP, Rollout, request_seed, run_problems, sample_params
 from mathrl.step import StepOutcome, grpo_step, sample_and_score
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
@@ -167,7 +168,9 @@ def test_grpo_step_trains_on_the_datums_of_a_rollout_from_its_sampler(
     task = as_task(adapter)
 
     async def go() -> tuple[Rollout, StepOutcome]:
-        backend = FakeBackend.for_run(adapter, config, checkpoint_dir=tmp_path)
+        backend = FakeBackend.for_run(
+            adapter, run_problems(adapter, config), checkpoint_dir=tmp_path
+        )
         path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
         sampler = await backend.create_sampler(path)
         batch = await sample_and_score(backend.tokenizer, sampler, task, config, 1)

@@ -33,12 +33,13 @@ from mathrl.backend import (
     BackendError,
     BackendUnreachable,
     CredentialsRejected,
+    Datum,
     SampleParams,
     TransientBackendError,
 )
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import DEFAULT_BASE_URL, Config, TrainConfig
-from mathrl.grpo import Datum, build_datum
+from mathrl.grpo import build_datum
 from mathrl.loop import run_grpo_async
 from mathrl.losses import Loss
 from mathrl.resolved import as_task

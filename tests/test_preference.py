@@ -11,6 +11,7 @@ from cli_process import run_main
 from mathrl.adapter import Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
+from mathrl.rollout import run_problems
 from mathrl.tasks.preference import (
     BASELINE_ANSWER,
     QUESTIONS,
@@ -86,7 +87,9 @@ def test_win_rates_average_one_half_whatever_the_scores(scores: list[int]) -> No
 def test_the_preference_task_passes_check_adapter_and_learns_on_the_fake(tmp_path: Path) -> None:
     assert check_adapter(PreferenceChat(), learns=True).startswith("task 'preference'")
     config = TrainConfig(steps=20)
-    backend = FakeBackend.for_run(PreferenceChat(), config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(
+        PreferenceChat(), run_problems(PreferenceChat(), config), checkpoint_dir=tmp_path
+    )
     steps = run_grpo(backend, PreferenceChat(), config).steps
     rewards = [m.mean_reward for m in steps]
     assert sum(rewards[-5:]) / 5 >= sum(rewards[:5]) / 5 + 0.2

@@ -14,7 +14,7 @@ import pytest
 import mathrl.service.mint_backend
 from cli_process import run_main
 from fake_mint import FakeMintServer
-from mathrl import TrainConfig, run_grpo
+from mathrl import TrainConfig, run_grpo, run_problems
 from mathrl.checkpoints import checkpoint_name
 from mathrl.resolved import as_task
 from mathrl_fakes import FakeBackend, references_for
@@ -75,7 +75,9 @@ def test_the_readme_python_snippets_run(
     from subtraction import Subtraction  # type: ignore[import-not-found]
 
     config = TrainConfig(steps=20, eval_every=5)
-    again = FakeBackend.for_run(Subtraction(), config, checkpoint_dir=task_folder / "again")
+    again = FakeBackend.for_run(
+        Subtraction(), run_problems(Subtraction(), config), checkpoint_dir=task_folder / "again"
+    )
     result = run_grpo(again, Subtraction(), config)
     name = checkpoint_name(as_task(Subtraction()), config, 20)
     saved = task_folder / "mathrl-fake" / f"{name}.json"

@@ -18,6 +18,7 @@ from mathrl.cli.run_folder import RunFolder, read_run
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo_async
 from mathrl.report import Checkpoint, Observer, RunResult, StepMetrics
+from mathrl.rollout import run_problems
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import FakeBackend
 from test_cli_mint import SilentServer
@@ -110,7 +111,9 @@ def test_a_stopped_run_resumes_exactly_where_it_stopped(
 
     def backend(name: str, first_step: int = 1) -> FakeBackend:
         return FakeBackend.for_run(
-            MathAdapter(), config, first_step, checkpoint_dir=tmp_path / name
+            MathAdapter(),
+            run_problems(MathAdapter(), config, first_step),
+            checkpoint_dir=tmp_path / name,
         )
 
     async def whole() -> RunResult:
@@ -157,7 +160,9 @@ def test_a_state_is_recorded_only_after_the_steps_it_holds(tmp_path: Path) -> No
     # A crash between the two must lose the checkpoint record, never the step's.
     config = TrainConfig(steps=4, save_every=2)
     events = Events()
-    backend = FakeBackend.for_run(MathAdapter(), config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(
+        MathAdapter(), run_problems(MathAdapter(), config), checkpoint_dir=tmp_path
+    )
     asyncio.run(run_grpo_async(backend, MathAdapter(), config, events))
     for step in (2, 4):
         assert events.events.index(f"step {step}") < events.events.index(f"state {step}")

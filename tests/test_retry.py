@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 
 import strategies as st_
 from conftest import math_references
-from mathrl.backend import BackendError, SampleParams
+from mathrl.backend import BackendError, Datum, SampleParams
 from mathrl.config import TrainConfig
-from mathrl.grpo import Datum, build_datum
+from mathrl.grpo import build_datum
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.report import Checkpoint, Observer, RunResult, StepMetrics
+from mathrl.rollout import run_problems
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetriesExhausted, RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
@@ -133,9 +134,13 @@ class Steps(Observer):
 @given(rate=st_.fault_rates, seed=st.integers(0, 50))
 def test_a_run_under_a_fault_rate_trains_exactly_as_without_one(rate: float, seed: int) -> None:
     config = TrainConfig(steps=6, batch=4, seed=seed, save_every=2)
-    clean_backend = FakeBackend.for_run(MathAdapter(), config, checkpoint_dir=None)
+    clean_backend = FakeBackend.for_run(
+        MathAdapter(), run_problems(MathAdapter(), config), checkpoint_dir=None
+    )
     clean = run_grpo(clean_backend, MathAdapter(), config)
-    faulty = FakeBackend.for_run(MathAdapter(), config, fault_rate=rate)
+    faulty = FakeBackend.for_run(
+        MathAdapter(), run_problems(MathAdapter(), config), fault_rate=rate
+    )
     retrying = RetryingBackend(faulty, replace(FAST, retries=8))
     steps = Steps()
     exhausted: RetriesExhausted | None = None

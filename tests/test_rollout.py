@@ -24,6 +24,7 @@ from mathrl.rollout import (
     logged_groups,
     prompt_tokens,
     request_seed,
+    run_problems,
     sample_params,
     step_metrics,
 )
@@ -150,7 +151,9 @@ def test_each_completion_is_read_against_its_own_prompt() -> None:
 def test_a_conversation_is_sampled_and_evaluated_in_the_chat_template(tmp_path: Path) -> None:
     config = TrainConfig(batch=2, group=3, eval_problems=2)
     recorder = RecordingBackend(
-        FakeBackend.for_run(ChatAddition(), config, checkpoint_dir=tmp_path)
+        FakeBackend.for_run(
+            ChatAddition(), run_problems(ChatAddition(), config), checkpoint_dir=tmp_path
+        )
     )
     problems = CHAT.heldout(config.seed, 2)
 

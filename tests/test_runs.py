@@ -26,6 +26,7 @@ from mathrl.evaluation import GUARDED_PROBLEMS, evaluation_set
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import EvalMetrics, Observer
 from mathrl.resolved import as_task
+from mathrl.rollout import run_problems
 from mathrl.tasks.addition import MathAdapter, pools
 from mathrl_fakes import FakeBackend, RecordingBackend
 from virtual_clock import INLINE, run_virtual
@@ -228,7 +229,9 @@ def test_held_out_problems_that_training_draws_are_left_out_and_said(tmp_path: P
             warnings.append(message)
 
     observer = Warned()
-    backend = FakeBackend.for_run(OverlappingHeldout(), config, checkpoint_dir=tmp_path)
+    backend = FakeBackend.for_run(
+        OverlappingHeldout(), run_problems(OverlappingHeldout(), config), checkpoint_dir=tmp_path
+    )
     run_grpo(backend, OverlappingHeldout(), config, observer)
     # Step 0's problems are 0..5; steps 1 and 2 train on 5..8 and 10, 11, 0, 1.
     assert observer.evals[0].problems == 3  # 2, 3 and 4
@@ -393,7 +396,9 @@ def test_a_run_from_python_reports_its_evaluations_and_can_keep_a_run_folder(
 
     config = TrainConfig(steps=4, eval_every=2, eval_problems=20)
     folder = RunFolder.for_python(tmp_path / "py-run", MathAdapter(), config)
-    backend = FakeBackend.for_run(MathAdapter(), config, checkpoint_dir=tmp_path / "ckpt")
+    backend = FakeBackend.for_run(
+        MathAdapter(), run_problems(MathAdapter(), config), checkpoint_dir=tmp_path / "ckpt"
+    )
     result = run_grpo(backend, MathAdapter(), config, folder)
     assert [e.step for e in result.evaluations] == [0, 2, 4]
     assert all(e.problems == 20 for e in result.evaluations)

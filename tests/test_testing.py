@@ -5,14 +5,19 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mathrl.adapter import Response, Reward
+from mathrl.backend import Backend, Datum, TrainResult
+from mathrl.losses import IMPORTANCE_SAMPLING, Loss
+from mathrl.rollout import RunProblems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.testing import check_adapter, random_texts
+from mathrl_fakes import FakeBackend, RecordingBackend
 
 
 def violations(adapter: Any, **options: Any) -> list[str]:
@@ -285,3 +290,45 @@ def test_random_texts_are_seeded_and_varied() -> None:
     assert texts == random_texts(12)
     assert len(set(texts)) == 12
     assert any(max(map(ord, t)) > 0xFFFF for t in texts)
+
+
+# -- learning, on the backend given -------------------------------------------------------
+
+
+def test_the_learning_check_trains_on_the_backend_it_is_given(tmp_path: Path) -> None:
+    made: list[RecordingBackend] = []
+
+    def learns_on(run: RunProblems[Any]) -> Backend:
+        made.append(
+            RecordingBackend(FakeBackend.for_run(MathAdapter(), run, checkpoint_dir=tmp_path))
+        )
+        return made[-1]
+
+    assert check_adapter(MathAdapter(), learns=learns_on).startswith("task 'addition'")
+    (backend,) = made
+    assert len(backend.trained) >= 15  # 20 steps, each trained on unless every group was equal
+
+
+class Frozen(RecordingBackend):
+    """A backend whose updates change nothing: no task learns on it."""
+
+    async def submit_train_step(
+        self, datums_D: Sequence[Datum], learning_rate: float, loss: Loss = IMPORTANCE_SAMPLING
+    ) -> Awaitable[TrainResult]:
+        self.trained.append(list(datums_D))
+        return asyncio.ensure_future(asyncio.sleep(0, TrainResult(loss=0.0)))
+
+
+def test_a_run_that_does_not_learn_fails_the_learning_check(tmp_path: Path) -> None:
+    def learns_on(run: RunProblems[Any]) -> Backend:
+        return Frozen(FakeBackend.for_run(MathAdapter(), run, checkpoint_dir=tmp_path))
+
+    with pytest.raises(AssertionError) as failed:
+        check_adapter(MathAdapter(), learns=learns_on)
+    message = str(failed.value)
+    assert "1 violation" in message
+    assert re.search(
+        r"a 20-step run on the backend given did not learn: accuracy went from [0-9.]+% "
+        r"\(steps 1-5\) to [0-9.]+% \(steps 16-20\); it must rise by at least 10 points",
+        message,
+    )

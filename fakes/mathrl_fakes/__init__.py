@@ -1,7 +1,9 @@
 """Test doubles for mathrl: an in-memory backend that really learns.
 
 `FakeBackend` implements `mathrl.backend.Backend` without a network, for any
-task: `FakeBackend.for_run(task, config)`. The loop, the CLI
+task: `FakeBackend.for_run(task, mathrl.run_problems(task, config))`. It knows
+the task through the Adapter contract alone, and a run through what it is
+told: the problems the run draws. The loop, the CLI
 (`--backend fake`) and the test suite all use it; `FakeModel` is the engine
 underneath, with no I/O.
 """
@@ -10,7 +12,7 @@ from mathrl_fakes.fake_backend import FakeBackend
 from mathrl_fakes.model import FakeModel
 from mathrl_fakes.policy import ByteTokenizer
 from mathrl_fakes.recording import RecordingBackend, RecordingSampler, SampleCall
-from mathrl_fakes.references import PromptKey, Reference, references_for, run_problems
+from mathrl_fakes.references import PromptKey, Reference, RunProblems, references_for
 from mathrl_fakes.sampler import FakeSampler
 from mathrl_fakes.service import CallLog, CallRecord
 
@@ -25,7 +27,7 @@ __all__ = [
     "RecordingBackend",
     "RecordingSampler",
     "Reference",
+    "RunProblems",
     "SampleCall",
     "references_for",
-    "run_problems",
 ]

@@ -27,18 +27,17 @@ from typing import Any, TypeVar
 from mathrl.adapter import Adapter
 from mathrl.backend import (
     BackendError,
+    Datum,
     TrainResult,
     check_datums,
     check_learning_rate,
     check_train_step,
 )
-from mathrl.config import TrainConfig
-from mathrl.grpo import Datum
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.resolved import Task, as_task
 from mathrl_fakes.model import FakeModel, UnknownPrompts, parse_weights
 from mathrl_fakes.policy import VOCAB_SIZE, ByteTokenizer
-from mathrl_fakes.references import PromptKey, Reference, StepReferences, references_for
+from mathrl_fakes.references import PromptKey, Reference, RunProblems, StepByStep, references_for
 from mathrl_fakes.sampler import FakeSampler
 from mathrl_fakes.service import ServiceCalls
 
@@ -54,8 +53,8 @@ class FakeBackend(ServiceCalls):
     Args:
         references: prompt text -> what the policy should learn to write.
             Build it from a task with `for_run` or `for_problems`.
-        more: where to get more references when a prompt is missing (see
-            `mathrl_fakes.model.StepReferences`).
+        more: where to get more references when a prompt is missing, given the
+            sample requests served so far (see `StepByStep`).
         task_name: written into checkpoints, so `sample` can refuse another
             task's weights.
         seed: keys every random draw, injected faults included.
@@ -94,20 +93,17 @@ class FakeBackend(ServiceCalls):
         return cls(references_for(task, problems), task_name=as_task(task).name, **knobs)
 
     @classmethod
-    def for_run(
-        cls, task: Adapter[P] | Task[P], config: TrainConfig, first_step: int = 1, **knobs: Any
-    ) -> FakeBackend:
-        """A fake for every problem a run of `config` draws, held-out ones included.
+    def for_run(cls, task: Adapter[P] | Task[P], run: RunProblems[P], **knobs: Any) -> FakeBackend:
+        """A fake for every problem a run draws, held-out ones included, as it is told them
+        (`mathrl.run_problems(task, config)`).
 
         The held-out problems' references are drawn now; each training step's,
-        through the task's own `build_dataset`, as the run reaches it (from
-        `first_step`, for a resumed run).
+        as the run reaches it (from `run.first_step`, for a resumed run).
         """
-        knobs.setdefault("seed", config.seed)
+        knobs.setdefault("seed", run.seed)
         resolved = as_task(task)
-        heldout = resolved.heldout(config.seed, config.eval_problems)
-        more = StepReferences(resolved, config, first_step)
-        return cls.for_problems(resolved, heldout, more=more, **knobs)
+        more = StepByStep(resolved, run)
+        return cls.for_problems(resolved, run.heldout(), more=more, **knobs)
 
     @property
     def tokenizer(self) -> ByteTokenizer:

@@ -17,11 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from mathrl.adapter import Response
-from mathrl.backend import BackendError, Completion, SampleParams
-from mathrl.grpo import Datum
+from mathrl.adapter import Ending, Response
+from mathrl.backend import BackendError, Completion, Datum, SampleParams
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss
-from mathrl.rewards import response_of
 from mathrl_fakes.policy import (
     POSITIONS,
     UNIFORM,
@@ -64,7 +62,7 @@ class FakeModel:
             prompt the table lacks, naming it; "uniform" samples it from the
             uniform distribution instead.
         more: called on a miss, with the number of sample requests served so
-            far, for more references until it returns None; see StepReferences.
+            far, for more references until it returns None (`StepByStep`).
     """
 
     def __init__(
@@ -144,8 +142,8 @@ class FakeModel:
         shown = repr(text) if len(text) <= 80 else f"{text[:77]!r}..."
         raise BackendError(
             f"the fake backend has no reference for the prompt {shown} ({len(self.table)} known): "
-            "build it with FakeBackend.for_run(task, config), with first_step=k + 1 to resume "
-            "after step k, or with for_problems(task, problems)"
+            "build it with FakeBackend.for_run(task, mathrl.run_problems(task, config)), with "
+            "first_step=k + 1 to resume after step k, or with for_problems(task, problems)"
         )
 
     # -- sampling -----------------------------------------------------------------
@@ -161,22 +159,19 @@ class FakeModel:
         """`num_samples` completions under `theta`; sample g draws from `uniforms(key/g)`."""
         self.requests += 1
         _, target = self.target_of(prompt_T, exact=True)
-        stops = [s.encode("utf-8", "surrogatepass") for s in params.stop if s]
-        completions = [
-            self._complete(theta, target, uniforms(f"{key}/{g}", params.max_tokens), params, stops)
+        drawn = [
+            self._complete(theta, target, uniforms(f"{key}/{g}", params.max_tokens), params)
             for g in range(num_samples)
         ]
         prompt = tuple(prompt_T)
         if prompt in self._then:
             served = self._served.setdefault(prompt, {})
-            for c in completions:
-                served[c.tokens] = response_of(
-                    self.tokenizer, c.tokens, params.stop, params.end_of_turn
-                )
+            for completion, response in drawn:
+                served[completion.tokens] = response
             self._served.move_to_end(prompt)
             if len(self._served) > SERVED_PROMPTS:
                 self._served.popitem(last=False)
-        return completions
+        return [completion for completion, _ in drawn]
 
     def _complete(
         self,
@@ -184,22 +179,29 @@ class FakeModel:
         target: Target | None,
         u_T: list[float],
         params: SampleParams,
-        stops: list[bytes],
-    ) -> Completion:
+    ) -> tuple[Completion, Response]:
+        """One completion, and how it reads as a `Response` (how sampling ended it)."""
         tokens: list[int] = []
         logprobs: list[float] = []
         text = bytearray()
         eos = self.tokenizer.eos_token_id
+        ended: Ending = "length"
+        stop: str | None = None
+        stops = [(s, s.encode("utf-8", "surrogatepass")) for s in params.stop if s]
         for u in u_T:
             token, lp = draw(theta, position_at(target, tokens), u, params.temperature)
             tokens.append(token)
             logprobs.append(lp)
-            if token == eos:
+            if token == eos:  # also the fake's end of turn
+                ended = "end_of_turn" if params.end_of_turn else "end_of_sequence"
                 break
             text.append(token)
-            if any(text.endswith(s) for s in stops):
+            stop = next((s for s, encoded in stops if text.endswith(encoded)), None)
+            if stop is not None:
+                ended = "stop"
                 break
-        return Completion(tuple(tokens), tuple(logprobs))
+        completion = Completion(tuple(tokens), tuple(logprobs))
+        return completion, Response(self.tokenizer.decode(text), ended, stop)
 
     # -- training -----------------------------------------------------------------
 

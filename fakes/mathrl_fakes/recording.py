@@ -11,8 +11,15 @@ import asyncio
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 
-from mathrl.backend import Backend, Completion, SampleParams, Sampler, Tokenizer, TrainResult
-from mathrl.grpo import Datum
+from mathrl.backend import (
+    Backend,
+    Completion,
+    Datum,
+    SampleParams,
+    Sampler,
+    Tokenizer,
+    TrainResult,
+)
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 
 

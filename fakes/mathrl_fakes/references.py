@@ -2,23 +2,23 @@
 
 For: `FakeBackend.for_run` and `for_problems`, and `FakeModel`, which learns
 these references. It never parses a prompt: a text prompt is known by its
-text, a conversation by its tokens in the fake's chat template.
+text, a conversation by its tokens in the fake's chat template. It knows the
+task only through the Adapter contract, and a run only through what it is
+given (`RunProblems`): which problems the run draws is the loop's business.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from mathrl.adapter import Adapter, Response
-from mathrl.config import TrainConfig
-from mathrl.resolved import Task, as_task, prompt_key
-from mathrl.rewards import TaskError
-from mathrl.rollout import prompt_tokens, step_problems
+from mathrl.resolved import Task, as_task
 from mathrl_fakes.policy import ByteTokenizer
 
 P = TypeVar("P")
+P_co = TypeVar("P_co", covariant=True)
 TOKENIZER = ByteTokenizer()
 LOOKAHEAD = 2
 """How many steps beyond the one its sample requests have reached a run's fake may look."""
@@ -55,7 +55,9 @@ def references_for(task: Adapter[P] | Task[P], problems: Sequence[P]) -> dict[Pr
         prompt = adapter.make_prompt(p)
         stops = resolved.stop_for(prompt)
         key: PromptKey = (
-            prompt if isinstance(prompt, str) else tuple(prompt_tokens(TOKENIZER, resolved, prompt))
+            prompt
+            if isinstance(prompt, str)
+            else tuple(TOKENIZER.render_chat(prompt, resolved.chat_template_options))
         )
         wrong = tuple(str(w) for w in resolved.wrong_completions(p))
         stop = stops[0] if stops else ""
@@ -83,48 +85,52 @@ def _next_turn(
     return then
 
 
-def run_problems(task: Adapter[P] | Task[P], config: TrainConfig) -> list[P]:
-    """Every problem a run draws: each training step's, then its held-out set."""
-    resolved = as_task(task)
-    problems: list[P] = []
-    for step in range(1, config.steps + 1):
-        problems += step_problems(resolved, config, step)
-    return problems + resolved.heldout(config.seed, config.eval_problems)
+class RunProblems(Protocol[P_co]):
+    """What a run will ask the fake about, as the fake is given it (`mathrl.run_problems`)."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def first_step(self) -> int: ...
+
+    @property
+    def last_step(self) -> int: ...
+
+    @property
+    def batch(self) -> int:
+        """The fewest sample requests a training step makes: one per problem."""
+        ...
+
+    def heldout(self) -> Sequence[P_co]:
+        """The problems evaluation may ask."""
+        ...
+
+    def step(self, step: int) -> Sequence[P_co]:
+        """The problems training step `step` may ask."""
+        ...
 
 
-class StepReferences:
+class StepByStep(Generic[P]):
     """A run's training references, one step at a time, as the run gets there.
 
     Drawing them all up front would cost steps x batch problems before the
-    first step (a typo in --steps would eat the machine). A step sends one
-    sample request per problem, so after `requests` of them the run is at
+    first step (a typo in --steps would eat the machine). A step makes at
+    least `batch` sample requests, so after `requests` of them the run is at
     most at step `first_step + requests // batch`: on a miss, the fake draws
     steps up to LOOKAHEAD beyond that, and no further (an unknown prompt is
     refused without drawing the whole run).
     """
 
-    def __init__(self, task: Adapter[P] | Task[P], config: TrainConfig, first_step: int = 1):
-        self._task = as_task(task)
-        self._config = config
-        self._first_step = first_step
-        self.next_step = first_step
+    def __init__(self, task: Task[P], run: RunProblems[P]) -> None:
+        self._task, self._run = task, run
+        self.next_step = run.first_step
 
     def __call__(self, requests: int) -> dict[PromptKey, Reference] | None:
         """The next step's references, or None past the run's reach (see the class)."""
-        reach = self._first_step + requests // self._config.batch + LOOKAHEAD
-        if self.next_step > min(self._config.steps, reach):
+        reach = self._run.first_step + requests // self._run.batch + LOOKAHEAD
+        if self.next_step > min(self._run.last_step, reach):
             return None
-        seed, step = self._config.seed, self.next_step
-        problems = step_problems(self._task, self._config, step)
-        again = step_problems(self._task, self._config, step)
-        if [prompt_key(self._task.adapter.make_prompt(p)) for p in problems] != [
-            prompt_key(self._task.adapter.make_prompt(p)) for p in again
-        ]:
-            # The run draws them once more, and would miss every reference drawn here.
-            problem = ValueError(
-                "two calls gave different problems: it is not deterministic (draw from a "
-                "random.Random seeded by (seed, step), never from the global random module)"
-            )
-            raise TaskError(self._task, "build_dataset", problem, f"seed={seed}, step={step}")
+        problems = self._run.step(self.next_step)
         self.next_step += 1
         return references_for(self._task, problems)

@@ -15,6 +15,7 @@ from mathrl.backend import (
     BackendUnreachable,
     Completion,
     CredentialsRejected,
+    Datum,
     SampleParams,
     Sampler,
     Tokenizer,
@@ -23,10 +24,11 @@ from mathrl.backend import (
 )
 from mathrl.checkpoints import Resume
 from mathrl.config import Config, ConfigError, TrainConfig
-from mathrl.grpo import Datum, build_datum, group_advantages, is_constant_group
+from mathrl.grpo import build_datum, group_advantages, is_constant_group
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
 from mathrl.resolved import Task, as_task
+from mathrl.rollout import RunProblems, run_problems
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetriesExhausted, RetryPolicy
 from mathrl.step import StepOutcome, grpo_step
@@ -65,6 +67,7 @@ __all__ = [
     "RetriesExhausted",
     "RetryPolicy",
     "RetryingBackend",
+    "RunProblems",
     "RunResult",
     "SampleParams",
     "Sampler",
@@ -89,4 +92,5 @@ __all__ = [
     "reward",
     "run_grpo",
     "run_grpo_async",
+    "run_problems",
 ]

@@ -13,8 +13,32 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mathrl.adapter import Message
-from mathrl.grpo import Datum
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
+
+
+@dataclass(frozen=True, slots=True)
+class Datum:
+    """One training example for the importance-sampling loss.
+
+    Backend-neutral twin of `mint.types.Datum`. All four fields have the same
+    length N; position i is about predicting `target_tokens[i]` after
+    `model_input[: i + 1]`. `logprobs` are the sampler's, `advantages` are
+    zero on positions that predict prompt tokens.
+    """
+
+    model_input: tuple[int, ...]
+    target_tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    advantages: tuple[float, ...]
+
+    def lengths(self) -> dict[str, int]:
+        """The length of each input, by name (for error messages)."""
+        return {
+            "model_input": len(self.model_input),
+            "target_tokens": len(self.target_tokens),
+            "logprobs": len(self.logprobs),
+            "advantages": len(self.advantages),
+        }
 
 
 class BackendError(Exception):

@@ -32,8 +32,8 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from mathrl.adapter import Feedback, Prompt, Response
-from mathrl.backend import Completion, SampleParams, Sampler, Tokenizer
-from mathrl.grpo import Datum, episode_datum
+from mathrl.backend import Completion, Datum, SampleParams, Sampler, Tokenizer
+from mathrl.grpo import episode_datum
 from mathrl.resolved import Task
 from mathrl.rewards import (
     TaskError,

@@ -1,39 +1,16 @@
 """The GRPO arithmetic: group-relative advantages, constant-group skipping, datums.
 
 Pure functions over plain lists. The loop calls them; the tests check them
-property by property. Nothing here knows the task, the backend or mint.
+property by property. Nothing here knows the task, the backend or mint
+(`Datum`, what a backend trains on, is the backend contract's type).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
-class Datum:
-    """One training example for the importance-sampling loss.
-
-    Backend-neutral twin of `mint.types.Datum`. All four fields have the same
-    length N; position i is about predicting `target_tokens[i]` after
-    `model_input[: i + 1]`. `logprobs` are the sampler's, `advantages` are
-    zero on positions that predict prompt tokens.
-    """
-
-    model_input: tuple[int, ...]
-    target_tokens: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    advantages: tuple[float, ...]
-
-    def lengths(self) -> dict[str, int]:
-        """The length of each input, by name (for error messages)."""
-        return {
-            "model_input": len(self.model_input),
-            "target_tokens": len(self.target_tokens),
-            "logprobs": len(self.logprobs),
-            "advantages": len(self.advantages),
-        }
+from mathrl.backend import Datum
 
 
 def is_constant_group(rewards_G: Sequence[float]) -> bool:

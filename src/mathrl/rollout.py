@@ -20,15 +20,16 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
-from mathrl.adapter import Prompt, Response
-from mathrl.backend import SampleParams, Tokenizer, TrainResult
+from mathrl.adapter import Adapter, Prompt, Response
+from mathrl.backend import Datum, SampleParams, Tokenizer, TrainResult
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Player, all_or_none
-from mathrl.grpo import Datum, is_constant_group
+from mathrl.grpo import is_constant_group
 from mathrl.report import Sample, SampleGroup, StepMetrics
-from mathrl.resolved import Task
+from mathrl.resolved import Task, as_task, prompt_key
+from mathrl.rewards import TaskError
 
 P = TypeVar("P")
 
@@ -159,6 +160,62 @@ def step_problems(task: Task[P], config: TrainConfig, step: int) -> list[P]:
     FILL_BATCH_CAP x `batch`, of which it takes only as many as it needs."""
     size = config.batch * (FILL_BATCH_CAP if config.fill_batch else 1)
     return task.adapter.build_dataset(config.seed, step, size)
+
+
+@dataclass(frozen=True, slots=True)
+class RunProblems(Generic[P]):
+    """The problems a run of `config` draws: its held-out set, and each training step's.
+
+    For a backend that must be told them, such as `mathrl_fakes.FakeBackend.for_run`,
+    which learns their references: the loop draws them itself, through the task's
+    `build_dataset` and `heldout_dataset`, and this says exactly what it will draw.
+    """
+
+    task: Task[P]
+    config: TrainConfig
+    first_step: int = 1
+    """The first step the run trains (k + 1 for a run resumed after step k)."""
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def last_step(self) -> int:
+        return self.config.steps
+
+    @property
+    def batch(self) -> int:
+        """The problems a step draws at least, each one sample request at least."""
+        return self.config.batch
+
+    def heldout(self) -> list[P]:
+        """The held-out problems evaluation may ask (before training leaves any out)."""
+        return self.task.heldout(self.config.seed, self.config.eval_problems)
+
+    def step(self, step: int) -> list[P]:
+        """The problems training step `step` may draw (`step_problems`); TaskError naming
+        `build_dataset` if two draws differ: the run would draw other problems again."""
+        problems = step_problems(self.task, self.config, step)
+        again = step_problems(self.task, self.config, step)
+        make_prompt = self.task.adapter.make_prompt
+        if [prompt_key(make_prompt(p)) for p in problems] != [
+            prompt_key(make_prompt(p)) for p in again
+        ]:
+            problem = ValueError(
+                "two calls gave different problems: it is not deterministic (draw from a "
+                "random.Random seeded by (seed, step), never from the global random module)"
+            )
+            given = f"seed={self.config.seed}, step={step}"
+            raise TaskError(self.task, "build_dataset", problem, given)
+        return problems
+
+
+def run_problems(
+    adapter: Adapter[P] | Task[P], config: TrainConfig, first_step: int = 1
+) -> RunProblems[P]:
+    """The problems a run of `config` draws, from step `first_step` on (`RunProblems`)."""
+    return RunProblems(as_task(adapter), config, first_step)
 
 
 async def play_step(

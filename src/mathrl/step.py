@@ -28,11 +28,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mathrl.backend import Backend, Sampler, Tokenizer, TrainResult
+from mathrl.backend import Backend, Datum, Sampler, Tokenizer, TrainResult
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.episodes import Player
-from mathrl.grpo import Datum, is_constant_group, kl_penalized, minibatches, step_advantages
+from mathrl.grpo import is_constant_group, kl_penalized, minibatches, step_advantages
 from mathrl.resolved import Task
 from mathrl.rollout import Rollout, datums_of, play_step, trained
 from mathrl.workers import Workers, borrowed

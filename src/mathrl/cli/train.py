@@ -32,6 +32,7 @@ from mathrl.loop import run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, RunResult, StepMetrics
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError
+from mathrl.rollout import run_problems
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
 from mathrl.workers import Workers
@@ -138,10 +139,10 @@ async def open_backend(
         waiting("starting the fake backend")
         from mathrl_fakes import FakeBackend
 
+        first_step = plan.resume.step + 1 if plan.resume else 1
         inner = FakeBackend.for_run(
             plan.task,
-            config.train,
-            first_step=plan.resume.step + 1 if plan.resume else 1,
+            run_problems(plan.task, config.train, first_step),
             latency=plan.fake.fake_latency,
             fault_rate=plan.fake.fake_fault_rate,
             checkpoint_dir=Path(plan.fake.fake_checkpoints) if plan.fake.fake_checkpoints else None,

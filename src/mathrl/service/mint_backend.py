@@ -43,13 +43,13 @@ from mathrl.backend import (  # noqa: E402
     BackendUnreachable,
     Completion,
     CredentialsRejected,
+    Datum,
     SampleParams,
     TrainResult,
     TransientBackendError,
     check_train_step,
 )
 from mathrl.config import DEFAULT_BASE_URL, Config  # noqa: E402
-from mathrl.grpo import Datum  # noqa: E402
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss  # noqa: E402
 from mathrl.service.deadline import run_in_daemon_thread  # noqa: E402
 from mathrl.service.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences  # noqa: E402

@@ -30,12 +30,12 @@ from typing import Any
 from mathrl.backend import (
     Backend,
     BackendError,
+    Datum,
     Sampler,
     Tokenizer,
     TrainResult,
     TransientBackendError,
 )
-from mathrl.grpo import Datum
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.service.retry import Retrier, RetryingSampler, RetryPolicy, observed
 

@@ -10,20 +10,26 @@ method and the input. `python -m mathrl check-adapter module:Class` runs it.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from mathrl.adapter import Adapter, AdapterError, Unavailable
-from mathrl.backend import Tokenizer
+from mathrl.backend import Backend, Tokenizer
+from mathrl.config import TrainConfig
+from mathrl.loop import run_grpo
 from mathrl.resolved import Task, as_task
+from mathrl.rollout import RunProblems, run_problems
 from mathrl.testing.checker import Checker
 from mathrl.testing.episode_checks import EpisodeChecks
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.testing.reward_checks import RewardChecks
 from mathrl.text import one_line, shown
 
-__all__ = ["ADVERSARIAL", "WRONG", "check_adapter", "random_texts"]
+__all__ = ["ADVERSARIAL", "WRONG", "LearnsOn", "check_adapter", "random_texts"]
+
+LearnsOn = Callable[[RunProblems[Any]], Backend]
+"""Makes the backend `check_adapter(learns=...)` trains on, told the problems its run draws."""
 
 
 def check_adapter(
@@ -34,7 +40,7 @@ def check_adapter(
     size: int = 8,
     heldout_size: int = 32,
     guard_steps: int = 10,
-    learns: bool = False,
+    learns: bool | LearnsOn = False,
     tokenizer: Tokenizer | None = None,
 ) -> str:
     """Check `adapter` against the contract; return a summary line or raise AssertionError.
@@ -45,8 +51,10 @@ def check_adapter(
         heldout_size: how many held-out problems to draw.
         guard_steps: held-out problems must avoid training steps 1..guard_steps
             (drawn at `size` problems a step).
-        learns: also train 20 steps on the fake backend and require accuracy
-            (steps 16-20 against steps 1-5) to rise by at least 10 points.
+        learns: also train 20 steps and require accuracy (steps 16-20 against
+            steps 1-5) to rise by at least 10 points: on the backend this makes,
+            told the problems the run draws, or with True on the fake backend
+            (`mathrl_fakes.FakeBackend`).
         tokenizer: the tokenizer the task's `max_tokens` is checked against
             (default: the fake backend's, which counts UTF-8 bytes, more than
             most real tokenizers do).
@@ -66,8 +74,8 @@ def check_adapter(
     rewards.run([*train[:2], *held[:1]], [*train, *held])
     if task.plays_episodes:
         EpisodeChecks(checker, rewards, tokenizer).run([*train[:2], *held[:1]])
-    if learns and not checker.violations:
-        _learning(checker)
+    if learns is not False and not checker.violations:
+        _learning(checker, None if learns is True else learns)
     if checker.violations:
         n = len(checker.violations)
         lines = "\n".join(f"- {v}" for v in checker.report())
@@ -105,20 +113,24 @@ def _preflight(checker: Checker) -> str | None:
     return line if one else None
 
 
-def _learning(checker: Checker) -> None:
-    """20 steps on the fake backend raise accuracy by at least 10 points."""
-    from mathrl.config import TrainConfig
-    from mathrl.loop import run_grpo
-    from mathrl_fakes import FakeBackend
-
+def _learning(checker: Checker, learns_on: LearnsOn | None) -> None:
+    """20 steps on the backend `learns_on` makes (default: the fake) raise accuracy by at
+    least 10 points."""
     config = TrainConfig(steps=20, batch=8, group=4)
+    run = run_problems(checker.task, config)
     with tempfile.TemporaryDirectory(prefix="mathrl-check-") as folder:
-        backend = FakeBackend.for_run(checker.task, config, checkpoint_dir=Path(folder))
+        if learns_on is None:
+            from mathrl_fakes import FakeBackend
+
+            backend: Backend = FakeBackend.for_run(checker.task, run, checkpoint_dir=Path(folder))
+        else:
+            backend = learns_on(run)
         result = run_grpo(backend, checker.task, config)
+    where = "the fake backend" if learns_on is None else "the backend given"
     accuracy = [m.accuracy for m in result.steps]
     start, end = sum(accuracy[:5]) / 5, sum(accuracy[-5:]) / 5
     checker.expect(
         end >= start + 0.10,
-        f"a 20-step run on the fake backend did not learn: accuracy went from {start:.1%} "
+        f"a 20-step run on {where} did not learn: accuracy went from {start:.1%} "
         f"(steps 1-5) to {end:.1%} (steps 16-20); it must rise by at least 10 points",
     )
