@@ -82,6 +82,8 @@ def kl_penalized(
     Each model token's advantage gains `coef * (d_mean - d)`: tokens the policy likes
     more than the base did are pushed back, less liked ones forward, and the step's
     advantages keep their sum. With `coef` 0 the datums are returned as they are.
+    The base is the step-0 sampler (a LoRA starts as the base model); at a sampling
+    temperature other than 1, `q` is the tempered sampler's and the estimate is biased.
     """
     if len(base_logprobs_D) != len(datums_D):
         raise ValueError(

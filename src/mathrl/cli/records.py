@@ -1,7 +1,46 @@
 """The records of a run folder: what each line of metrics.jsonl and samples.jsonl holds.
 
 For: `mathrl.cli.run_folder.RunFolder`, which writes them as the run goes.
-The README's "The run folder" describes each field.
+This docstring is the reference for every field.
+
+A step's record in metrics.jsonl (`step_record`):
+
+    step                      the step, from 1
+    accuracy                  as on the `Step` line: the task's `evaluate` over this
+                              step's samples, at the sampling temperature
+    mean_reward               the mean reward of the step's samples (partial credit counts)
+    datums                    as on the `Step` line: completions trained on
+    groups, groups_kept,      problems drawn (with fill_batch, up to 4 x batch); those whose
+      groups_dropped          rewards differed (trained on); those whose rewards were all equal
+    sampled_tokens,           tokens sampled this step, and per completion
+      mean_completion_tokens
+    loss                      the loss summed over the step's datums; null when nothing trained
+    backend_metrics           what the service reported (`loss:sum`; for ppo and cispo,
+                              `clipped:frac`, the share of the completions' tokens whose ratio
+                              the clip bound, worked out from the learner's logprobs unless
+                              the service reports it); with substeps, losses add up and the
+                              rest is averaged over the minibatches
+    mean_abs_advantage        the mean |advantage| of the samples trained on
+    kl                        with kl_coef: the mean over the tokens trained on of sampler
+                              minus base-model logprob, an estimate of KL(policy || base)
+    seconds, sampling_seconds, wall time since the previous step ended; of this step's
+      training_seconds        sampling; from submitting its training to its result
+    sampler_path              the checkpoint this step's samples were drawn from
+    reward_parts              each named reward part's mean over the step's samples
+    truncated                 samples that ran into the token limit
+
+An evaluation's record (`eval_record`) has `"eval": true`, `step` (0: before
+training), `accuracy`, `correct`, `problems`, `mean_reward`, `sampler_path`,
+`seconds` and `reward_parts`.
+
+A samples.jsonl line (`sample_record`) is one group of a step: `step`,
+`problem` (its place in the batch), `prompt` (text, or the conversation) and
+`completions`, each with its `text`, how it `ended` (`stop`, `end_of_turn`,
+`end_of_sequence`, `length`) and at which `stop`, its `reward` and reward
+`parts`, its `advantage`, and whether it was `trained` on. For an episode of
+several turns, `text` is its last turn and `earlier` lists the turns before
+it, each the `model`'s text and the `reply` it got. Texts are cut at
+SAMPLE_TEXT characters.
 """
 
 from __future__ import annotations
@@ -16,7 +55,7 @@ SAMPLE_TEXT = 2_000
 
 
 def step_record(m: StepMetrics) -> dict[str, Any]:
-    """The metrics.jsonl record of one step (see the README for each field)."""
+    """The metrics.jsonl record of one step (the module docstring says each field)."""
     return {
         "step": m.step,
         "accuracy": m.accuracy,

@@ -16,8 +16,9 @@ A run folder holds:
 - `samples.jsonl`: what the model wrote: for the first `log_samples` groups
   of each step (2 by default), the prompt, and each completion's text, how it
   ended, its reward and reward parts, its advantage and whether it was
-  trained on. Texts are cut at SAMPLE_TEXT characters, and the file stops
-  growing at SAMPLES_BYTES.
+  trained on. The file stops growing at SAMPLES_BYTES.
+
+`mathrl.cli.records` says what each field of each record means.
 """
 
 from __future__ import annotations

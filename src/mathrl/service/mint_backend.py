@@ -11,6 +11,26 @@ look at the endpoint (`mathrl.service.probe`), then runs the SDK's set-up with
 `mathrl.service.deadline.run_in_daemon_thread` and gives up after
 `config.connect_timeout` seconds. Stop sequences are translated by
 `mathrl.service.hf_tokenizer.stop_sequences`.
+
+Training on MinT from Python, in asyncio code, with the command line's
+deadlines and retries (`Subtraction` is the README's task):
+
+    import asyncio
+    import os
+
+    from mathrl import Config, RetryingBackend, RetryPolicy, TrainConfig, run_grpo_async
+    from mathrl.service.mint_backend import open_backend
+    from subtraction import Subtraction
+
+
+    async def main() -> None:
+        config = Config(train=TrainConfig(steps=20, max_tokens=8))
+        backend = RetryingBackend(await open_backend(config, os.environ), RetryPolicy())
+        result = await run_grpo_async(backend, Subtraction(), config.train)
+        print(result.saved_path)
+
+
+    asyncio.run(main())
 """
 
 from __future__ import annotations

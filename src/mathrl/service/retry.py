@@ -6,12 +6,13 @@ that), errors that retrying cannot fix (`BackendError`, `ValueError`), which
 pass through at once, or the training side, whose retries must restore state
 first (`mathrl.service.recovery.RetryingBackend`).
 
-Each call has a deadline (`call_timeout`). A transient failure
-(`TransientBackendError`, or a call past its deadline) is retried after an
-exponential backoff with jitter, at most `retries` times; each retry is
-reported through `on_retry` (one line), and the last failure raises
-`RetriesExhausted`. Sampling has no side effects: a sample request is retried
-as it is, with the same request seed, so the samples are the same.
+Each call has a deadline, and a transient failure (`TransientBackendError`,
+or a call past its deadline) is retried as `RetryPolicy` says, by a window of
+time as the Tinker SDK and cloud clients do; each retry is reported through
+`on_retry` (one line, or one for a round of sample requests that failed
+together), and the last failure raises `RetriesExhausted`. Sampling has no
+side effects: a sample request is retried as it is, with the same request
+seed, so the samples are the same.
 """
 
 from __future__ import annotations

@@ -5,6 +5,34 @@ script can call them (as trio's `check_*` suites are called). On success
 `check_adapter` returns a one-line summary; on failure it raises
 `AssertionError` listing every violation, one sentence each, naming the
 method and the input. `python -m mathrl check-adapter module:Class` runs it.
+
+What it checks (each distinct violation is listed once, with how many times
+it happened):
+
+- problems (`checker.py`): determinism whatever the global random state,
+  exact sizes, different problems across seeds and steps, prompts that are
+  text or well-formed conversations, held-out problems disjoint from the
+  first training steps';
+- rewards (`reward_checks.py`): the reference, ended as the task asks, earns
+  the maximum and fits `max_tokens` on the tokenizer in use (by default the
+  fake's, which counts UTF-8 bytes, more than real tokenizers do); wrong
+  answers (the task's `wrong_completions` too) earn less, as does the
+  reference in full-width look-alike digits; rewards are finite numbers or
+  named parts and never raise on hostile completions (`inputs.py`: empty,
+  whitespace, 10,000 characters, a 5,000-digit number, U+2212 minus, control
+  characters, lone surrogates, random Unicode), ended either way; group
+  rewards have the right length, are deterministic and shuffle with the group;
+  `evaluate` stays in [0, 1], counts the reference correct and agrees with the
+  rewards (0 or 1 for one reward, the mean of those for several);
+- episodes, for a task with `feedback` (`episode_checks.py`): the reference's
+  episode, a recovery (a wrong first turn, then the reference's) and every
+  hostile text at every turn; `feedback` returns a `Feedback` with a finite
+  reward, the same twice for the same history, and never raises; the
+  reference episode earns the most and counts as correct; each reference turn
+  fits `max_tokens`, and both episodes `episode_tokens`;
+- `preflight()`, if the task has one: None or one printable line, or
+  `Unavailable`, which passes through (no check stands in for what is missing);
+- with `learns`: 20 steps raise accuracy by at least 10 points.
 """
 
 from __future__ import annotations
