@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tinker
@@ -20,11 +21,9 @@ from mathrl.config import ConfigError, TrainConfig
 from mathrl.grpo import Datum, build_datum
 from mathrl.loop import run_grpo
 from mathrl.losses import (
-    DEFAULT_CLIPS,
-    DEFAULT_DRO_BETA,
     IMPORTANCE_SAMPLING,
+    LOSSES,
     Loss,
-    loss_named,
     token_loss,
 )
 from mathrl.resolved import as_task
@@ -34,11 +33,11 @@ from mathrl.service.retry import RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend, references_for
 
-LOSSES = [
+SOME_LOSSES = [
     IMPORTANCE_SAMPLING,
-    Loss("ppo", 0.9, 1.1),
-    Loss("cispo", 0.5, 1.5),
-    Loss("dro", beta=0.2),
+    Loss("ppo", clip_low=0.9, clip_high=1.1),
+    Loss("cispo", clip_low=0.5, clip_high=1.5),
+    Loss("dro", dro_beta=0.2),
 ]
 
 
@@ -80,8 +79,13 @@ def fake(tmp_path: Path) -> FakeBackend:
     return FakeBackend(references, task_name="addition", checkpoint_dir=tmp_path)
 
 
-@pytest.mark.parametrize("loss", LOSSES, ids=lambda loss: loss.name)
+@pytest.mark.parametrize("loss", SOME_LOSSES, ids=lambda loss: loss.name)
 def test_the_fake_trains_with_exactly_the_losses_of_the_core(tmp_path: Path, loss: Loss) -> None:
+    trains_as_the_core(tmp_path, loss)
+
+
+def trains_as_the_core(tmp_path: Path, loss: Loss) -> None:
+    """The fake's loss and clip fraction for `loss` are the sum of `token_loss` over tokens."""
     backend = fake(tmp_path)
     datums = datums_of(backend)
     model = backend.model
@@ -90,11 +94,11 @@ def test_the_fake_trains_with_exactly_the_losses_of_the_core(tmp_path: Path, los
     expected, clipped, scored = 0.0, 0, 0
     for datum in datums:
         for lp, q, a in zip(model.logprobs(datum), datum.logprobs, datum.advantages, strict=True):
-            if a == 0.0 and loss.name != "dro":
+            if a == 0.0 and not loss.every_position:
                 continue
             term = token_loss(loss, lp, q, a)
             expected += term.loss
-            clipped += term.clipped
+            clipped += term.clipped and a != 0.0
             scored += a != 0.0
     result = asyncio.run(_train(backend, datums, 1e-3, loss))
     assert result.loss == pytest.approx(expected, rel=1e-9)
@@ -112,10 +116,16 @@ async def _train(
     return await (await backend.submit_train_step(datums, lr, loss))
 
 
-@pytest.mark.parametrize("loss", LOSSES, ids=lambda loss: loss.name)
+@pytest.mark.parametrize("loss", SOME_LOSSES, ids=lambda loss: loss.name)
 def test_the_mint_backend_sends_the_loss_and_its_config_and_gets_the_same_loss(
     tmp_path: Path, loss: Loss
 ) -> None:
+    sends_its_config_and_gets_the_same_loss(tmp_path, loss)
+
+
+def sends_its_config_and_gets_the_same_loss(tmp_path: Path, loss: Loss) -> None:
+    """Over the fake SDK, the mint backend sends `loss` with its config and gets the fake's
+    loss and clip fraction."""
     server, training = fake_sdk(tmp_path / "m", MathAdapter().build_dataset(0, 1, 6))
     mint = mint_on(training)
     local = fake(tmp_path / "f")
@@ -169,12 +179,10 @@ def test_the_default_algorithm_keeps_the_checkpoint_names_of_before() -> None:
         == base
     )
     # The loss counts as the service gets it: explicit defaults are the defaults.
-    for name, (low, high) in DEFAULT_CLIPS.items():
-        loss = loss_named(name)
-        explicit = TrainConfig(loss=loss, clip_low=low, clip_high=high)
-        assert run_fingerprint(task, explicit) == run_fingerprint(task, TrainConfig(loss=loss))
-    explicit = TrainConfig(loss="dro", dro_beta=DEFAULT_DRO_BETA)
-    assert run_fingerprint(task, explicit) == run_fingerprint(task, TrainConfig(loss="dro"))
+    for name, spec in LOSSES.items():
+        defaults: dict[str, Any] = {p.field: d for p, d in spec.defaults.items()}
+        explicit = TrainConfig(loss=name, **defaults)
+        assert run_fingerprint(task, explicit) == run_fingerprint(task, TrainConfig(loss=name))
     changed = (
         TrainConfig(loss="ppo"),
         TrainConfig(loss="ppo", clip_low=0.9),
