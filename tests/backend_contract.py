@@ -17,7 +17,7 @@ import pytest
 
 from mathrl.backend import Backend, BackendError, SampleParams
 from mathrl.grpo import build_datum
-from mathrl.losses import Loss
+from mathrl.losses import LOSSES, Loss
 from mathrl.tasks.addition import FEWSHOT, AdditionProblem
 
 
@@ -99,7 +99,8 @@ async def _check(backend: Backend) -> None:
 
     # Every loss of mathrl.losses trains, from the same state; the clipped ones say how much
     # they clipped. At ratio 1 (the weights that sampled) they all start with the same slope.
-    for loss in (Loss("ppo"), Loss("ppo", 0.9, 1.1), Loss("cispo"), Loss("dro", beta=0.1)):
+    choices = [*(Loss(name) for name in LOSSES), Loss("ppo", clip_low=0.9, clip_high=1.1)]
+    for loss in choices:
         await (await backend.submit_load_state(state))
         result = await (await backend.submit_train_step(datums_D, 1e-3, loss))
         assert math.isfinite(result.loss)

@@ -36,7 +36,7 @@ import tinker
 from tinker import types
 
 from mathrl.backend import BackendError, Datum, SampleParams
-from mathrl.losses import LOSSES, Loss, loss_named
+from mathrl.losses import LOSSES, Loss
 from mathrl_fakes import (
     ByteTokenizer,
     CallLog,
@@ -55,7 +55,6 @@ IMPORTANCE_SAMPLING_INPUTS = {
     "logprobs": "float32",
     "advantages": "float32",
 }
-CLIPS = {"clip_low_threshold", "clip_high_threshold"}
 HANG_POINTS = ("connect", "create_lora_training_client", "create_sampling_client", "get_tokenizer")
 
 
@@ -269,9 +268,9 @@ class FakeMintServer:
         loss_fn: str,
         loss_fn_config: Mapping[str, float] | None = None,
     ) -> types.ForwardBackwardOutput:
-        if loss_fn not in get_args(types.LossFnType):
-            raise refused(f"unknown loss_fn {loss_fn!r}")
-        if loss_fn not in LOSSES:
+        if loss_fn not in LOSSES:  # the losses of mathrl.losses, which the SDK knows (a test)
+            if loss_fn not in get_args(types.LossFnType):
+                raise refused(f"unknown loss_fn {loss_fn!r}")
             raise refused(f"the fake implements only {', '.join(LOSSES)} (got {loss_fn!r})")
         self.loss_fn_configs.append(
             (loss_fn, None if loss_fn_config is None else dict(loss_fn_config))
@@ -293,17 +292,16 @@ class FakeMintServer:
 
     @staticmethod
     def _loss(name: str, config: Mapping[str, float]) -> Loss:
-        """The loss `name` with the service's settings: unknown keys are refused."""
-        keys = {"ppo": CLIPS, "cispo": CLIPS, "dro": {"beta"}}.get(name, set())
-        if not set(config) <= keys:
-            raise refused(f"loss_fn_config for {name} takes {sorted(keys)} (got {sorted(config)})")
-        try:
-            return Loss(
-                loss_named(name),
-                config.get("clip_low_threshold"),
-                config.get("clip_high_threshold"),
-                config.get("beta"),
+        """The loss `name` (one of LOSSES) with the service's settings: keys the loss does not
+        take are refused."""
+        known = next(known for known in LOSSES if known == name)
+        fields = {p.key: p.field for p in LOSSES[known].defaults}
+        if not set(config) <= set(fields):
+            raise refused(
+                f"loss_fn_config for {name} takes {sorted(fields)} (got {sorted(config)})"
             )
+        try:
+            return Loss(known, **{fields[key]: value for key, value in config.items()})
         except ValueError as exc:
             raise refused(str(exc)) from None
 

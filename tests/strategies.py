@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from mathrl.cli.settings import SETTINGS
 from mathrl.config import MAX_SEED, TrainConfig
-from mathrl.losses import Loss
+from mathrl.losses import LOSSES, Loss, LossName, Parameter
 from mathrl.tasks.addition import OPERAND_MAX, AdditionProblem
 
 operands = st.integers(min_value=0, max_value=OPERAND_MAX)
@@ -169,12 +169,29 @@ advantages = st.floats(min_value=-10.0, max_value=10.0)
 clip_pairs = st.tuples(st.floats(0.0, 1.0), st.floats(1.0, 10.0))
 """(clip_low, clip_high) thresholds of the ratio."""
 
-losses = st.one_of(
-    st.just(Loss()),
-    st.builds(Loss, st.sampled_from(["ppo", "cispo"]), st.floats(0.0, 1.0), st.floats(1.0, 10.0)),
-    st.builds(Loss, st.just("dro"), beta=st.floats(0.0, 1.0)),
-)
-"""Any loss of `mathrl.losses`, with any valid settings."""
+
+def setting_values(parameter: Parameter) -> st.SearchStrategy[float | None]:
+    """A value of a loss setting: any in its range, either end, or None (the loss's default)."""
+    return (
+        st.none()
+        | st.sampled_from([parameter.low, parameter.high])
+        | st.floats(parameter.low, parameter.high)
+    )
+
+
+def given_settings(name: LossName) -> st.SearchStrategy[dict[str, float | None]]:
+    """Valid settings, by field, for the loss `name` of `mathrl.losses.LOSSES`."""
+    return st.fixed_dictionaries({p.field: setting_values(p) for p in LOSSES[name].defaults})
+
+
+loss_names = st.sampled_from(list(LOSSES))
+"""The name of a loss in the table."""
+
+losses = loss_names.flatmap(lambda name: given_settings(name).map(lambda s: Loss(name, **s)))
+"""Any loss of `mathrl.losses`, with any valid settings (some left to their defaults)."""
+
+words = st.lists(st.text(st.characters(categories=["L"]), min_size=1, max_size=8), min_size=1)
+"""A list of at least one non-empty word, as a message lists names."""
 
 scales = st.sampled_from(["none", "group", "batch"])
 """How advantages are scaled."""

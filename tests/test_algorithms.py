@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast, get_args
 
 import pytest
 import tinker
+from tinker import types
 
 from cli_process import run_main
 from fake_mint import FakeMintServer, FakeTrainingClient
@@ -20,11 +23,13 @@ from mathrl.config import ConfigError, TrainConfig
 from mathrl.grpo import build_datum
 from mathrl.loop import run_grpo
 from mathrl.losses import (
-    DEFAULT_CLIPS,
-    DEFAULT_DRO_BETA,
+    CLIP_HIGH,
     IMPORTANCE_SAMPLING,
+    LOSSES,
     Loss,
-    loss_named,
+    LossName,
+    LossSpec,
+    TokenLoss,
     token_loss,
 )
 from mathrl.resolved import as_task
@@ -35,11 +40,11 @@ from mathrl.service.retry import RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend, references_for
 
-LOSSES = [
+SOME_LOSSES = [
     IMPORTANCE_SAMPLING,
-    Loss("ppo", 0.9, 1.1),
-    Loss("cispo", 0.5, 1.5),
-    Loss("dro", beta=0.2),
+    Loss("ppo", clip_low=0.9, clip_high=1.1),
+    Loss("cispo", clip_low=0.5, clip_high=1.5),
+    Loss("dro", dro_beta=0.2),
 ]
 
 
@@ -81,8 +86,13 @@ def fake(tmp_path: Path) -> FakeBackend:
     return FakeBackend(references, task_name="addition", checkpoint_dir=tmp_path)
 
 
-@pytest.mark.parametrize("loss", LOSSES, ids=lambda loss: loss.name)
+@pytest.mark.parametrize("loss", SOME_LOSSES, ids=lambda loss: loss.name)
 def test_the_fake_trains_with_exactly_the_losses_of_the_core(tmp_path: Path, loss: Loss) -> None:
+    trains_as_the_core(tmp_path, loss)
+
+
+def trains_as_the_core(tmp_path: Path, loss: Loss) -> None:
+    """The fake's loss and clip fraction for `loss` are the sum of `token_loss` over tokens."""
     backend = fake(tmp_path)
     datums = datums_of(backend)
     model = backend.model
@@ -91,11 +101,11 @@ def test_the_fake_trains_with_exactly_the_losses_of_the_core(tmp_path: Path, los
     expected, clipped, scored = 0.0, 0, 0
     for datum in datums:
         for lp, q, a in zip(model.logprobs(datum), datum.logprobs, datum.advantages, strict=True):
-            if a == 0.0 and loss.name != "dro":
+            if a == 0.0 and not loss.every_position:
                 continue
             term = token_loss(loss, lp, q, a)
             expected += term.loss
-            clipped += term.clipped
+            clipped += term.clipped and a != 0.0
             scored += a != 0.0
     result = asyncio.run(_train(backend, datums, 1e-3, loss))
     assert result.loss == pytest.approx(expected, rel=1e-9)
@@ -113,10 +123,16 @@ async def _train(
     return await (await backend.submit_train_step(datums, lr, loss))
 
 
-@pytest.mark.parametrize("loss", LOSSES, ids=lambda loss: loss.name)
+@pytest.mark.parametrize("loss", SOME_LOSSES, ids=lambda loss: loss.name)
 def test_the_mint_backend_sends_the_loss_and_its_config_and_gets_the_same_loss(
     tmp_path: Path, loss: Loss
 ) -> None:
+    sends_its_config_and_gets_the_same_loss(tmp_path, loss)
+
+
+def sends_its_config_and_gets_the_same_loss(tmp_path: Path, loss: Loss) -> None:
+    """Over the fake SDK, the mint backend sends `loss` with its config and gets the fake's
+    loss and clip fraction."""
     server, training = fake_sdk(tmp_path / "m", MathAdapter().build_dataset(0, 1, 6))
     mint = mint_on(training)
     local = fake(tmp_path / "f")
@@ -138,6 +154,94 @@ def test_the_fake_sdk_refuses_a_config_the_loss_does_not_take(tmp_path: Path) ->
     data = [to_mint_datum(d) for d in datums_of(fake(tmp_path / "f"))]
     with pytest.raises(tinker.RequestFailedError, match="loss_fn_config for ppo takes"):
         training.forward_backward(data, "ppo", {"beta": 0.1}).result()
+
+
+def test_every_loss_of_the_table_is_one_the_sdk_knows() -> None:
+    assert set(LOSSES) <= set(get_args(types.LossFnType))
+
+
+# --- a loss added to the table alone ----------------------------------------------------------
+
+CAPPED = cast(LossName, "capped")  # a name the type checker cannot know: added at run time
+
+
+def capped_importance_sampling(lp: float, q: float, a: float, *, clip_high: float) -> TokenLoss:
+    """-min(r, clip_high) A: importance sampling with the ratio capped, no gradient past it."""
+    r = math.exp(lp - q)
+    if r > clip_high:
+        return TokenLoss(-clip_high * a, 0.0, clipped=True)
+    return TokenLoss(-r * a, -r * a)
+
+
+@pytest.fixture
+def capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A toy loss in `mathrl.losses.LOSSES`, which reuses the clip_high setting; nothing else
+    is changed."""
+    spec = LossSpec(
+        capped_importance_sampling, "-min(r, clip_high) A", {CLIP_HIGH: 2.0}, clips=True
+    )
+    monkeypatch.setitem(LOSSES, CAPPED, spec)
+
+
+@pytest.mark.usefixtures("capped")
+def test_a_loss_added_to_the_table_is_checked_configured_helped_and_trained(
+    tmp_path: Path,
+) -> None:
+    # The config takes it, with the setting it takes, and refuses the ones it does not.
+    config = TrainConfig(loss=CAPPED, clip_high=3.0)
+    assert config.loss_fn == Loss(CAPPED, clip_high=3.0)
+    assert config.loss_fn.config() == {"clip_high_threshold": 3.0}
+    assert TrainConfig(loss=CAPPED).loss_fn.config() == {"clip_high_threshold": 2.0}
+    with pytest.raises(ConfigError, match=r"^TrainConfig\.clip_low applies to the ppo or cispo "
+                       r"loss only \(got TrainConfig\.loss capped\)$"):  # fmt: skip
+        TrainConfig(loss=CAPPED, clip_low=0.5)
+    with pytest.raises(ConfigError, match=r"^TrainConfig\.clip_high applies to the ppo, cispo or "
+                       r"capped loss only \(got TrainConfig\.loss dro\)$"):  # fmt: skip
+        TrainConfig(loss="dro", clip_high=1.5)
+    refusals = {
+        ("--loss", "capped", "--dro-beta", "0.1"):
+            "--dro-beta applies to the dro loss only (got --loss capped)",
+        ("--loss", "capped", "--clip-high", "0.5"):
+            "--clip-high must be a number >= 1 and <= 100 (got '0.5')",
+        ("--loss", "reinforce"):
+            "--loss must be one of importance_sampling, ppo, cispo, dro, capped (got 'reinforce')",
+    }  # fmt: skip
+    for flags, message in refusals.items():
+        done = run_main(tmp_path, "--backend", "fake", *flags)
+        assert (done.returncode, done.stderr) == (2, f"mathrl: error: {message}\n")
+
+    # --help lists it, and its default with the others'.
+    shown = run_main(tmp_path, "--help").stdout
+    words = " ".join(shown.split())
+    assert "the policy-gradient loss: importance_sampling, ppo, cispo, dro or capped" in words
+    assert "--clip-high X ppo, cispo and capped: the upper bound of the importance ratio" in words
+    assert "--clip-low X ppo and cispo: the lower bound of the importance ratio" in words
+    assert re.search(r"MINT_RL_CLIP_HIGH\s+--clip-high\s+default the loss's: 1\.2 for ppo, "
+                     r"4 for cispo, 2 for capped\n", shown)  # fmt: skip
+    assert re.search(r"MINT_RL_CLIP_LOW\s+--clip-low\s+default the loss's: 0\.8 for ppo, "
+                     r"0 for cispo\n", shown)  # fmt: skip
+
+    # The fake trains with it, as the core computes it; the fake SDK takes its config and
+    # nothing else, and gives the same loss.
+    trains_as_the_core(tmp_path / "fake", Loss(CAPPED, clip_high=1.1))
+    sends_its_config_and_gets_the_same_loss(tmp_path / "sdk", Loss(CAPPED, clip_high=1.1))
+    _, training = fake_sdk(tmp_path / "refused", MathAdapter().build_dataset(0, 1, 6))
+    data = [to_mint_datum(d) for d in datums_of(fake(tmp_path / "refused-fake"))]
+    with pytest.raises(
+        tinker.RequestFailedError,
+        match=r"loss_fn_config for capped takes \['clip_high_threshold'\] \(got \['beta'\]\)",
+    ):
+        training.forward_backward(data, CAPPED, {"beta": 0.1}).result()
+
+    # A whole run from the command line, the loss from its variable, its setting from a flag.
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "3", "--substeps", "2",
+                    "--clip-high", "1.1", "--log-dir", "run", MINT_RL_LOSS="capped")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    settings = json.loads((tmp_path / "run" / "config.json").read_text())["settings"]
+    assert (settings["loss"], settings["clip_high"]) == ("capped", 1.1)
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert all("clipped:frac" in r["backend_metrics"] for r in records if r["loss"] is not None)
 
 
 @pytest.mark.parametrize("substeps", [1, 3])
@@ -170,12 +274,10 @@ def test_the_default_algorithm_keeps_the_checkpoint_names_of_before() -> None:
         == base
     )
     # The loss counts as the service gets it: explicit defaults are the defaults.
-    for name, (low, high) in DEFAULT_CLIPS.items():
-        loss = loss_named(name)
-        explicit = TrainConfig(loss=loss, clip_low=low, clip_high=high)
-        assert run_fingerprint(task, explicit) == run_fingerprint(task, TrainConfig(loss=loss))
-    explicit = TrainConfig(loss="dro", dro_beta=DEFAULT_DRO_BETA)
-    assert run_fingerprint(task, explicit) == run_fingerprint(task, TrainConfig(loss="dro"))
+    for name, spec in LOSSES.items():
+        defaults: dict[str, Any] = {p.field: d for p, d in spec.defaults.items()}
+        explicit = TrainConfig(loss=name, **defaults)
+        assert run_fingerprint(task, explicit) == run_fingerprint(task, TrainConfig(loss=name))
     changed = (
         TrainConfig(loss="ppo"),
         TrainConfig(loss="ppo", clip_low=0.9),

@@ -15,8 +15,8 @@ import pytest
 
 from cli_process import run_main
 from mathrl.cli.commands import main
-from mathrl.cli.parsers import DEFAULTS_DECIDED_LATER
-from mathrl.cli.settings import SETTINGS, default_of
+from mathrl.cli.parsers import shown_default
+from mathrl.cli.settings import SETTINGS
 from mathrl.config import DEFAULT_BASE_URL, Config
 
 STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)")
@@ -137,11 +137,24 @@ def test_help_lists_every_variable_with_its_default(tmp_path: Path) -> None:
     assert re.search(rf"MINT_BASE_URL\s+default {DEFAULT_BASE_URL}", done.stdout)
     for setting in SETTINGS:
         assert setting.flag in done.stdout
-        default = DEFAULTS_DECIDED_LATER.get(setting.field, default_of(setting))
+        default = shown_default(setting)
         if setting.env:
             assert re.search(rf"{setting.env}\s+{setting.flag}\s+default {re.escape(str(default))}",
                              done.stdout), setting.env  # fmt: skip
     assert "default None" not in done.stdout
+    # A loss setting's default is each loss's that takes it (`mathrl.losses.LOSSES`).
+    for line in (
+        "MINT_RL_CLIP_LOW --clip-low default the loss's: 0.8 for ppo, 0 for cispo",
+        "MINT_RL_CLIP_HIGH --clip-high default the loss's: 1.2 for ppo, 4 for cispo",
+        "MINT_RL_DRO_BETA --dro-beta default 0.05",
+        "--loss X the policy-gradient loss: importance_sampling, ppo, cispo or dro (default "
+        "importance_sampling, env MINT_RL_LOSS)",
+        "--clip-low X ppo and cispo: the lower bound of the importance ratio (default the loss's: "
+        "0.8 for ppo, 0 for cispo, env MINT_RL_CLIP_LOW)",
+        "--dro-beta X dro: the weight of its quadratic penalty (default 0.05, env "
+        "MINT_RL_DRO_BETA)",
+    ):
+        assert line in " ".join(done.stdout.split())
 
 
 def test_a_dotenv_that_is_not_utf8_or_not_a_file_is_a_one_line_error(tmp_path: Path) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 
 import strategies as st_
 from mathrl.cli.settings import (
+    BY_FIELD,
     SETTINGS,
     FakeOptions,
     api_key,
@@ -15,8 +18,9 @@ from mathrl.cli.settings import (
     fake_options,
     wording,
 )
-from mathrl.config import Config, ConfigError, TrainConfig
-from mathrl.text import shown
+from mathrl.config import DEFAULTS, TRAIN_FIELDS, Config, ConfigError, TrainConfig
+from mathrl.losses import PARAMETERS, Loss
+from mathrl.text import listed, shown
 
 NO_FLAGS: dict[str, str | None] = {}
 
@@ -91,6 +95,30 @@ def test_shown_cuts_long_values() -> None:
     # 40 characters, then the length: enough to recognise, never a screenful.
     assert shown("x" * 5000) == repr("x" * 40) + "... (5,000 characters)"
     assert shown("short") == "'short'"
+
+
+@given(st_.words)
+def test_a_list_in_a_message_reads_as_a_sentence(words: list[str]) -> None:
+    # "a", "a or b", "a, b or c": the words come back in order, split where they were joined.
+    assert re.split(r", | or ", listed(words, "or")) == words
+
+
+def test_a_list_in_a_message_worked_examples() -> None:
+    assert listed(["dro"], "or") == "dro"
+    assert listed(["ppo", "cispo"], "or") == "ppo or cispo"
+    assert listed(["ppo", "cispo", "capped"], "and") == "ppo, cispo and capped"
+
+
+def test_each_loss_setting_is_a_train_config_field_and_a_flag_and_a_variable() -> None:
+    # The flags and variables of before, now spelled from `mathrl.losses.PARAMETERS`.
+    assert [(p.field, BY_FIELD[p.field].flag, BY_FIELD[p.field].env) for p in PARAMETERS] == [
+        ("clip_low", "--clip-low", "MINT_RL_CLIP_LOW"),
+        ("clip_high", "--clip-high", "MINT_RL_CLIP_HIGH"),
+        ("dro_beta", "--dro-beta", "MINT_RL_DRO_BETA"),
+    ]
+    assert all(p.field in TRAIN_FIELDS and DEFAULTS[p.field] is None for p in PARAMETERS)
+    config = build_config({"clip_high": "1.5"}, {"MINT_RL_LOSS": "cispo"})
+    assert config.train.loss_fn == Loss("cispo", clip_high=1.5)
 
 
 def test_empty_model_name_is_refused() -> None:

@@ -1,32 +1,122 @@
-"""The policy-gradient losses, token by token: properties, and worked examples with arithmetic."""
+"""The policy-gradient losses: the table, then token by token, properties and worked examples
+with arithmetic."""
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Sequence
+from typing import get_args
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import mathrl.losses
 from mathrl.losses import (
-    DEFAULT_CLIPS,
+    DEFAULT_LOSS,
     IMPORTANCE_SAMPLING,
     LOSSES,
+    PARAMETERS,
     Loss,
+    LossName,
+    Parameter,
     TokenLoss,
-    loss_named,
+    losses_taking,
     token_loss,
 )
-from strategies import advantages, clip_pairs, logprobs, losses
+from mathrl.text import listed
+from strategies import advantages, clip_pairs, logprobs, loss_names, losses
 
 PPO, CISPO, DRO = Loss("ppo"), Loss("cispo"), Loss("dro")
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+def columns(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as the module docstring lays a table out: indented 4, columns 2 apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    cells = [(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(("    " + "  ".join(row)).rstrip() for row in cells)
+
+
+def test_the_docstring_tables_are_the_table() -> None:
+    formulas = [("loss", "per token", "settings (default)")] + [
+        (name, spec.formula, ", ".join(f"{p.field} {d:g}" for p, d in spec.defaults.items()) or "-")
+        for name, spec in LOSSES.items()
+    ]
+    settings = [("setting", "loss_fn_config key", "range", "meaning")] + [
+        (p.field, p.key, f"{p.low:g} to {p.high:g}", p.meaning) for p in PARAMETERS
+    ]
+    assert columns(formulas) in (mathrl.losses.__doc__ or "")
+    assert columns(settings) in (mathrl.losses.__doc__ or "")
+
+
+def test_the_type_checker_knows_the_losses_of_the_table() -> None:
+    assert tuple(LOSSES) == get_args(LossName)
+    assert DEFAULT_LOSS in LOSSES
+    assert Loss() == IMPORTANCE_SAMPLING
+    assert IMPORTANCE_SAMPLING.name == DEFAULT_LOSS
+
+
+def test_every_loss_takes_its_defaults_and_its_token_function_takes_its_settings() -> None:
+    for name, spec in LOSSES.items():
+        for parameter, default in spec.defaults.items():
+            assert parameter.allows(default), (name, parameter.field)
+        # (lp, q, A) = (ln 0.5, ln 0.25, 1): r = 2; every loss computes something finite.
+        term = token_loss(Loss(name), math.log(0.5), math.log(0.25), 1.0)
+        assert math.isfinite(term.loss), name
+        assert math.isfinite(term.gradient), name
+    assert set(PARAMETERS) == {p for spec in LOSSES.values() for p in spec.defaults}
+
+
+@given(loss_names, st.sampled_from(PARAMETERS), st.floats(allow_nan=True))
+def test_a_setting_is_taken_exactly_where_the_table_says_and_within_its_range(
+    name: LossName, parameter: Parameter, value: float
+) -> None:
+    takers = losses_taking(parameter)
+    if name not in takers:
+        refusal = (
+            f"{parameter.field} applies to the {listed(takers, 'or')} loss only "
+            f"(the loss is {name})"
+        )
+    elif not parameter.allows(value):
+        refusal = (
+            f"{parameter.field} must be a number from {parameter.low:g} to {parameter.high:g} "
+            f"(got {value!r})"
+        )
+    else:
+        config = Loss(name, **{parameter.field: value}).config()
+        # The setting given, and every other setting of the loss at its default, spelled out.
+        assert config == {
+            p.key: value if p == parameter else d for p, d in LOSSES[name].defaults.items()
+        }
+        return
+    with pytest.raises(ValueError, match=f"^{re.escape(refusal)}$"):
+        Loss(name, **{parameter.field: value})
+
+
+@given(losses)
+def test_the_config_spells_out_every_setting_of_the_loss_and_no_other(loss: Loss) -> None:
+    config = loss.config()
+    keys = [p.key for p in LOSSES[loss.name].defaults]
+    assert (list(config) if config is not None else []) == keys
+    assert Loss(loss.name, **dict(loss.settings)) == loss  # the defaults, given, change nothing
+
+
+# --- token by token: properties --------------------------------------------------------------
 
 
 def numeric_gradient(loss: Loss, lp: float, q: float, a: float, h: float = 1e-6) -> float:
     return (token_loss(loss, lp + h, q, a).loss - token_loss(loss, lp - h, q, a).loss) / (2 * h)
 
 
-# --- properties ------------------------------------------------------------------------------
+@given(losses, logprobs, logprobs, advantages)
+def test_a_loss_that_does_not_clip_never_reports_a_clipped_token(
+    loss: Loss, lp: float, q: float, a: float
+) -> None:
+    assert loss.clips or not token_loss(loss, lp, q, a).clipped
 
 
 @given(losses, logprobs, advantages)
@@ -42,14 +132,15 @@ def test_at_ratio_one_every_loss_has_the_importance_sampling_gradient(
 def test_ppo_passes_no_gradient_on_its_clipped_side(
     clips: tuple[float, float], lp: float, q: float, a: float
 ) -> None:
-    loss = Loss("ppo", *clips)
+    low, high = clips
+    loss = Loss("ppo", clip_low=low, clip_high=high)
     r = math.exp(lp - q)
     term = token_loss(loss, lp, q, a)
-    pushed_past = (r > loss.high and a > 0) or (r < loss.low and a < 0)
+    pushed_past = (r > high and a > 0) or (r < low and a < 0)
     assert term.clipped == pushed_past
     if pushed_past:  # the ratio already moved the way the advantage pushes: no more of it
         assert term.gradient == 0.0
-        assert term.loss == pytest.approx(-min(max(r, loss.low), loss.high) * a)
+        assert term.loss == pytest.approx(-min(max(r, low), high) * a)
     else:  # the unclipped objective: exactly importance sampling's
         assert term == token_loss(IMPORTANCE_SAMPLING, lp, q, a)
 
@@ -58,8 +149,9 @@ def test_ppo_passes_no_gradient_on_its_clipped_side(
 def test_cispo_weighs_the_gradient_by_the_clipped_ratio_and_passes_none_through_it(
     clips: tuple[float, float], lp: float, q: float, a: float
 ) -> None:
-    loss = Loss("cispo", *clips)
-    c = min(max(math.exp(lp - q), loss.low), loss.high)
+    low, high = clips
+    loss = Loss("cispo", clip_low=low, clip_high=high)
+    c = min(max(math.exp(lp - q), low), high)
     term = token_loss(loss, lp, q, a)
     assert term.gradient == pytest.approx(-c * a)  # sg(c): the weight is a constant
     assert term.loss == pytest.approx(-c * lp * a)
@@ -67,7 +159,7 @@ def test_cispo_weighs_the_gradient_by_the_clipped_ratio_and_passes_none_through_
 
 
 @given(
-    st.sampled_from([IMPORTANCE_SAMPLING, DRO, Loss("dro", beta=1.0)]),
+    st.sampled_from([IMPORTANCE_SAMPLING, DRO, Loss("dro", dro_beta=1.0)]),
     logprobs,
     logprobs,
     advantages,
@@ -79,7 +171,8 @@ def test_the_gradient_is_the_derivative_of_the_loss_where_nothing_is_detached(
     assert token_loss(loss, lp, q, a).gradient == pytest.approx(expected, rel=1e-4, abs=1e-4)
 
 
-@given(st.sampled_from([IMPORTANCE_SAMPLING, PPO, Loss("ppo", 0.5, 3.0)]), logprobs, logprobs,
+@given(st.sampled_from([IMPORTANCE_SAMPLING, PPO, Loss("ppo", clip_low=0.5, clip_high=3.0)]),
+       logprobs, logprobs,
        advantages, st.floats(0.01, 100.0))  # fmt: skip
 def test_the_loss_is_linear_in_a_positive_scale_of_the_advantage(
     loss: Loss, lp: float, q: float, a: float, k: float
@@ -92,13 +185,20 @@ def test_the_loss_is_linear_in_a_positive_scale_of_the_advantage(
 
 
 @given(losses, logprobs, logprobs)
-def test_no_advantage_no_policy_gradient(loss: Loss, lp: float, q: float) -> None:
+def test_no_advantage_no_loss_unless_the_loss_acts_on_every_position(
+    loss: Loss, lp: float, q: float
+) -> None:
+    # The fake skips the positions without an advantage for a loss that says it may.
     term = token_loss(loss, lp, q, 0.0)
-    if loss.name == "dro":  # only its penalty pulls lp back towards q
-        assert term.gradient == pytest.approx(loss.dro_beta * (lp - q))
-    else:
-        assert term.gradient == 0.0
-        assert term.loss == 0.0
+    if not loss.every_position:
+        assert (term.loss, term.gradient) == (0.0, 0.0)
+
+
+@given(st.floats(0.0, 100.0), logprobs, logprobs)
+def test_without_an_advantage_dro_pulls_lp_towards_q(beta: float, lp: float, q: float) -> None:
+    term = token_loss(Loss("dro", dro_beta=beta), lp, q, 0.0)
+    assert term.gradient == pytest.approx(beta * (lp - q))  # its penalty alone
+    assert term.loss == pytest.approx(beta * (lp - q) ** 2 / 2)
 
 
 def test_the_config_the_service_gets_spells_out_every_setting() -> None:
@@ -110,25 +210,32 @@ def test_the_config_the_service_gets_spells_out_every_setting() -> None:
         "clip_high_threshold": 1.5,
     }
     assert DRO.config() == {"beta": 0.05}
-    assert set(LOSSES) == {"importance_sampling", *DEFAULT_CLIPS, "dro"}
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"name": "reinforce"}, "must be one of importance_sampling, ppo, cispo, dro"),
-        ({"name": "importance_sampling", "clip_low": 0.5}, "apply to ppo and cispo only"),
-        ({"name": "ppo", "beta": 0.1}, "applies to dro only"),
-        ({"name": "ppo", "clip_low": 1.1}, "0 <= low <= 1 <= high"),
-        ({"name": "cispo", "clip_high": 0.9}, "0 <= low <= 1 <= high"),
+        ({"name": "reinforce"}, "the loss must be one of importance_sampling, ppo, cispo, dro "
+                                "(got 'reinforce')"),
+        ({"name": "importance_sampling", "clip_low": 0.5},
+         "clip_low applies to the ppo or cispo loss only (the loss is importance_sampling)"),
+        ({"name": "ppo", "dro_beta": 0.1},
+         "dro_beta applies to the dro loss only (the loss is ppo)"),
+        ({"name": "ppo", "beta": 0.1},
+         "beta is not a setting of any loss (they are clip_low, clip_high, dro_beta)"),
+        ({"name": "ppo", "clip_low": 1.1}, "clip_low must be a number from 0 to 1 (got 1.1)"),
+        ({"name": "cispo", "clip_high": 0.9},
+         "clip_high must be a number from 1 to 100 (got 0.9)"),
+        ({"name": "cispo", "clip_high": math.inf},
+         "clip_high must be a number from 1 to 100 (got inf)"),
     ],
-)
+)  # fmt: skip
 def test_a_loss_that_makes_no_sense_is_refused(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         Loss(**kwargs)  # type: ignore[arg-type]  # wrong on purpose
 
 
-# --- worked examples -------------------------------------------------------------------------
+# --- token by token: worked examples ---------------------------------------------------------
 
 
 def assert_token(term: TokenLoss, loss: float, gradient: float, clipped: bool) -> None:
@@ -166,9 +273,3 @@ def test_worked_example_dro() -> None:
     # loss = -(lp A - beta (lp - q)^2 / 2) = -(-0.510826 * 2 - 0.025 * 0.164402) = 1.025762,
     # gradient = -A + beta (lp - q) = -2 + 0.020273 = -1.979727.
     assert_token(token_loss(DRO, LP, Q, 2.0), 1.0257622, -1.9797267, False)
-
-
-def test_a_loss_is_named_as_the_service_names_it() -> None:
-    assert [loss_named(name) for name in LOSSES] == list(LOSSES)
-    with pytest.raises(ValueError, match="must be one of importance_sampling, ppo, cispo, dro"):
-        loss_named("grpo")

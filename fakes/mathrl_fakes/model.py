@@ -246,10 +246,11 @@ class FakeModel:
     ) -> dict[str, float]:
         """`loss_fn` summed over every token (`mathrl.losses.token_loss`); its gradient
         accumulates until optim_step. Returns the metrics the service reports: `loss:sum`,
-        and for ppo and cispo `clipped:frac`, the share of tokens with an advantage
+        and for a loss that clips `clipped:frac`, the share of tokens with an advantage
         (the completions' tokens) whose ratio the clip bound."""
         grad = list(self.pending_grad or [0.0] * len(self.theta))
         loss, clipped, scored = 0.0, 0, 0
+        every_position = loss_fn.every_position
         for datum in datums_D:
             for at, token, sampled_lp, adv in zip(
                 self.positions_of(datum),
@@ -258,13 +259,13 @@ class FakeModel:
                 datum.advantages,
                 strict=True,
             ):
-                if adv == 0.0 and loss_fn.name != "dro":
+                if adv == 0.0 and not every_position:
                     continue  # contributes exactly 0 to the loss and its gradient
                 scored += adv != 0.0
                 lp = logprob(self.theta, at, token)
                 term = token_loss(loss_fn, lp, sampled_lp, adv)
                 loss += term.loss
-                clipped += term.clipped
+                clipped += term.clipped and adv != 0.0
                 if at.target is not None and at.learnable:
                     p = math.exp(lp if token == at.target else logprob(self.theta, at, at.target))
                     dlogp_dlogit = (1.0 if token == at.target else 0.0) - p

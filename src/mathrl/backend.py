@@ -185,10 +185,10 @@ class Backend(Protocol):
       `submit_save_for_sampler(...)` saves the trained weights, and both cost
       a single round trip together.
     - **Training.** `submit_train_step` runs `loss` (by default the
-      importance-sampling loss, `loss = -sum_t exp(logp_theta_t - logprobs_t)
-      * advantages_t`, summed over tokens and datums; the others are in
-      `mathrl.losses`) as forward_backward, then one Adam step at
-      `learning_rate` as optim_step, submitted back to back. Its result's
+      importance-sampling loss; each loss's formula and settings are in
+      `mathrl.losses`), summed over tokens and datums, as forward_backward,
+      then one Adam step at `learning_rate` as optim_step, submitted back to
+      back. Its result's
       metrics hold `loss:sum`, and what else the service reports. It raises
       `ValueError` at submission for misuse the service would refuse: no
       datums, a datum whose inputs disagree in length (the message names the

@@ -50,7 +50,7 @@ def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
     options = sorted(task.chat_template_options.items())
     if options or task.mask_truncated or config.mask_truncated:  # settings added later
         settings += (options, task.mask_truncated or config.mask_truncated)
-    # The loss as the service gets it: `--loss ppo` and `--loss ppo --clip-low 0.8` train alike.
+    # The loss as the service gets it, every setting spelled out: a default given trains alike.
     loss = config.loss_fn
     algorithm = (
         (loss.name, loss.config()), config.scale_rewards, config.substeps, config.fill_batch,

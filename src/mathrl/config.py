@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from mathrl.grpo import SCALES
-from mathrl.losses import DEFAULT_CLIPS, LOSSES, Loss, LossName
+from mathrl.losses import DEFAULT_LOSS, LOSSES, PARAMETERS, Loss, LossName, losses_taking
 from mathrl.tasks import BUILT_IN
+from mathrl.text import listed
 
 DEFAULT_BASE_URL = "https://mint.macaron.xin"
 """mint 0.2.0's endpoint when MINT_BASE_URL is unset (mint's `_MINT_DEFAULT_BASE_URL`)."""
@@ -37,10 +38,15 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """What one setting must be: a phrase for messages, and the check itself."""
+    """What one setting must be: a phrase for messages, and the check itself. The phrase may
+    be a function, for a list read when the message is made (the losses')."""
 
-    requirement: str
+    phrase: str | Callable[[], str]
     check: Callable[[Any], bool]
+
+    @property
+    def requirement(self) -> str:
+        return self.phrase if isinstance(self.phrase, str) else self.phrase()
 
 
 def int_in(low: int, high: int) -> Rule:
@@ -71,10 +77,10 @@ RULES: dict[str, Rule] = {
     "save_every": int_in(1, 1_000_000),
     "mask_truncated": Rule("true or false", lambda v: isinstance(v, bool)),
     "weak_sandbox": Rule("true or false", lambda v: isinstance(v, bool)),
-    "loss": Rule(f"one of {', '.join(LOSSES)}", lambda s: s in LOSSES),
-    "clip_low": number_in(0, 1),
-    "clip_high": number_in(1, 100),
-    "dro_beta": number_in(0, 100),
+    "loss": Rule(
+        lambda: f"one of {', '.join(LOSSES)}", lambda s: isinstance(s, str) and s in LOSSES
+    ),
+    **{p.field: number_in(p.low, p.high) for p in PARAMETERS},
     "scale_rewards": Rule(f"one of {', '.join(SCALES)}", lambda s: s in SCALES),
     "substeps": int_in(1, 64),
     "fill_batch": Rule("true or false", lambda v: isinstance(v, bool)),
@@ -127,14 +133,14 @@ class TrainConfig:
     """Save the full training state (weights and optimizer) every this many steps."""
     mask_truncated: bool = False
     """Train on no completion that ran into the token limit (its reward still counts)."""
-    loss: LossName = "importance_sampling"
-    """The policy-gradient loss (`mathrl.losses`): importance_sampling, ppo, cispo or dro."""
+    loss: LossName = DEFAULT_LOSS
+    """The policy-gradient loss, by its name in `mathrl.losses.LOSSES`."""
     clip_low: float | None = None
-    """ppo and cispo: the lower bound of the importance ratio; None: the loss's default."""
+    """The loss setting `mathrl.losses.CLIP_LOW`; None: the loss's default."""
     clip_high: float | None = None
-    """ppo and cispo: the upper bound of the importance ratio; None: the loss's default."""
+    """The loss setting `mathrl.losses.CLIP_HIGH`; None: the loss's default."""
     dro_beta: float | None = None
-    """dro: the weight of its quadratic penalty; None: the loss's default (0.05)."""
+    """The loss setting `mathrl.losses.DRO_BETA`; None: the loss's default."""
     scale_rewards: str = "none"
     """Advantages: reward minus group mean, divided by the group's reward std ("group", as
     GRPO), the step's ("batch"), or not at all ("none", as Dr. GRPO: the default)."""
@@ -155,7 +161,7 @@ class TrainConfig:
     @property
     def loss_fn(self) -> Loss:
         """The loss and its settings, as the backends take them."""
-        return Loss(self.loss, self.clip_low, self.clip_high, self.dro_beta)
+        return Loss(self.loss, **{p.field: getattr(self, p.field) for p in PARAMETERS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,19 +217,20 @@ def _check_fields(obj: Any, owner: str) -> None:
             raise ConfigError(f"{owner}.{f.name} must be {rule.requirement} (got {value!r})")
 
 
-LOSS_FIELDS = ("loss", "clip_low", "clip_high", "dro_beta")
+LOSS_FIELDS = ("loss", *(p.field for p in PARAMETERS))
 
 
 def check_loss(values: Mapping[str, Any], source: Callable[[str], str]) -> None:
     """Refuse loss settings (`LOSS_FIELDS`, by name) that do not apply to the loss chosen,
     naming both sources."""
-    loss = values.get("loss", "importance_sampling")
-    chosen = f"{source('loss')} {loss}"
-    clipped = tuple(DEFAULT_CLIPS)
-    for name, applies in (("clip_low", clipped), ("clip_high", clipped), ("dro_beta", ("dro",))):
-        if values.get(name) is not None and loss not in applies:
-            losses = " or ".join(applies)
-            raise ConfigError(f"{source(name)} applies to the {losses} loss only (got {chosen})")
+    loss = values.get("loss", DEFAULT_LOSS)
+    for parameter in PARAMETERS:
+        takers = losses_taking(parameter)
+        if values.get(parameter.field) is not None and loss not in takers:
+            raise ConfigError(
+                f"{source(parameter.field)} applies to the {listed(takers, 'or')} loss only "
+                f"(got {source('loss')} {loss})"
+            )
 
 
 def check_step_size(batch: int, group: int, batch_source: str, group_source: str) -> None:

@@ -8,9 +8,12 @@ at a limit. Not for: anything written to a record (records keep full values).
 The rule: runs of whitespace become one space, other non-printable characters
 their escape (`\\x1b`), and a text longer than the limit keeps its first
 `limit` characters, then says how long it was: `'aaaa'... (5,000 characters)`.
+A list of names in a message reads as a sentence would list them (`listed`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -24,6 +27,12 @@ def shown(value: object, limit: int = 40) -> str:
     if isinstance(value, str) and len(value) > limit:
         return f"{one_line(repr(value[:limit]), limit + 20)}... ({len(value):,} characters)"
     return one_line(repr(value), limit)
+
+
+def listed(words: Iterable[str], conjunction: str) -> str:
+    """`a`, `a or b`, `a, b or c`: the words (at least one) as a sentence lists them."""
+    *rest, last = words
+    return f"{', '.join(rest)} {conjunction} {last}" if rest else last
 
 
 def describe(exc: BaseException, limit: int = 200) -> str:

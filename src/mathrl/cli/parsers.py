@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from mathrl.cli.settings import SETTINGS, Setting, default_of, parse_bool
 from mathrl.config import DEFAULT_BASE_URL, ConfigError
+from mathrl.losses import PARAMETERS, losses_taking
 
 BACKENDS = ("mint", "fake")
 RELIABILITY = (
@@ -55,14 +56,18 @@ DEFAULTS_DECIDED_LATER = {
     "retries": "none: the retry window alone",
     "reward_workers": "one per core",
     "wandb_project": "none: no mirror",
-    "clip_low": "the loss's: 0.8 for ppo, 0 for cispo",
-    "clip_high": "the loss's: 1.2 for ppo, 4 for cispo",
-    "dro_beta": "0.05",
 }
+"""How --help words the defaults that are not one value (loss settings: `shown_default`)."""
 
 
-def _default(setting: Setting) -> object:
-    """A setting's default as --help shows it."""
+def shown_default(setting: Setting) -> object:
+    """A setting's default as --help shows it; a loss setting's, each loss's that takes it."""
+    parameter = next((p for p in PARAMETERS if p.field == setting.field), None)
+    if parameter is not None:
+        defaults = losses_taking(parameter)
+        if len(defaults) == 1:
+            return f"{next(iter(defaults.values())):g}"
+        return "the loss's: " + ", ".join(f"{d:g} for {name}" for name, d in defaults.items())
     return DEFAULTS_DECIDED_LATER.get(setting.field, default_of(setting))
 
 
@@ -73,7 +78,7 @@ def _add_settings(
     for s in SETTINGS:
         if s.field in fields:
             env = f", env {s.env}" if s.env else ""
-            text = helps.get(s.field, s.help)
+            text = helps.get(s.field, s.help_text)
             switch: dict[str, Any] = (
                 {"nargs": "?", "const": "true"} if s.parse is parse_bool else {}
             )
@@ -81,14 +86,14 @@ def _add_settings(
                 s.flag,
                 dest=s.field,
                 metavar="X",
-                help=f"{text} (default {_default(s)}{env})",
+                help=f"{text} (default {shown_default(s)}{env})",
                 **switch,
             )
 
 
 def train_parser() -> Parser:
     variables = "\n".join(
-        [f"  {s.env:<22} {s.flag:<24} default {_default(s)}" for s in SETTINGS if s.env]
+        [f"  {s.env:<22} {s.flag:<24} default {shown_default(s)}" for s in SETTINGS if s.env]
         + [
             f"  {'MINT_API_KEY':<22} {'':<24} required by --backend mint",
             f"  {'MINT_BASE_URL':<22} {'':<24} default {DEFAULT_BASE_URL}",

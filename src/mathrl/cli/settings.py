@@ -35,7 +35,8 @@ from mathrl.config import (
     check_step_size,
     number_in,
 )
-from mathrl.text import shown
+from mathrl.losses import LOSSES, PARAMETERS, Parameter, losses_taking
+from mathrl.text import listed, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +66,13 @@ class Setting:
     field: str
     flag: str
     env: str | None
-    help: str
+    help: str | Callable[[], str]
+    """What it is, for `--help`; a function for words read from a table when help is shown."""
     parse: Callable[[str], Any]
+
+    @property
+    def help_text(self) -> str:
+        return self.help if isinstance(self.help, str) else self.help()
 
     @property
     def rule(self) -> Rule:
@@ -116,6 +122,16 @@ def parse_bool(text: str) -> bool:
     return word in _TRUE
 
 
+def _loss_setting(parameter: Parameter) -> Setting:
+    """A loss setting, spelled after its field, and helped by the losses that take it."""
+
+    def help_text() -> str:
+        return f"{listed(losses_taking(parameter), 'and')}: {parameter.meaning}"
+
+    flag, env = "--" + parameter.field.replace("_", "-"), f"MINT_RL_{parameter.field.upper()}"
+    return Setting(parameter.field, flag, env, help_text, _float)
+
+
 # fmt: off
 SETTINGS: tuple[Setting, ...] = (
     Setting("steps", "--steps", "MINT_RL_STEPS", "GRPO steps", _int),
@@ -139,13 +155,8 @@ SETTINGS: tuple[Setting, ...] = (
             "train on no completion cut off at the token limit (its reward still counts)",
             parse_bool),
     Setting("loss", "--loss", "MINT_RL_LOSS",
-            "the policy-gradient loss: importance_sampling, ppo, cispo or dro", _text),
-    Setting("clip_low", "--clip-low", "MINT_RL_CLIP_LOW",
-            "ppo and cispo: the lower bound of the importance ratio", _float),
-    Setting("clip_high", "--clip-high", "MINT_RL_CLIP_HIGH",
-            "ppo and cispo: the upper bound of the importance ratio", _float),
-    Setting("dro_beta", "--dro-beta", "MINT_RL_DRO_BETA",
-            "dro: the weight of its quadratic penalty", _float),
+            lambda: f"the policy-gradient loss: {listed(LOSSES, 'or')}", _text),
+    *(_loss_setting(parameter) for parameter in PARAMETERS),
     Setting("scale_rewards", "--scale-rewards", "MINT_RL_SCALE_REWARDS",
             "divide advantages by the reward std of each group, of the batch, or none", _text),
     Setting("substeps", "--substeps", "MINT_RL_SUBSTEPS",
