@@ -4,7 +4,7 @@
 task: `FakeBackend.for_run(task, mathrl.run_problems(task, config))`. It knows
 the task through the Adapter contract alone, and a run through what it is
 told: the problems the run draws. The loop, the CLI
-(`--backend fake`) and the test suite all use it; `FakeModel` is the engine
+(its fake backend) and the test suite all use it; `FakeModel` is the engine
 underneath, with no I/O.
 """
 

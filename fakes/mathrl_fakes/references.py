@@ -115,7 +115,7 @@ class StepByStep(Generic[P]):
     """A run's training references, one step at a time, as the run gets there.
 
     Drawing them all up front would cost steps x batch problems before the
-    first step (a typo in --steps would eat the machine). A step makes at
+    first step (a typo in the step count would eat the machine). A step makes at
     least `batch` sample requests, so after `requests` of them the run is at
     most at step `first_step + requests // batch`: on a miss, the fake draws
     steps up to LOOKAHEAD beyond that, and no further (an unknown prompt is

@@ -114,7 +114,7 @@ class Adapter(Protocol[ProblemT]):
       token. Default: `("\\n",)` for text prompts (the answer is one line), `()`
       for conversations (the answer is the assistant's turn).
     - `max_tokens: int`: the default budget of tokens per completion (the
-      command line's `--max-tokens` overrides it). Default 32.
+      run's `TrainConfig.max_tokens` overrides it). Default 32.
     - `chat_template_options: Mapping[str, object]`: keyword arguments for the
       model's chat template, e.g. `{"enable_thinking": False}` for Qwen3.
       Default: none.
@@ -131,7 +131,7 @@ class Adapter(Protocol[ProblemT]):
     - `mask_truncated: bool`: train on nothing a completion wrote before it hit
       the token limit (as TRL's `mask_truncated_completions`); its reward still
       counts towards its group's mean. Default False (the command line's
-      `--mask-truncated` turns it on for any task).
+      `TrainConfig.mask_truncated` turns it on for any task).
     - `wrong_completions(problem) -> Sequence[str]`: plausible wrong answers,
       which the fake backend writes instead of the reference now and then, so
       partial credit and format rewards show offline. Default: none.

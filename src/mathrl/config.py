@@ -24,7 +24,7 @@ from mathrl.tasks import BUILT_IN
 from mathrl.text import listed
 
 DEFAULT_BASE_URL = "https://mint.macaron.xin"
-"""mint 0.2.0's endpoint when MINT_BASE_URL is unset (mint's `_MINT_DEFAULT_BASE_URL`)."""
+"""mint 0.2.0's endpoint when none is given (mint's `_MINT_DEFAULT_BASE_URL`)."""
 DEFAULT_ADAPTER = "mathrl.tasks.addition:MathAdapter"
 MAX_COMPLETIONS_PER_STEP = 65_536
 """Upper limit of batch x group."""

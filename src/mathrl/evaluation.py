@@ -1,6 +1,6 @@
 """Held-out evaluation: which problems, and how the weights answer them, greedily.
 
-For: the loop's `--eval-every` evaluations and the `sample` command. The
+For: the loop's evaluations (`TrainConfig.eval_every`) and the `sample` command. The
 held-out problems are the task's (`heldout_dataset`, or its step 0), minus
 any this run trains on; each gets one completion, all in flight at once.
 """

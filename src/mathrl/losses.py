@@ -51,7 +51,7 @@ Adding a loss: its name in `LossName`, its entry in `LOSSES` and its token
 function, here, and nothing else, as long as its settings are kinds listed
 above. A new kind of setting is a `Parameter` here and also a `TrainConfig`
 field of the same name (None by default), since that dataclass is typed;
-the command line spells it after the field (`--x-y`, `MINT_RL_X_Y`).
+the command line derives its flag and variable from the field's name.
 """
 
 from __future__ import annotations

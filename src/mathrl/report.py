@@ -90,7 +90,7 @@ class RunResult:
     saved_path: str
     """The latest sampler checkpoint: the weights after the last completed step."""
     state_path: str
-    """The latest full training state: what `--resume` continues from."""
+    """The latest full training state: what a resumed run continues from."""
     last_step: int
     """The last step completed (less than `config.steps` if the run was stopped)."""
     stopped: bool = False

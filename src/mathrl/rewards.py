@@ -40,7 +40,7 @@ class TaskError(Exception):
         self.task_identity = task.identity
         self.method = method
         self.late = isinstance(exc, Late)
-        """True when the call ran past the workers' timeout (`--reward-timeout`)."""
+        """True when the call ran past the workers' timeout (`Workers.timeout`)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Raised in a worker process, it comes back pickled: keep the message and fields.

@@ -1,6 +1,6 @@
 """The built-in tasks, one module each, every one an `Adapter` (see `mathrl.adapter`).
 
-`BUILT_IN` names them for `--adapter NAME`; `python -m mathrl tasks` lists them.
+`BUILT_IN` names them, so the command line can take a task by its short name.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ class MathAdapter:
     stop = ("\n",)
     """The answer is one line: " 42" then the newline."""
     max_tokens = 8
-    """The seed page's MINT_RL_MAX_TOKENS."""
+    """The seed page's default token budget."""
 
     def build_dataset(self, seed: int, step: int, size: int) -> list[AdditionProblem]:
         return make_problems(problem_rng(seed, step), size)
