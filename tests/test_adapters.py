@@ -163,6 +163,7 @@ def test_an_adapter_with_only_the_five_methods_gets_documented_defaults() -> Non
     assert task.identity == f"{__name__}:FiveMethods"
     # The default held-out set is build_dataset's step 0, which training never draws.
     assert task.heldout(3, 5) == FiveMethods().build_dataset(3, 0, 5)
+    assert task.options == {}
     assert check_adapter(FiveMethods(), learns=True).startswith("task 'FiveMethods'")
 
 
@@ -183,6 +184,14 @@ def test_the_math_task_declares_its_own_choices() -> None:
         ("max_tokens", 0, r"\.max_tokens must be an integer >= 1 \(got 0\)"),
         ("max_tokens", True, r"\.max_tokens must be an integer >= 1 \(got True\)"),
         ("heldout_dataset", 5, r"\.heldout_dataset must be a method"),
+        (
+            "options",
+            ["few_shot"],
+            r"\.options must map option names to strings, .*got \['few_shot'\]",
+        ),
+        ("options", {"x": None}, r"\.options must map option names .*\(got \{'x': None\}\)"),
+        ("options", {"x": float("nan")}, r"\.options must map option names"),
+        ("options", {1: 2}, r"\.options must map option names"),
     ],
 )
 def test_malformed_optional_members_are_named(attribute: str, value: Any, message: str) -> None:

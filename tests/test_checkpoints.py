@@ -37,6 +37,19 @@ def test_chat_template_options_and_masking_train_differently_so_are_in_the_name(
     assert len(set(names)) == len(names)
 
 
+def test_a_tasks_options_are_in_the_name_and_none_changes_no_name() -> None:
+    # The default names predate options: a task without any keeps its names.
+    assert run_name(replace(TASK, options={}), CONFIG) == run_name(TASK, CONFIG)
+    names = {
+        run_name(replace(TASK, options=options), CONFIG)
+        for options in ({}, {"few_shot": 2}, {"few_shot": 3}, {"few_shot": "2"}, {"shots": 2})
+    }
+    assert len(names) == 5
+    # The order they were given in does not matter.
+    one = replace(TASK, options={"a": 1, "b": True})
+    assert run_name(one, CONFIG) == run_name(replace(TASK, options={"b": True, "a": 1}), CONFIG)
+
+
 def test_the_tasks_code_version_is_in_the_name() -> None:
     edited = replace(TASK, version=TASK.version + "# edited")
     assert code_version(edited) != code_version(TASK)

@@ -42,6 +42,19 @@ class AdapterError(TypeError):
     """An object is not a usable adapter. The message names the member and what it got."""
 
 
+class OptionError(ValueError):
+    """A task's constructor was given an option it cannot use.
+
+    `option` names the option; the message is one line saying what it must
+    be and what it got, e.g. `few_shot must be an integer from 0 to 8 (got 12)`.
+    The command line adds how the option was given (`--task-arg`).
+    """
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
 class Unavailable(Exception):
     """A task's `preflight` found this machine cannot run it as it promises.
 
@@ -136,6 +149,14 @@ class Adapter(Protocol[ProblemT]):
       which the fake backend writes instead of the reference now and then, so
       partial credit and format rewards show offline. Default: none.
 
+    - `options: Mapping[str, str | int | float | bool]`: the settings the task
+      was built with, by name. A task with settings takes each as a keyword
+      argument of its constructor, with a default, a type annotation (str,
+      int, float or bool) and a line in the constructor's `Args:` docstring,
+      checks them there (raising `OptionError`), and keeps those it was given
+      (or all of them) here. They go into the run record and the checkpoint
+      names' fingerprint, and a resumed run builds the task again with them;
+      the command line gives them as `--task-arg NAME=VALUE`. Default: none.
     - `preflight() -> str | None`: check, once before training (and in
       `check_adapter`), that this machine can run the task as it promises:
       return one line saying what the task relies on (the command line prints

@@ -58,6 +58,8 @@ def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
     )  # fmt: skip
     if algorithm != (DEFAULT, "none", 1, False, 0.0):  # added later: only when changed
         settings += algorithm
+    if task.options:  # added later: only when the task has any
+        settings += (("options", sorted(task.options.items())),)
     return hashlib.blake2b(repr(settings).encode(), digest_size=4).hexdigest()
 
 

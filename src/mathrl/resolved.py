@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from mathrl.adapter import (
     DEFAULT_MAX_TOKENS,
@@ -28,6 +29,8 @@ from mathrl.adapter import (
 from mathrl.text import shown
 
 P = TypeVar("P")
+OptionValue: TypeAlias = str | int | float | bool
+"""What a task option may be: it goes into JSON records and checkpoint fingerprints."""
 
 TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """What a task name may be: it goes into file names and checkpoint names."""
@@ -70,6 +73,8 @@ class Task(Generic[P]):
     """The declared budget of an episode's tokens after its prompt; None: the default."""
     work_in_processes: bool = False
     """Run each reward and feedback call in a process of its own (work that holds the GIL)."""
+    options: Mapping[str, OptionValue] = field(default_factory=dict)
+    """The settings the task was built with (see `Adapter`'s `options`)."""
 
     @property
     def declares_heldout(self) -> bool:
@@ -229,6 +234,15 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         raise AdapterError(
             f"{label}.work_in_processes must be True or False (got {shown(processes)})"
         )
+    options = getattr(adapter, "options", {})
+    if not (
+        isinstance(options, Mapping)
+        and all(isinstance(k, str) and _is_option_value(v) for k, v in options.items())
+    ):
+        raise AdapterError(
+            f"{label}.options must map option names to strings, integers, finite numbers or "
+            f"True/False, e.g. {{'few_shot': 2}} (got {shown(options)})"
+        )
     identity = f"{cls.__module__}:{cls.__qualname__}"
     return Task(
         adapter,
@@ -242,7 +256,14 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         max_turns,
         episode_tokens,
         processes,
+        dict(options),
     )
+
+
+def _is_option_value(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, str | int | bool)
 
 
 def _is_int(value: object) -> bool:
