@@ -44,6 +44,7 @@ from mathrl.tasks.code.sandbox import (
 )
 from mathrl.tasks.code.task import CodeAdapter, CodeProblem, run
 from mathrl.workers import Workers
+from sandbox_evidence import SECCOMP, denied, refused, refused_outside
 
 REFUSE = str(Path(__file__).with_name("refuse_syscalls.py"))
 UNSHARE, LANDLOCK_CREATE_RULESET, MOUNT, SETRESUID = 272, 444, 165, 117
@@ -399,22 +400,23 @@ with socket.create_server(("127.0.0.1", 0)) as server:
 print(json.dumps(report))
 """
 
+BLOCK_DEVICES = tuple(f"/dev/{name}" for name in ("loop0", "sda", "vda", "xvda", "nvme0n1"))
+"""Raw disks, root's (another user's files could be read through one), by the names they
+usually have; /dev's listing is Landlock's to refuse, so the payload does not list it."""
+BLOCK_DEVICE = next(filter(os.path.exists, BLOCK_DEVICES), None)
 PAYLOADS = {  # each returns 'escaped' if it got out
     "read root's private file": ("def f():\n    return open(WORLD + '/root-only.txt').read()\n"),
     "read the trainer's own private file": (
         "def f():\n    return open(WORLD + '/own-private.txt').read()\n"
     ),
-    "read a raw block device": (
+    "read a raw block device": (  # the first of BLOCK_DEVICES this machine has
         "import os\n"
         "def f():\n"
-        "    for name in sorted(os.listdir('/dev')):\n"
-        "        if name.startswith(('loop', 'sd', 'vd', 'nvme')):\n"
-        "            try:\n"
-        "                os.close(os.open('/dev/' + name, os.O_RDONLY))\n"
-        "                return 'escaped'\n"
-        "            except OSError:\n"
-        "                pass\n"
-        "    return 'no'\n"
+        f"    for device in {BLOCK_DEVICES!r}:\n"
+        "        if os.path.exists(device):\n"
+        "            os.close(os.open(device, os.O_RDONLY))\n"
+        "            return 'escaped'\n"
+        "    return 'none here'\n"
     ),
     "processes": (
         "import os\n"
@@ -482,6 +484,33 @@ PAYLOADS = {  # each returns 'escaped' if it got out
 }
 
 
+FILL, DEEP = "fill the folder", "a deep tree left behind"
+STOPPED = {  # payload: the evidence of what stops it with the hook (None: the same as without)
+    # and without it (see sandbox_evidence)
+    "read root's private file": (None, denied("WORLD/root-only.txt")),  # its mode: identity
+    "read the trainer's own private file": (  # the child's uid may: Landlock alone refuses
+        None,
+        denied("WORLD/own-private.txt"),
+    ),
+    "write outside": (refused_outside("open"), denied("WORLD/new.txt")),  # Landlock
+    "write through os.open's dir_fd": (refused_outside("open"), denied("WORLD")),  # Landlock
+    "fork": (refused("os.fork"), SECCOMP),
+    "start a process through _posixsubprocess": (
+        refused("importing _posixsubprocess"),
+        SECCOMP,
+    ),
+    "F_SETOWN the trainer": (refused("fcntl command 8"), SECCOMP),
+    "connect to the trainer's loopback": (refused("socket.getaddrinfo"), SECCOMP),
+}
+if BLOCK_DEVICE is not None:  # its mode: identity
+    STOPPED["read a raw block device"] = (None, denied(BLOCK_DEVICE))
+RETURNED: dict[str, object] = {  # payload: what it returns, in every configuration
+    **({"read a raw block device": "none here"} if BLOCK_DEVICE is None else {}),
+    "processes": [1, ["1"]],  # it sees only itself: its pid namespace
+    "capabilities": ["0" * 16, "0" * 16],  # effective, bounding
+}
+
+
 COMMAND_LINE_NEEDS = ("rich", "pygments", "markdown_it", "mdurl", "dotenv", "jinja2", "markupsafe")
 """What `python -m mathrl --backend fake` imports besides the standard library."""
 
@@ -540,21 +569,20 @@ def test_as_an_unprivileged_user_every_payload_fails(unprivileged: tuple[Path, P
     assert layers.startswith("sandbox: user+pid+net+ipc+mount namespaces, tmpfs 1 MiB, "), layers
     assert "no capabilities, Landlock ABI" in layers
     assert report["ahead: taken"] == len(PAYLOADS)  # "ahead": in sandboxes started ahead
-    for layers in ("both", "kernel", "ahead"):
-        assert report[f"{layers}: processes"] == ["ok", [1, ["1"]], ""]  # it sees only itself
-        capabilities = report[f"{layers}: capabilities"]  # effective, bounding
-        assert capabilities == ["ok", ["0" * 16, "0" * 16], ""]
-        written = report[f"{layers}: fill the folder"]
-        assert isinstance(written, list)
-        assert written[1] <= 2**20  # the folder's total is capped
-        deep = report[f"{layers}: a deep tree left behind"]
-        assert isinstance(deep, list)
-        assert deep[0] == "ok"
-        assert deep[1] >= 1000  # past Python's recursion limit, and the trainer survived it
-        for name in PAYLOADS:
-            got = report[f"{layers}: {name}"]
-            assert isinstance(got, list)
-            assert got[1] not in ("escaped", "secret", "MINT_API_KEY=sk-secret"), (layers, name)
+    assert set(STOPPED) | set(RETURNED) | {FILL, DEEP} == set(PAYLOADS)  # each has its evidence
+    for layers in ("both", "kernel", "ahead"):  # "both" and "ahead" with the hook
+        for name, (with_hook, without) in STOPPED.items():
+            error = without if layers == "kernel" or with_hook is None else with_hook
+            expected = ["ok", None, "input 0: " + error.replace("WORLD", str(world))]
+            assert report[f"{layers}: {name}"] == expected, (layers, name)
+        for name, value in RETURNED.items():
+            assert report[f"{layers}: {name}"] == ["ok", value, ""], (layers, name)
+        status, written, _ = report[f"{layers}: {FILL}"]
+        assert status == "ok"
+        assert 0 < written <= 2**20  # the folder's total is capped
+        status, depth, _ = report[f"{layers}: {DEEP}"]
+        assert status == "ok"
+        assert depth >= 1000  # past Python's recursion limit, and the trainer survived it
     assert sorted(p.name for p in world.iterdir()) == before  # nothing written outside
     assert not list(world.parent.glob("mathrl-sandbox-*"))  # the trainer cleaned up
 
