@@ -3,7 +3,8 @@
 Layers are made unavailable for real where this machine allows it (a seccomp filter that
 refuses `unshare` or Landlock's calls to the whole command, as a container might), and by
 replacing the trainer's view of the machine where it cannot (another architecture). The
-unprivileged configuration runs the same payloads as uid 65534 through `setpriv`.
+unprivileged configuration runs the same payloads as uid 65534 through `setpriv`, from copies
+of every file it runs that uid 65534 can read (the checkout may sit in a private folder).
 
 Running with missing layers is each code task's own option (`allow_missing_layers`), never
 the process's: the command line's `--weak-sandbox` reaches the task it makes, and only it.
@@ -517,7 +518,9 @@ COMMAND_LINE_NEEDS = ("rich", "pygments", "markdown_it", "mdurl", "dotenv", "jin
 
 @pytest.fixture
 def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """(a copy of mathrl that uid 65534 can import, a world folder open to every user)."""
+    """(a folder of copies that uid 65534 can read: mathrl and what it imports, and
+    refuse_syscalls.py; a world folder open to every user). Copies, since the checkout may
+    sit in a folder only its owner may enter (a clone under root's home, or in mktemp -d)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to become uid 65534")
     if not os.access("/usr/bin/python3", os.X_OK):
@@ -527,6 +530,7 @@ def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     for package in (mathrl, mathrl_fakes, *map(importlib.import_module, COMMAND_LINE_NEEDS)):
         assert package.__file__ is not None
         shutil.copytree(Path(package.__file__).parent, code / package.__name__)
+    shutil.copy(REFUSE, code / Path(REFUSE).name)
     info = code / f"mathrl-{mathrl.__version__}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
@@ -547,8 +551,8 @@ def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
 def as_nobody(code: Path, world: Path, refuse: int | None = None) -> dict[str, Any]:
     command = ["/usr/bin/python3", "-c", UNPRIVILEGED_SCRIPT, str(world), json.dumps(PAYLOADS)]
-    if refuse is not None:
-        command = ["/usr/bin/python3", REFUSE, str(refuse), *command]
+    if refuse is not None:  # its own copy: uid 65534 may not reach the checkout's
+        command = ["/usr/bin/python3", str(code / Path(REFUSE).name), str(refuse), *command]
     run = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command],
         capture_output=True, text=True, cwd=world.parent, timeout=300, check=False,
