@@ -6,35 +6,23 @@ calls `function(*args)` once per input. Expected outputs never leave the parent,
 scores only by computing them. Not for: trusted code, or code that needs subprocesses, the
 network, or files outside its own empty temporary folder.
 
+A call: `python -I -S -B`, with an empty environment, runs `harness.HARNESS` in a fresh
+folder, removed afterwards (`remove_tree`, which survives whatever the child leaves there),
+under the rlimits of `Limits`; its process group is killed at the wall-clock deadline or past
+the output cap. The audit hook (`mathrl.tasks.code.harness`) and the kernel layers
+(`mathrl.tasks.code.kernel`, entered between fork and exec) are around it. What each layer
+stops, what is not isolated, and what it all costs: `mathrl.tasks.code`.
+
 A call made on a worker pool's thread (`mathrl.workers`) takes a sandbox the pool started ahead
 of it, if one is ready (`Warm`): set up in full, it waits for its call on stdin, and serves that
 one call only. Starting a sandbox is most of a call's cost, so the loop's waits on the service
 pay for it instead of the rewards.
 
-Layers; tests/test_sandbox.py shows each one alone stopping the attacks it is meant for:
-* Always: rlimits (CPU, address space, file size, open files, processes, no core); SIGKILL to
-  the process group at the wall-clock deadline or past the output cap; `python -I -S -B` with
-  an empty environment; a fresh cwd, removed afterwards (`remove_tree`, which survives whatever
-  the child leaves there).
-* An audit hook, set before the completion runs: no processes, signals, sockets, ctypes or other
-  escape-hatch modules (also when built into the interpreter), subinterpreters, tracing,
-  hand-made code objects, rlimit changes, chdir, links or owner-signal fcntl commands; no
-  write, removal or metadata change outside cwd. Unaudited escape routes (os.mkfifo, os.mknod,
-  os.chroot, pidfd signals) are removed from the modules. Its path checks can be raced with
-  descriptors swapped by a signal handler, so they are a second line: the kernel layers hold.
-* Kernel layers (`mathrl.tasks.code.kernel`), set between fork and exec: never real root (uid
-  65534, or a user namespace as the trainer's own unprivileged uid); its own pid, network and
-  mount namespaces, a /proc that shows only itself, a private tmpfs of `file_bytes` in total as
-  cwd; no capabilities; Landlock (writes only in cwd, no TCP, no signals out); on x86-64 a
-  seccomp filter (no fork, exec*at, kill, ptrace, sockets, mounts, owner-signal fcntl...).
-
-They fail closed: a layer the machine cannot set up stops the call (`SandboxError`) and
-`check_layers` refuses the machine, unless the caller passes `allow_missing_layers=True`; then
-what can be set up is, and `check_layers` names what is missing. Nothing here is process-wide:
-each call says which it wants, and a sandbox started ahead serves only calls of its kind.
-
-Not isolated: reads of world-readable files (the code can return what it read as a result),
-CPU cores, memory bandwidth, and the kernel itself.
+Missing layers: a layer the machine cannot set up stops the call (`SandboxError`) and
+`check_layers` refuses the machine (`SandboxUnavailable`), unless the caller passes
+`allow_missing_layers=True`; then what can be set up is, and `check_layers` names what is
+missing. Nothing here is process-wide: each call says which it wants, and a sandbox started
+ahead serves only calls of its kind.
 """
 
 from __future__ import annotations
