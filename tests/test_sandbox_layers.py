@@ -3,11 +3,17 @@
 Layers are made unavailable for real where this machine allows it (a seccomp filter that
 refuses `unshare` or Landlock's calls to the whole command, as a container might), and by
 replacing the trainer's view of the machine where it cannot (another architecture). The
-unprivileged configuration runs the same payloads as uid 65534 through `setpriv`.
+unprivileged configuration runs the same payloads as uid 65534 through `setpriv`, from copies
+of every file it runs that uid 65534 can read (the checkout may sit in a private folder).
+
+Running with missing layers is each code task's own option (`allow_missing_layers`), never
+the process's: the command line's `--weak-sandbox` reaches the task it makes, and only it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import importlib
 import json
 import os
@@ -16,24 +22,30 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import mathrl
 import mathrl_fakes
-from cli_process import run_cli
+from cli_process import run_cli, run_main
 from mathrl.tasks.code import sandbox
+from mathrl.tasks.code.feedback import CodeFeedbackAdapter
 from mathrl.tasks.code.kernel import kernel_layers
 from mathrl.tasks.code.sandbox import (
+    ALLOW_MISSING_LAYERS,
     SandboxError,
     SandboxUnavailable,
-    allow_missing_layers,
     call_function,
     check_layers,
 )
+from mathrl.tasks.code.task import CodeAdapter, CodeProblem, run
+from mathrl.workers import Workers
+from sandbox_evidence import SECCOMP, denied, refused, refused_outside
 
 REFUSE = str(Path(__file__).with_name("refuse_syscalls.py"))
 UNSHARE, LANDLOCK_CREATE_RULESET, MOUNT, SETRESUID = 272, 444, 165, 117
@@ -52,10 +64,13 @@ CODE_RUN = (
 )
 
 
-@pytest.fixture(autouse=True)
-def strict(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test starts with missing layers refused, as a fresh process does."""
-    monkeypatch.setattr(sandbox, "_REQUIRE_ALL", [True])
+def without_landlock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Landlock "missing" in this process, by replacing the trainer's view of it; and no
+    outcome of the code tasks' kept from before (one run with every layer would answer)."""
+    kernel = kernel_layers()
+    assert kernel is not None
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, landlock=None))
+    run.cache_clear()
 
 
 def test_this_machine_has_every_layer() -> None:
@@ -69,19 +84,20 @@ def test_this_machine_has_every_layer() -> None:
 def test_a_missing_layer_stops_every_call_unless_missing_layers_are_allowed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kernel = kernel_layers()
-    assert kernel is not None
-    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, landlock=None))
+    without_landlock(monkeypatch)
     honest = "def f(x):\n    return x + 1\n"
-    with pytest.raises(SandboxError, match=r"^sandbox: Landlock is off .*Linux >= 5\.13"):
+    with pytest.raises(SandboxError, match=r"^sandbox: Landlock is off .*Linux >= 5\.13") as call:
         call_function(honest, "f", [[1]])
-    with pytest.raises(SandboxUnavailable, match=r"Landlock is off.*--weak-sandbox"):
+    with pytest.raises(SandboxUnavailable, match=r"^sandbox: Landlock is off[^;]*$") as check:
         check_layers()
-    allow_missing_layers()
-    assert call_function(honest, "f", [[1]]).results == (2,)
-    line = check_layers().describe()
-    assert line.startswith("warning: sandbox without landlock (--weak-sandbox): "), line
+    # The library names the option that would allow it; the command line words it.
+    assert call.value.allowed_by == check.value.allowed_by == ALLOW_MISSING_LAYERS
+    assert call_function(honest, "f", [[1]], allow_missing_layers=True).results == (2,)
+    line = check_layers(allow_missing_layers=True).describe()
+    assert line.startswith("warning: sandbox without landlock (missing layers allowed): "), line
     assert "Landlock" not in line
+    with pytest.raises(SandboxError):  # the call before changed nothing for the next
+        call_function(honest, "f", [[1]])
 
 
 def test_another_architecture_counts_as_missing_seccomp(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,6 +108,58 @@ def test_another_architecture_counts_as_missing_seccomp(monkeypatch: pytest.Monk
     monkeypatch.setattr(sandbox, "kernel_layers", lambda: elsewhere)
     with pytest.raises(SandboxUnavailable, match="no seccomp filter for aarch64: only x86-64"):
         check_layers()
+
+
+@pytest.mark.parametrize(
+    ("weak", "strict"), [(CodeAdapter, CodeFeedbackAdapter), (CodeFeedbackAdapter, CodeAdapter)]
+)
+def test_two_tasks_in_one_process_keep_their_own_policy(
+    monkeypatch: pytest.MonkeyPatch, weak: type[CodeAdapter], strict: type[CodeAdapter]
+) -> None:
+    without_landlock(monkeypatch)
+    allowing, refusing = weak(allow_missing_layers=True), strict()
+    problem = CodeProblem("square", 3)
+    code = refusing.reference_completion(problem)
+    passed = allowing.compute_reward(code, problem)
+    assert passed in (1.0, {"first_try": 1.0, "second_try": 0.0})
+    with pytest.raises(SandboxError, match=r"^sandbox: Landlock is off") as refused:
+        refusing.compute_reward(code, problem)  # the same code: the outcome kept is not its
+    assert refused.value.allowed_by == ALLOW_MISSING_LAYERS
+    assert allowing.preflight().startswith("warning: sandbox without landlock ")
+    with pytest.raises(SandboxUnavailable, match=r"^sandbox: Landlock is off"):
+        refusing.preflight()
+    assert allowing.compute_reward(code + "# again\n", problem) == passed  # nor the other way
+
+
+def test_the_option_reaches_the_sandboxes_started_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sandbox started ahead for a task that refuses missing layers stops at its set-up and
+    # is passed over; one started for a task that allows them serves its call.
+    without_landlock(monkeypatch)
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
+    problem = CodeProblem("square", 3)
+    allowing, refusing = CodeAdapter(allow_missing_layers=True), CodeAdapter()
+    code = allowing.reference_completion(problem)
+
+    async def go(pool: Workers) -> None:
+        assert await pool.run(lambda: allowing.compute_reward(code, problem)) == 1.0
+        warm = sandbox.warm_of(pool)
+        assert warm is not None
+        for n in range(1, 4):
+            deadline = time.monotonic() + 30
+            while warm.ready < 1:
+                assert time.monotonic() < deadline, "no sandbox was started ahead"
+                await asyncio.sleep(0.01)
+            again = functools.partial(allowing.compute_reward, code + f"# {n}\n", problem)
+            assert await pool.run(again) == 1.0  # (new code: no outcome kept from before)
+            assert warm.taken == n  # it took the one started ahead: that one allowed it
+        with pytest.raises(SandboxError, match=r"^sandbox: Landlock is off"):
+            await pool.run(lambda: refusing.compute_reward(code, problem))
+        await asyncio.sleep(0.5)  # time to start one ahead for the refusing task
+        with pytest.raises(SandboxError, match=r"^sandbox: Landlock is off"):
+            await pool.run(lambda: refusing.compute_reward(code + "# 4\n", problem))
+
+    with Workers(1) as pool:
+        asyncio.run(go(pool))
 
 
 needs_x86_64 = pytest.mark.skipif(not X86_64, reason="refuse_syscalls.py filters x86-64 calls")
@@ -143,28 +211,123 @@ def test_the_opt_in_runs_with_what_is_there_and_says_what_is_missing(
     assert run.returncode == 0, run.stderr
     warning = run.stderr.splitlines()[0]
     assert warning.startswith("mathrl: warning: sandbox without "), warning
-    assert "pid, net, ipc, mount, tmpfs (--weak-sandbox): " in warning
+    assert "pid, net, ipc, mount, tmpfs (missing layers allowed): " in warning
     assert "Landlock ABI" in warning  # what could be set up still is
     assert run.stdout.splitlines()[1] == "Step 1: accuracy=75.0%, datums=2"
-    [record] = json.loads((folder / "config.json").read_text())["preflight"]
+    recorded = json.loads((folder / "config.json").read_text())
+    assert recorded["settings"]["weak_sandbox"] is True
+    [record] = recorded["preflight"]
     assert record["line"] == warning.removeprefix("mathrl: ")
 
 
-def test_the_variable_is_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    kernel = kernel_layers()
-    assert kernel is not None
-    # In this process, so Landlock is "missing" by replacing the trainer's view of it.
-    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, landlock=None))
-    from cli_process import run_main
+@needs_x86_64
+def test_a_resumed_run_takes_the_opt_in_as_given_again(tmp_path: Path) -> None:
+    # Like the reliability settings, it is the resumed session's to give (or not).
+    def under_refused_unshare(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, REFUSE, str(UNSHARE), sys.executable, "-m", "mathrl", *args],
+            capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+            env={**os.environ, "TMPDIR": str(tmp_path), **env},
+        )  # fmt: skip
 
+    first = under_refused_unshare(*CODE_RUN, "--log-dir", "run", "--weak-sandbox")
+    assert first.returncode == 0, first.stderr
+    refused = under_refused_unshare("--resume", "run", "--steps", "2")
+    assert refused.returncode == 2, refused.stderr
+    last = refused.stderr.splitlines()[-1]
+    assert last.startswith("mathrl: error: sandbox: no net namespace for the child"), last
+    assert last.endswith("or run with what is there: --weak-sandbox (or MINT_RL_WEAK_SANDBOX=1)")
+    resumed = under_refused_unshare("--resume", "run", "--steps", "2", MINT_RL_WEAK_SANDBOX="1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.splitlines()[1].startswith("Step 2: ")
+    records = json.loads((tmp_path / "run" / "config.json").read_text())["preflight"]
+    assert len(records) == 2  # one a session, each with what was missing
+    missing = "pid, net, ipc, mount, tmpfs (missing layers allowed): "
+    assert all(missing in record["line"] for record in records)
+
+
+def test_the_variable_is_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    without_landlock(monkeypatch)  # in this process: check-adapter runs here
     refused = run_main(tmp_path, "check-adapter", "code")
     assert refused.returncode == 2
     assert refused.stderr.startswith("mathrl: error: sandbox: Landlock is off")
+    assert refused.stderr.endswith("; or run with what is there: --weak-sandbox (or "
+                                   "MINT_RL_WEAK_SANDBOX=1)\n")  # fmt: skip
     allowed = run_main(tmp_path, "check-adapter", "code", MINT_RL_WEAK_SANDBOX="1")
     assert allowed.returncode == 0, allowed.stderr
     assert allowed.stdout.rstrip().endswith(
-        "; warning: sandbox without landlock (--weak-sandbox): " + _layers_but_landlock()
+        "; warning: sandbox without landlock (missing layers allowed): " + _layers_but_landlock()
     )
+    again = run_main(tmp_path, "check-adapter", "code-feedback")  # nothing of it stayed behind
+    assert again.returncode == 2
+    assert again.stderr.startswith("mathrl: error: sandbox: Landlock is off")
+
+
+def test_sample_takes_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trained = run_main(tmp_path, *CODE_RUN, "--log-dir", "run")
+    assert trained.returncode == 0, trained.stderr
+    without_landlock(monkeypatch)
+    asked = ("sample", "--backend", "fake", "--adapter", "code", "--model-path", "run")
+    refused = run_main(tmp_path, *asked)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr.startswith("mathrl: error: sandbox: Landlock is off")
+    allowed = run_main(tmp_path, *asked, "--problems", "2", "--weak-sandbox")
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stderr.startswith("mathrl: warning: sandbox without landlock ")
+    assert allowed.stdout.splitlines()[-1].startswith("Accuracy: ")
+
+
+def test_a_task_without_a_sandbox_runs_the_same_with_the_opt_in(tmp_path: Path) -> None:
+    # --weak-sandbox asks the task for an option the addition task does not have: a note,
+    # and the run is the run without it.
+    plain = run_main(tmp_path, "--backend", "fake", "--steps", "2", "--log-dir", "plain")
+    opted = run_main(tmp_path, "--backend", "fake", "--steps", "2", "--log-dir", "opted",
+                     "--weak-sandbox")  # fmt: skip
+    assert (plain.returncode, opted.returncode) == (0, 0), opted.stderr
+    assert opted.stdout.replace("opted", "plain") == plain.stdout
+    note = (
+        "mathrl: note: --weak-sandbox (MINT_RL_WEAK_SANDBOX) changes nothing for task "
+        "'addition': it takes no allow_missing_layers option"
+    )
+    assert opted.stderr.splitlines() == [note, *plain.stderr.replace("plain", "opted").splitlines()]
+    settings = json.loads((tmp_path / "opted" / "config.json").read_text())["settings"]
+    assert settings["weak_sandbox"] is True  # recorded as asked
+
+
+def test_a_task_of_ones_own_takes_the_option_by_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A function (or class) whose parameters include allow_missing_layers is given it; a
+    # refusal that no option lifts is said as it is, with no opt-in to suggest.
+    without_landlock(monkeypatch)
+    (tmp_path / "mine.py").write_text(
+        "from mathrl.adapter import Unavailable\n"
+        "from mathrl.tasks.addition import MathAdapter\n"
+        "from mathrl.tasks.code import CodeAdapter\n"
+        "def code(allow_missing_layers=False):\n"
+        "    return CodeAdapter(allow_missing_layers=allow_missing_layers)\n"
+        "class NeedsGpu(MathAdapter):\n"
+        "    def preflight(self):\n"
+        "        raise Unavailable('needs a GPU: none is visible here')\n"
+    )
+    allowed = run_main(tmp_path, "check-adapter", "mine:code", "--weak-sandbox")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "; warning: sandbox without landlock (missing layers allowed): " in allowed.stdout
+    refused = run_main(tmp_path, "check-adapter", "mine:code")
+    assert refused.returncode == 2
+    assert refused.stderr.endswith("or run with what is there: --weak-sandbox (or "
+                                   "MINT_RL_WEAK_SANDBOX=1)\n")  # fmt: skip
+    gpu = run_main(tmp_path, "check-adapter", "mine:NeedsGpu", "--weak-sandbox")
+    assert gpu.returncode == 2
+    assert gpu.stderr.splitlines() == [
+        "mathrl: note: --weak-sandbox (MINT_RL_WEAK_SANDBOX) changes nothing for task "
+        "'addition': it takes no allow_missing_layers option",
+        "mathrl: error: needs a GPU: none is visible here",
+    ]
+    # A callable whose parameters cannot be read is asked nothing: made as without the flag.
+    unread = run_main(tmp_path, "check-adapter", "builtins:dict", "--weak-sandbox")
+    assert unread.returncode == 2
+    assert unread.stderr.startswith("mathrl: error: check-adapter: ")
 
 
 def _layers_but_landlock() -> str:
@@ -200,7 +363,7 @@ report = {"uid": os.getuid()}
 try:
     report["layers"] = check_layers().describe()
 except SandboxUnavailable as exc:
-    report["refused"] = str(exc)
+    report["refused"], report["allowed_by"] = str(exc), exc.allowed_by
     print(json.dumps(report))
     raise SystemExit
 
@@ -238,22 +401,23 @@ with socket.create_server(("127.0.0.1", 0)) as server:
 print(json.dumps(report))
 """
 
+BLOCK_DEVICES = tuple(f"/dev/{name}" for name in ("loop0", "sda", "vda", "xvda", "nvme0n1"))
+"""Raw disks, root's (another user's files could be read through one), by the names they
+usually have; /dev's listing is Landlock's to refuse, so the payload does not list it."""
+BLOCK_DEVICE = next(filter(os.path.exists, BLOCK_DEVICES), None)
 PAYLOADS = {  # each returns 'escaped' if it got out
     "read root's private file": ("def f():\n    return open(WORLD + '/root-only.txt').read()\n"),
     "read the trainer's own private file": (
         "def f():\n    return open(WORLD + '/own-private.txt').read()\n"
     ),
-    "read a raw block device": (
+    "read a raw block device": (  # the first of BLOCK_DEVICES this machine has
         "import os\n"
         "def f():\n"
-        "    for name in sorted(os.listdir('/dev')):\n"
-        "        if name.startswith(('loop', 'sd', 'vd', 'nvme')):\n"
-        "            try:\n"
-        "                os.close(os.open('/dev/' + name, os.O_RDONLY))\n"
-        "                return 'escaped'\n"
-        "            except OSError:\n"
-        "                pass\n"
-        "    return 'no'\n"
+        f"    for device in {BLOCK_DEVICES!r}:\n"
+        "        if os.path.exists(device):\n"
+        "            os.close(os.open(device, os.O_RDONLY))\n"
+        "            return 'escaped'\n"
+        "    return 'none here'\n"
     ),
     "processes": (
         "import os\n"
@@ -321,13 +485,42 @@ PAYLOADS = {  # each returns 'escaped' if it got out
 }
 
 
+FILL, DEEP = "fill the folder", "a deep tree left behind"
+STOPPED = {  # payload: the evidence of what stops it with the hook (None: the same as without)
+    # and without it (see sandbox_evidence)
+    "read root's private file": (None, denied("WORLD/root-only.txt")),  # its mode: identity
+    "read the trainer's own private file": (  # the child's uid may: Landlock alone refuses
+        None,
+        denied("WORLD/own-private.txt"),
+    ),
+    "write outside": (refused_outside("open"), denied("WORLD/new.txt")),  # Landlock
+    "write through os.open's dir_fd": (refused_outside("open"), denied("WORLD")),  # Landlock
+    "fork": (refused("os.fork"), SECCOMP),
+    "start a process through _posixsubprocess": (
+        refused("importing _posixsubprocess"),
+        SECCOMP,
+    ),
+    "F_SETOWN the trainer": (refused("fcntl command 8"), SECCOMP),
+    "connect to the trainer's loopback": (refused("socket.getaddrinfo"), SECCOMP),
+}
+if BLOCK_DEVICE is not None:  # its mode: identity
+    STOPPED["read a raw block device"] = (None, denied(BLOCK_DEVICE))
+RETURNED: dict[str, object] = {  # payload: what it returns, in every configuration
+    **({"read a raw block device": "none here"} if BLOCK_DEVICE is None else {}),
+    "processes": [1, ["1"]],  # it sees only itself: its pid namespace
+    "capabilities": ["0" * 16, "0" * 16],  # effective, bounding
+}
+
+
 COMMAND_LINE_NEEDS = ("rich", "pygments", "markdown_it", "mdurl", "dotenv", "jinja2", "markupsafe")
 """What `python -m mathrl --backend fake` imports besides the standard library."""
 
 
 @pytest.fixture
 def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """(a copy of mathrl that uid 65534 can import, a world folder open to every user)."""
+    """(a folder of copies that uid 65534 can read: mathrl and what it imports, and
+    refuse_syscalls.py; a world folder open to every user). Copies, since the checkout may
+    sit in a folder only its owner may enter (a clone under root's home, or in mktemp -d)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to become uid 65534")
     if not os.access("/usr/bin/python3", os.X_OK):
@@ -337,6 +530,7 @@ def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     for package in (mathrl, mathrl_fakes, *map(importlib.import_module, COMMAND_LINE_NEEDS)):
         assert package.__file__ is not None
         shutil.copytree(Path(package.__file__).parent, code / package.__name__)
+    shutil.copy(REFUSE, code / Path(REFUSE).name)
     info = code / f"mathrl-{mathrl.__version__}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
@@ -355,17 +549,17 @@ def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     shutil.rmtree(top)
 
 
-def as_nobody(code: Path, world: Path, refuse: int | None = None) -> dict[str, object]:
+def as_nobody(code: Path, world: Path, refuse: int | None = None) -> dict[str, Any]:
     command = ["/usr/bin/python3", "-c", UNPRIVILEGED_SCRIPT, str(world), json.dumps(PAYLOADS)]
-    if refuse is not None:
-        command = ["/usr/bin/python3", REFUSE, str(refuse), *command]
+    if refuse is not None:  # its own copy: uid 65534 may not reach the checkout's
+        command = ["/usr/bin/python3", str(code / Path(REFUSE).name), str(refuse), *command]
     run = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command],
         capture_output=True, text=True, cwd=world.parent, timeout=300, check=False,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(code), "TMPDIR": str(world.parent)},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    report: dict[str, object] = json.loads(run.stdout)
+    report: dict[str, Any] = json.loads(run.stdout)
     return report
 
 
@@ -379,21 +573,20 @@ def test_as_an_unprivileged_user_every_payload_fails(unprivileged: tuple[Path, P
     assert layers.startswith("sandbox: user+pid+net+ipc+mount namespaces, tmpfs 1 MiB, "), layers
     assert "no capabilities, Landlock ABI" in layers
     assert report["ahead: taken"] == len(PAYLOADS)  # "ahead": in sandboxes started ahead
-    for layers in ("both", "kernel", "ahead"):
-        assert report[f"{layers}: processes"] == ["ok", [1, ["1"]], ""]  # it sees only itself
-        capabilities = report[f"{layers}: capabilities"]  # effective, bounding
-        assert capabilities == ["ok", ["0" * 16, "0" * 16], ""]
-        written = report[f"{layers}: fill the folder"]
-        assert isinstance(written, list)
-        assert written[1] <= 2**20  # the folder's total is capped
-        deep = report[f"{layers}: a deep tree left behind"]
-        assert isinstance(deep, list)
-        assert deep[0] == "ok"
-        assert deep[1] >= 1000  # past Python's recursion limit, and the trainer survived it
-        for name in PAYLOADS:
-            got = report[f"{layers}: {name}"]
-            assert isinstance(got, list)
-            assert got[1] not in ("escaped", "secret", "MINT_API_KEY=sk-secret"), (layers, name)
+    assert set(STOPPED) | set(RETURNED) | {FILL, DEEP} == set(PAYLOADS)  # each has its evidence
+    for layers in ("both", "kernel", "ahead"):  # "both" and "ahead" with the hook
+        for name, (with_hook, without) in STOPPED.items():
+            error = without if layers == "kernel" or with_hook is None else with_hook
+            expected = ["ok", None, "input 0: " + error.replace("WORLD", str(world))]
+            assert report[f"{layers}: {name}"] == expected, (layers, name)
+        for name, value in RETURNED.items():
+            assert report[f"{layers}: {name}"] == ["ok", value, ""], (layers, name)
+        status, written, _ = report[f"{layers}: {FILL}"]
+        assert status == "ok"
+        assert 0 < written <= 2**20  # the folder's total is capped
+        status, depth, _ = report[f"{layers}: {DEEP}"]
+        assert status == "ok"
+        assert depth >= 1000  # past Python's recursion limit, and the trainer survived it
     assert sorted(p.name for p in world.iterdir()) == before  # nothing written outside
     assert not list(world.parent.glob("mathrl-sandbox-*"))  # the trainer cleaned up
 
@@ -408,7 +601,7 @@ def test_as_an_unprivileged_user_without_user_namespaces_the_sandbox_refuses(
     assert isinstance(refused, str)
     assert refused.startswith("sandbox: no user namespace for the child (Operation not permitted)")
     assert "sysctl -w kernel.unprivileged_userns_clone=1" in refused
-    assert refused.endswith("--weak-sandbox (or MINT_RL_WEAK_SANDBOX=1)")
+    assert report["allowed_by"] == ALLOW_MISSING_LAYERS  # the command line words the opt-in
 
 
 def test_as_an_unprivileged_user_a_run_records_its_layers(unprivileged: tuple[Path, Path]) -> None:

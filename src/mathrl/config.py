@@ -76,7 +76,6 @@ RULES: dict[str, Rule] = {
     "eval_problems": int_in(1, 10_000),
     "save_every": int_in(1, 1_000_000),
     "mask_truncated": Rule("true or false", lambda v: isinstance(v, bool)),
-    "weak_sandbox": Rule("true or false", lambda v: isinstance(v, bool)),
     "loss": Rule(
         lambda: f"one of {', '.join(LOSSES)}", lambda s: isinstance(s, str) and s in LOSSES
     ),
@@ -185,8 +184,6 @@ class Config:
     """Threads that run the task's rewards and environment steps; None: one per core."""
     reward_timeout: float = 300.0
     """Seconds one reward or environment step may take before the run fails."""
-    weak_sandbox: bool = False
-    """Run a sandboxed task with the sandbox layers this machine has, instead of refusing."""
     log_dir: str | None = None
     log_samples: int = 2
     """Groups of each step recorded in the run folder's samples.jsonl (0: none)."""

@@ -34,7 +34,7 @@ from mathrl.cli.exit_codes import (
     EXIT_STDOUT_CLOSED,
     EXIT_USAGE,
 )
-from mathrl.cli.loader import load_task
+from mathrl.cli.loader import TASK_KEYWORDS, load_task
 from mathrl.cli.parsers import (
     MAX_PROBLEMS,
     RESUMABLE,
@@ -47,6 +47,7 @@ from mathrl.cli.parsers import (
 )
 from mathrl.cli.run_folder import RunFolder, RunFolderError, read_run
 from mathrl.cli.settings import (
+    BY_FIELD,
     FAKE_FIELDS,
     SETTINGS,
     FakeOptions,
@@ -55,6 +56,7 @@ from mathrl.cli.settings import (
     base_url,
     build_config,
     fake_options,
+    task_options,
     worded,
 )
 from mathrl.cli.train import Plan, train
@@ -100,20 +102,25 @@ def _flags(args: argparse.Namespace) -> dict[str, str | None]:
     return {s.field: getattr(args, s.field, None) for s in SETTINGS}
 
 
-def _allow_weak_sandbox(weak_sandbox: bool) -> None:
-    if weak_sandbox:
-        from mathrl.tasks.code.sandbox import allow_missing_layers
+def _unavailable(exc: Unavailable) -> ConfigError:
+    """A task's refusal to run here, and the setting that would run it anyway, if one would
+    (the task option it names as `allowed_by`, as the command line spells it)."""
+    allowed_by = getattr(exc, "allowed_by", None)
+    for name, keyword in TASK_KEYWORDS.items():
+        if keyword == allowed_by:
+            setting = BY_FIELD[name]
+            return ConfigError(
+                f"{exc}; or run with what is there: {setting.flag} (or {setting.env}=1)"
+            )
+    return ConfigError(str(exc))
 
-        allow_missing_layers()
 
-
-def _preflight(task: Task[Any], weak_sandbox: bool) -> str | None:
+def _preflight(task: Task[Any]) -> str | None:
     """The task's preflight line, said on stderr; a missing requirement is a ConfigError."""
-    _allow_weak_sandbox(weak_sandbox)
     try:
         line = task.preflight()
     except Unavailable as exc:
-        raise ConfigError(str(exc)) from None
+        raise _unavailable(exc) from None
     if line is not None:
         _say(one_line(str(line), 500))
     return line
@@ -128,13 +135,15 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     else:
         config = build_config(_flags(args), env, backend=args.backend or "mint")
         fake = fake_options(_flags(args), config.backend, env)
-        plan = Plan(config, load_task(config.adapter), fake=fake)
+        options = task_options(_flags(args), env)
+        task = load_task(config.adapter, options=options, note=_say)
+        plan = Plan(config, task, fake=fake, task_options=options)
     if plan.config.backend == "mint":
         api_key(env)
         base_url(env)
     if plan.config.wandb_project is not None:
         check_installed()
-    plan = replace(plan, preflight=_preflight(plan.task, plan.config.weak_sandbox))
+    plan = replace(plan, preflight=_preflight(plan.task))
     return asyncio.run(train(plan, env, __version__, _say))
 
 
@@ -197,7 +206,12 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"--resume: {folder / 'config.json'} lacks a setting ({exc})") from None
-    task = load_task(config.adapter, source=f"--resume ({folder / 'config.json'} adapter)")
+    task = load_task(
+        config.adapter,
+        source=f"--resume ({folder / 'config.json'} adapter)",
+        options=task_options(_flags(args), env),  # as given now, like the reliability settings
+        note=_say,
+    )
     if task.name != record.config.get("task"):
         raise ConfigError(
             f"--resume: {config.adapter} is now task {task.name!r}, but the run trained "
@@ -236,12 +250,12 @@ def _check_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     from mathrl.testing import check_adapter
 
     args = check_parser().parse_args(argv)
-    task = load_task(args.adapter, source="check-adapter")
-    _allow_weak_sandbox(build_config(_flags(args), env, only=["weak_sandbox"]).weak_sandbox)
+    options = task_options(_flags(args), env)
+    task = load_task(args.adapter, source="check-adapter", options=options, note=_say)
     try:
         summary = check_adapter(task, learns=args.learns)  # its summary has the preflight line
     except Unavailable as exc:
-        raise ConfigError(str(exc)) from None
+        raise _unavailable(exc) from None
     except AssertionError as exc:
         header, *violations = str(exc).splitlines()
         _say(header.rstrip(":"))
@@ -294,8 +308,8 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     config = build_config(flags, env, only=fields, backend=args.backend)
     if args.temperature is None:  # greedy unless asked: MINT_RL_TEMPERATURE is training's
         config = replace(config, train=replace(config.train, temperature=0.0))
-    task = load_task(config.adapter)
-    _preflight(task, config.weak_sandbox)
+    task = load_task(config.adapter, options=task_options(_flags(args), env), note=_say)
+    _preflight(task)
     return asyncio.run(sample(config, task, env, args.model_path, count, _say))
 
 

@@ -3,31 +3,49 @@
 For: the command line, which trains, samples and checks any task by name.
 Not for: checking that the task behaves (`mathrl.testing` does that); this
 only checks that it is shaped like an adapter.
+
+What the command line asks of a task (`TaskOptions`, e.g. `--weak-sandbox`)
+reaches it as a keyword of its constructor, for a task that takes that
+keyword (`TASK_KEYWORDS`); a task that does not is made as usual, and the
+command line says that the setting changes nothing for it.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from mathrl.adapter import AdapterError
+from mathrl.cli.settings import BY_FIELD, TaskOptions
 from mathrl.config import ConfigError
 from mathrl.resolved import Task, as_task
 from mathrl.tasks import BUILT_IN
 from mathrl.text import describe, shown
 
+TASK_KEYWORDS = {"weak_sandbox": "allow_missing_layers"}
+"""Each field of `TaskOptions` -> the constructor keyword of the tasks that take it."""
 
-def load_task(spec: str, source: str = "--adapter") -> Task[Any]:
+
+def load_task(
+    spec: str,
+    source: str = "--adapter",
+    options: TaskOptions | None = None,
+    note: Callable[[str], None] = lambda line: None,
+) -> Task[Any]:
     """Import `module:Name` and resolve it as a task; ConfigError (one line) if it cannot be.
 
     `spec` is a built-in task's short name (`mathrl.tasks.BUILT_IN`), or
     `module:Name`: `module` a module name importable from the working folder
     or PYTHONPATH, or a path to a `.py` file; `Name` a class (instantiated
-    with no arguments), an adapter instance, or a function returning one.
+    with no arguments but the `options` it takes, by `TASK_KEYWORDS`' names),
+    an adapter instance, or a function returning one (called alike). `note`
+    hears, in one line, of each option asked for that the task does not take.
     """
     spec = BUILT_IN[spec][0] if spec in BUILT_IN else spec
     module_name, sep, attr = spec.partition(":")
@@ -44,16 +62,38 @@ def load_task(spec: str, source: str = "--adapter") -> Task[Any]:
                 f"{source}: module {module_name!r} has no attribute {attr!r} (got {shown(spec)})"
             )
         target = getattr(target, part)
+    made = callable(target) and not _looks_like_adapter(target)
+    given = asdict(options) if options is not None else {}
+    asked = {TASK_KEYWORDS[name]: value for name, value in given.items() if value}
+    keywords = {k: v for k, v in asked.items() if made and _takes(target, k)}
     try:
-        adapter = target() if callable(target) and not _looks_like_adapter(target) else target
+        adapter = target(**keywords) if made else target
     except Exception as exc:
         raise ConfigError(
             f"{source}: {spec} could not be created ({type(exc).__name__}: {describe(exc)})"
         ) from None
     try:
-        return as_task(adapter)
+        task = as_task(adapter)
     except AdapterError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    for name, keyword in TASK_KEYWORDS.items():
+        if keyword in asked and keyword not in keywords:
+            setting = BY_FIELD[name]
+            note(
+                f"note: {setting.flag} ({setting.env}) changes nothing for task {task.name!r}: "
+                f"it takes no {keyword} option"
+            )
+    return task
+
+
+def _takes(target: Callable[..., Any], keyword: str) -> bool:
+    """True if `target` (a class or a function) has a parameter named `keyword`."""
+    try:
+        parameters = inspect.signature(target).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin, say): it takes none
+        return False
+    found = parameters.get(keyword)
+    return found is not None and found.kind in (found.POSITIONAL_OR_KEYWORD, found.KEYWORD_ONLY)
 
 
 def _looks_like_adapter(obj: Any) -> bool:

@@ -9,7 +9,9 @@ be, and what it got. The library's own errors name settings by field
 variables.
 
 The fake backend's knobs (`--fake-latency`, `--fake-fault-rate`) are the
-fake's: they live in `FakeOptions`, not in `Config`.
+fake's: they live in `FakeOptions`, not in `Config`. What the command line
+asks of the task it loads (`--weak-sandbox`) is the task's: it lives in
+`TaskOptions`, which `mathrl.cli.loader` maps onto the task's own options.
 """
 
 from __future__ import annotations
@@ -60,8 +62,22 @@ FAKE_FIELDS = frozenset(f.name for f in fields(FakeOptions))
 
 
 @dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """What the command line asks of the task it loads; each maps onto an option of the
+    task's constructor (`mathrl.cli.loader.TASK_KEYWORDS`), for the tasks that have it."""
+
+    weak_sandbox: bool = False
+    """Run a sandboxed task with the layers this machine has (`allow_missing_layers`)."""
+
+
+TASK_RULES = {"weak_sandbox": Rule("true or false", lambda v: isinstance(v, bool))}
+TASK_FIELDS = frozenset(f.name for f in fields(TaskOptions))
+
+
+@dataclass(frozen=True, slots=True)
 class Setting:
-    """How one field of `TrainConfig`, `Config` or `FakeOptions` is spelled and parsed."""
+    """How one field of `TrainConfig`, `Config`, `FakeOptions` or `TaskOptions` is spelled
+    and parsed."""
 
     field: str
     flag: str
@@ -76,7 +92,7 @@ class Setting:
 
     @property
     def rule(self) -> Rule:
-        return FAKE_RULES[self.field] if self.field in FAKE_FIELDS else RULES[self.field]
+        return {**RULES, **FAKE_RULES, **TASK_RULES}[self.field]
 
     @property
     def requirement(self) -> str:
@@ -230,6 +246,8 @@ def default_of(setting: Setting) -> Any:
     """The built-in default of a setting (None: decided elsewhere, e.g. by the task)."""
     if setting.field in FAKE_FIELDS:
         return getattr(FakeOptions(), setting.field)
+    if setting.field in TASK_FIELDS:
+        return getattr(TaskOptions(), setting.field)
     return DEFAULTS[setting.field]
 
 
@@ -274,7 +292,7 @@ def build_config(
     run: dict[str, Any] = dict(fixed)
     sources: dict[str, str] = {}
     for setting, value, source in _read(flags, env, only):
-        if setting.field in FAKE_FIELDS:
+        if setting.field in FAKE_FIELDS | TASK_FIELDS:
             continue
         (train if setting.trains else run)[setting.field] = value
         sources[setting.field] = source
@@ -297,6 +315,11 @@ def fake_options(
             f"{', '.join(flagged)} work only with --backend fake (got --backend {backend})"
         )
     return FakeOptions(**{s.field: value for s, value, _ in read})
+
+
+def task_options(flags: Mapping[str, str | None], env: Mapping[str, str]) -> TaskOptions:
+    """What the command line asks of the task, from the flags and the variables."""
+    return TaskOptions(**{s.field: value for s, value, _ in _read(flags, env, TASK_FIELDS)})
 
 
 def wording(settings: Iterable[str]) -> str:

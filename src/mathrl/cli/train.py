@@ -25,7 +25,7 @@ from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
-from mathrl.cli.settings import FakeOptions, worded
+from mathrl.cli.settings import FakeOptions, TaskOptions, worded
 from mathrl.cli.wandb_mirror import WandbMirror
 from mathrl.config import Config
 from mathrl.loop import run_grpo_async
@@ -113,6 +113,8 @@ class Plan:
     folder: RunFolder | None = None
     fake: FakeOptions = field(default_factory=FakeOptions)
     """The fake backend's knobs (only with `--backend fake`)."""
+    task_options: TaskOptions = field(default_factory=TaskOptions)
+    """What the command line asked of the task (the task was made with it), for the record."""
     preflight: str | None = None
     """The task's preflight line (what it relies on), for the run folder."""
 
@@ -210,8 +212,9 @@ async def train(
             # Only now: a run that cannot start leaves no folder behind.
             fingerprint = run_fingerprint(task, config.train)
             folder = plan.folder or RunFolder.create(
-                config, task.name, fingerprint, version, asdict(plan.fake)
-            )
+                config, task.name, fingerprint, version,
+                {**asdict(plan.fake), **asdict(plan.task_options)},
+            )  # fmt: skip
             where[:] = [folder.path]
             if plan.preflight is not None:
                 folder.note_preflight(plan.preflight)

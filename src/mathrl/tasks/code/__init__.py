@@ -1,10 +1,173 @@
-"""The code-writing task and the sandbox its reward runs model-written code in.
+"""The code-writing tasks, and the sandbox their rewards run model-written code in.
 
 - `task`: `CodeAdapter`, write a small Python function `f`; the reward is the
-  share of hidden tests it passes.
-- `sandbox`: `call_function`, which runs untrusted code in a locked-down child
-  process (with `harness`, the script the child runs, and `kernel`, the
-  namespaces, Landlock and seccomp layers it enters).
+  share of hidden tests it passes. `feedback`: `CodeFeedbackAdapter`, the same
+  as an episode of two turns.
+- `sandbox`: `call_function`, which runs untrusted code in a child process, and
+  the sandboxes a worker pool starts ahead of their calls; `harness`, the script
+  the child runs; `kernel`, the namespaces, Landlock and seccomp it enters.
+
+This docstring is the sandbox's reference: what it defends against, which layer
+stops what, when it refuses to run, what it leaves open, and what it costs. How
+a call runs and how each layer is set up are in the modules' own docstrings:
+`mathrl.tasks.code.sandbox` (a call, the limits, sandboxes started ahead),
+`mathrl.tasks.code.harness` (the audit hook) and `mathrl.tasks.code.kernel`
+(the kernel layers).
+
+The threat model
+----------------
+A completion is untrusted input. A model may write code that loops forever,
+allocates 10 GB, forks, floods its output, writes, reads or signals outside
+itself, or forges its result. So it never runs in the trainer: each distinct
+completion runs in a fresh child interpreter, which calls `f` on each test
+input and sends back only the return values. The expected values never leave
+the trainer, so a completion scores only by computing them: a reply it forges
+holds only what it computed.
+
+What the sandbox promises, whatever the code does: the call ends within its
+limits with an outcome, and never raises into the trainer because of the code;
+nothing outside the child's own folder changes; nothing of it outlives the call
+or the trainer (a tree deeper than Python's recursion limit, folders it made
+unreadable, a full folder, a process it started); and it reads nothing of the
+trainer's user (its home, `.env` files) or of other users.
+
+The layers, and what each stops
+-------------------------------
+Each layer is tested alone on the attacks it is meant for, and each test names
+the layer and asserts its evidence (the hook's refusal, seccomp's EPERM,
+Landlock's EACCES, the uid or pid the child sees): tests/test_sandbox.py, and
+tests/test_sandbox_layers.py as an unprivileged user and on machines without a
+layer.
+
+- The limits (always; `sandbox.Limits`, the code task's values in
+  `task.LIMITS`): CPU time, address space, file size, open files, processes,
+  wall-clock time and output, and no core dump. They stop the endless loop, the
+  idle wait, the allocation, the fork bomb and the flood: each ends the call
+  with its status, within the wall clock.
+- The audit hook, in the child's interpreter before the code runs: Python's own
+  ways out. No processes, signals, sockets, `ctypes` or other escape-hatch
+  modules (also where the interpreter has one built in, as Debian's `python3`
+  has `_posixsubprocess`), subinterpreters, tracing, hand-made code objects,
+  rlimit changes, chdir, links, or `fcntl` commands that have the kernel signal
+  another process; no write, removal or change of metadata outside its folder.
+  The ways out it would not see (`os.mkfifo`, `os.mknod`, `os.chroot`,
+  `os.setsid` and its kin, priorities, pidfd signals) are taken out of the
+  modules. Its path checks see neither `os.open`'s `dir_fd` nor a descriptor
+  swapped under it by a signal handler, so for writes it is a second line: the
+  kernel layers hold them.
+- identity: never real root, so root's private files, root's devices (a raw
+  disk, through which any user's files could be read) and other users' private
+  files are out of reach, even where the interpreter lives in a folder others
+  cannot enter (`/root/.pyenv`, say).
+- The pid namespace: it sees only itself, in its own `/proc`; it cannot signal
+  the trainer; a process it starts dies with it; and nothing is left for a
+  trainer that is process 1 of a container to reap.
+- The network namespace: a loopback of its own, so not the network, nor the
+  trainer's loopback.
+- The IPC namespace: shared memory and message queues it makes die with it.
+- The mount namespace and its tmpfs: its folder is a private tmpfs over `/tmp`,
+  1 MiB in all (not per file), and the host's `/tmp` is out of sight.
+- No capabilities, and none to gain: it cannot raise its limits, nor pass over
+  a file's mode.
+- Landlock: writes only beneath its folder, and reads only there and in what
+  Python needs, so not the home or `.env` files of the trainer's user, which
+  its uid may read; no TCP (Landlock ABI 4, Linux 6.7) and no signals out
+  (ABI 6, Linux 6.12): before those, the namespaces and seccomp keep it in.
+- seccomp (x86-64): the system calls by which code that got past the hook would
+  get out of the rest (`kernel.SECCOMP`): should a memory-safety bug in CPython
+  disarm the hook, fork, exec, signals, sockets, mounts and the rest stay shut.
+
+It fails closed
+---------------
+A code task's `preflight()` (run by the command line before training, and by
+`mathrl.testing.check_adapter`) sets up one child and checks that every layer
+is there. If one is missing it raises `sandbox.SandboxUnavailable`, one line
+naming what is missing and how to get it, and nothing trains. A layer that
+fails later, during a run, stops that reward call with `sandbox.SandboxError`,
+which ends the run. Both carry `allowed_by`: the option that would run anyway.
+
+What it needs: Linux 5.13 or later with Landlock enabled (`landlock` in the
+`lsm=` boot parameter; Debian 12's and Ubuntu's kernels have it), an x86-64
+machine (for the seccomp filter), and root or unprivileged user namespaces. In
+a container, the container must allow `unshare` and `mount` (Docker's default
+profile does not).
+
+A task built with `allow_missing_layers=True` (as
+`CodeAdapter(allow_missing_layers=True)`; `CodeFeedbackAdapter` alike) runs with
+the layers the machine can set up instead, and its `preflight()` returns a
+warning that names what is missing, e.g. `warning: sandbox without landlock
+(missing layers allowed): uid 65534, pid+net+ipc+mount namespaces, tmpfs 1 MiB,
+no capabilities, seccomp x86-64`. The option is the task's own: it holds for
+every sandbox that task's calls use, fresh or started ahead, and for no other
+task in the process. What each missing layer gives up:
+
+- identity: a root trainer's child is root without capabilities, and reads
+  root's files (without Landlock, writes them too);
+- pid: it sees every process on the host with its command line, and a process
+  it starts may outlive it;
+- net: only the hook and seccomp stand between it and the network;
+- ipc: shared memory it makes could outlive it;
+- tmpfs: the size cap is per file, not in total, and its folder is in the
+  system's temp folder;
+- Landlock: it reads whatever its uid may (a non-root trainer's own files among
+  them), and only the audit hook holds its writes in, which a descriptor race
+  gets past;
+- seccomp (any machine but x86-64): a memory-safety bug in CPython that disarms
+  the hook leaves fork and exec open.
+
+What the preflight line says: every layer the child got, e.g. `sandbox: uid
+65534, pid+net+ipc+mount namespaces, tmpfs 1 MiB, no capabilities, Landlock ABI
+7, seccomp x86-64` (as an unprivileged user, `sandbox: user+pid+net+ipc+mount
+namespaces, ...`). The command line prints it and keeps it in the run folder.
+
+What it does not isolate
+------------------------
+- Reads of the system folders and the interpreter's installation: the code can
+  return what it read as a result, or put it in an error message, so a caller
+  compares results and never logs them or the outcome's detail raw.
+- CPU cores and memory bandwidth, which it shares with the trainer.
+- The kernel itself, whose bugs no sandbox can fix.
+- Memory, for the length of a fresh call: its first process is a copy-on-write
+  fork of the trainer, so a trainer that rewrites much of its memory meanwhile
+  pays for the copies. A sandbox started ahead waits in a small interpreter of
+  its own instead (`kernel.WAITER`).
+
+What it costs
+-------------
+Starting a sandbox is most of a call's cost; the call itself is a few
+milliseconds. So a call on a worker pool's thread takes a sandbox the pool
+started while the loop waited on the service (`sandbox.Warm`, up to
+`sandbox.WARM_SANDBOXES`, 32). Each waiting one holds about 8 MB: a fake run of
+the code task at 32 x 8 peaked at 302 MB for its whole process tree, against 52
+MB with none started ahead; and what the trainer writes meanwhile is not kept
+twice (a 300 MB heap rewritten while 32 waited: 0 MB more, against 354 MB when
+they waited as copies of the trainer).
+
+Milliseconds a call, a one-line `f` on 8 inputs, 40 calls
+(`PYTHONPATH=tests python -c "import bench_rewards as b; print(b.sandbox_costs(2),
+b.warm_cost())"`), on the project's 2-core machine, idle and (in parentheses)
+under a load average of 4-5:
+
+    sandbox                                        alone    2 in flight
+    the audit hook alone (no kernel layers)        31       16
+    every layer, as root                           38-42    22         (44-62, 31-44)
+    every layer, as uid 65534 (a user namespace)   46-47    -
+    a call in a sandbox started ahead              4.5-7    -          (10)
+
+A bare `python -I -S -B` starts in 10 ms there.
+
+Why built by hand, not bubblewrap or WebAssembly: the same start inside `bwrap
+--unshare-all --die-with-parent --uid 65534 --gid 65534`, with read-only binds
+of the system and the interpreter, `--proc`, `--dev` and a 1 MiB tmpfs, took
+18 ms, so its namespaces cost about what these do. But run as root it maps the
+child's uid 65534 to real uid 0 outside (the child read a root-only `0600` file
+bound into it), so it is not "never real root" unless started as another user,
+who then cannot reach an interpreter under `/root` either; it still needs the
+seccomp filter and Landlock from us; and it is a system package that neither
+this machine nor CI has by default. A WASI build of CPython under `wasmtime`
+would isolate by construction, but none installs from PyPI, its standard
+library must be mapped in, and it cannot run the host's C extension modules.
+The kernel layers are under 500 lines (`kernel.py`), each step checked.
 """
 
 from mathrl.tasks.code.task import CodeAdapter, CodeProblem

@@ -27,11 +27,13 @@ Write `f` again, then close the block.
 """
 
 
-def first_failure(code: str, problem: CodeProblem) -> str | None:
+def first_failure(
+    code: str, problem: CodeProblem, allow_missing_layers: bool = False
+) -> str | None:
     """What the reply says about `code`'s first failing test; None if it passes them all."""
     if not code.strip():
         return "there is no code before the closing fence"
-    outcome = run(code, problem)
+    outcome = run(code, problem, allow_missing_layers)
     if outcome.status != "ok":
         return f"{outcome.status}: {shown(outcome.detail, 120)}"
     for x, got, want in zip(problem.spec.inputs, outcome.results, problem.expected(), strict=True):
@@ -41,7 +43,10 @@ def first_failure(code: str, problem: CodeProblem) -> str | None:
 
 
 class CodeFeedbackAdapter(CodeAdapter):
-    """Write `f`; on a failure, see the failing test and try once more."""
+    """Write `f`; on a failure, see the failing test and try once more.
+
+    `allow_missing_layers`: as `CodeAdapter`'s, for every call of its feedback and reward.
+    """
 
     name = "code-feedback"
     max_turns = 2
@@ -50,11 +55,11 @@ class CodeFeedbackAdapter(CodeAdapter):
     def feedback(self, problem: CodeProblem, responses: Sequence[Response]) -> Feedback:
         if len(responses) >= self.max_turns:
             return Feedback(None)
-        failure = first_failure(code_of(responses[-1]), problem)
+        failure = first_failure(code_of(responses[-1]), problem, self.allow_missing_layers)
         return Feedback(None if failure is None else REPLY.format(failure=failure))
 
     def compute_reward(self, completion: str, problem: CodeProblem) -> dict[str, float]:
-        passed = first_failure(code_of(completion), problem) is None
+        passed = first_failure(code_of(completion), problem, self.allow_missing_layers) is None
         turn = completion.turn if isinstance(completion, Response) else 1
         return {
             "first_try": 1.0 if passed and turn == 1 else 0.0,

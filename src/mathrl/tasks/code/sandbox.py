@@ -6,34 +6,23 @@ calls `function(*args)` once per input. Expected outputs never leave the parent,
 scores only by computing them. Not for: trusted code, or code that needs subprocesses, the
 network, or files outside its own empty temporary folder.
 
+A call: `python -I -S -B`, with an empty environment, runs `harness.HARNESS` in a fresh
+folder, removed afterwards (`remove_tree`, which survives whatever the child leaves there),
+under the rlimits of `Limits`; its process group is killed at the wall-clock deadline or past
+the output cap. The audit hook (`mathrl.tasks.code.harness`) and the kernel layers
+(`mathrl.tasks.code.kernel`, entered between fork and exec) are around it. What each layer
+stops, what is not isolated, and what it all costs: `mathrl.tasks.code`.
+
 A call made on a worker pool's thread (`mathrl.workers`) takes a sandbox the pool started ahead
 of it, if one is ready (`Warm`): set up in full, it waits for its call on stdin, and serves that
 one call only. Starting a sandbox is most of a call's cost, so the loop's waits on the service
 pay for it instead of the rewards.
 
-Layers; tests/test_sandbox.py shows each one alone stopping the attacks it is meant for:
-* Always: rlimits (CPU, address space, file size, open files, processes, no core); SIGKILL to
-  the process group at the wall-clock deadline or past the output cap; `python -I -S -B` with
-  an empty environment; a fresh cwd, removed afterwards (`remove_tree`, which survives whatever
-  the child leaves there).
-* An audit hook, set before the completion runs: no processes, signals, sockets, ctypes or other
-  escape-hatch modules (also when built into the interpreter), subinterpreters, tracing,
-  hand-made code objects, rlimit changes, chdir, links or owner-signal fcntl commands; no
-  write, removal or metadata change outside cwd. Unaudited escape routes (os.mkfifo, os.mknod,
-  os.chroot, pidfd signals) are removed from the modules. Its path checks can be raced with
-  descriptors swapped by a signal handler, so they are a second line: the kernel layers hold.
-* Kernel layers (`mathrl.tasks.code.kernel`), set between fork and exec: never real root (uid
-  65534, or a user namespace as the trainer's own unprivileged uid); its own pid, network and
-  mount namespaces, a /proc that shows only itself, a private tmpfs of `file_bytes` in total as
-  cwd; no capabilities; Landlock (writes only in cwd, no TCP, no signals out); on x86-64 a
-  seccomp filter (no fork, exec*at, kill, ptrace, sockets, mounts, owner-signal fcntl...).
-
-They fail closed: a layer the machine cannot set up stops the call (`SandboxError`) and
-`check_layers` refuses the machine, unless `allow_missing_layers()` was called (the command
-line's --weak-sandbox); then what can be set up is, and `check_layers` names what is missing.
-
-Not isolated: reads of world-readable files (the code can return what it read as a result),
-CPU cores, memory bandwidth, and the kernel itself.
+Missing layers: a layer the machine cannot set up stops the call (`SandboxError`) and
+`check_layers` refuses the machine (`SandboxUnavailable`), unless the caller passes
+`allow_missing_layers=True`; then what can be set up is, and `check_layers` names what is
+missing. Nothing here is process-wide: each call says which it wants, and a sandbox started
+ahead serves only calls of its kind.
 """
 
 from __future__ import annotations
@@ -78,30 +67,36 @@ _LAYERS = frozenset({"hook", "kernel"})
 """The optional layers in force. Tests narrow it to show that each layer holds on its own."""
 STOP_SECONDS = 2.0
 """How long a stopped call's first process may take to kill and reap its child."""
-_REQUIRE_ALL = [True]
-"""Whether a kernel layer that cannot be set up stops the call (see allow_missing_layers)."""
 WARM_SANDBOXES = 32
 """Sandboxes a worker pool keeps started ahead of their calls (see `Warm`); each holds about
 8 MB while it waits. 0: none."""
-WEAK_SANDBOX_VARIABLE = "MINT_RL_WEAK_SANDBOX"
-"""The variable (and --weak-sandbox the flag) that lets the command line run with what is there."""
+ALLOW_MISSING_LAYERS = "allow_missing_layers"
+"""The option that runs with the layers this machine can set up: a keyword of `call_function`
+and `check_layers`, and of the code tasks' constructors."""
 
 
 class SandboxError(OSError):
-    """A kernel layer could not be set up for a call, and missing layers are not allowed."""
+    """A kernel layer could not be set up for a call, and missing layers are not allowed.
+
+    The message is one line: what is missing and how to get it. `allowed_by` names the option
+    that would run the call anyway, with less (`ALLOW_MISSING_LAYERS`), or is None where no
+    option would (the child could not be set up at all).
+    """
+
+    def __init__(self, message: str, allowed_by: str | None = None) -> None:
+        super().__init__(message)
+        self.allowed_by = allowed_by
 
 
 class SandboxUnavailable(Unavailable):
-    """This machine cannot set up every layer (`check_layers`). One line: what and how."""
+    """This machine cannot set up every layer (`check_layers`). One line: what and how.
 
-
-def allow_missing_layers(allowed: bool = True) -> None:
-    """Run with the kernel layers this machine can set up, instead of refusing to run.
-
-    Process-wide, for the command line's --weak-sandbox. What is given up is
-    named by `check_layers` (and the README's sandbox section).
+    `allowed_by`: as `SandboxError`'s, the option that would run with what is there, if any.
     """
-    _REQUIRE_ALL[0] = not allowed
+
+    def __init__(self, message: str, allowed_by: str | None = None) -> None:
+        super().__init__(message)
+        self.allowed_by = allowed_by
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,15 +133,20 @@ class Outcome:
 
 
 def call_function(
-    source: str, function: str, inputs: Sequence[Sequence[JsonValue]], limits: Limits = Limits()
+    source: str,
+    function: str,
+    inputs: Sequence[Sequence[JsonValue]],
+    limits: Limits = Limits(),
+    allow_missing_layers: bool = False,
 ) -> Outcome:
     """Run `source` in a fresh sandboxed Python, call `function(*args)` for each args in `inputs`.
 
     Results come back through JSON: tuples as lists, dict keys as strings. Never raises because
     of `source`; raises ValueError for a bad `function` or `inputs`, OSError if no child starts,
-    and SandboxError (an OSError) if a kernel layer cannot be set up and none may be missing.
+    and SandboxError (an OSError) if a kernel layer cannot be set up, unless
+    `allow_missing_layers`: then the call runs with the layers that can be.
     """
-    outcome, _ = _call(source, function, inputs, limits, _REQUIRE_ALL[0])
+    outcome, _ = _call(source, function, inputs, limits, strict=not allow_missing_layers)
     return outcome
 
 
@@ -172,7 +172,9 @@ def _call(
         raise ValueError(f"inputs must hold JSON values only, got {exc}") from None
     kernel = kernel_layers() if "kernel" in _LAYERS else None
     if kernel is None and "kernel" in _LAYERS and strict:
-        raise SandboxError(f"sandbox: the kernel layers need Linux, not {sys.platform}")
+        raise SandboxError(
+            f"sandbox: the kernel layers need Linux, not {sys.platform}", ALLOW_MISSING_LAYERS
+        )
     kind = Kind(limits, kernel, strict, "hook" in _LAYERS)
     started = _warm(kind) or _start(kind)
     try:
@@ -181,7 +183,7 @@ def _call(
     finally:
         remove_tree(started.workdir)
     if strict and kernel is not None and setup.missing:
-        raise SandboxError(f"sandbox: {setup.advice(kernel)}")
+        raise SandboxError(f"sandbox: {setup.advice(kernel)}", ALLOW_MISSING_LAYERS)
     return outcome, setup
 
 
@@ -459,9 +461,9 @@ class Layers:
         if mask & bit("seccomp"):
             parts.append("seccomp x86-64")
         layers = ", ".join(parts) or "no kernel layers"
-        missing = [name for name in LAYERS if not mask & bit(name)]
+        missing = ", ".join(name for name in LAYERS if not mask & bit(name))
         if missing:
-            return f"warning: sandbox without {', '.join(missing)} (--weak-sandbox): {layers}"
+            return f"warning: sandbox without {missing} (missing layers allowed): {layers}"
         return f"sandbox: {layers}"
 
 
@@ -475,26 +477,24 @@ def _size(n: int) -> str:
     )
 
 
-def check_layers(limits: Limits = Limits()) -> Layers:
+def check_layers(limits: Limits = Limits(), allow_missing_layers: bool = False) -> Layers:
     """Set up a child once and report its kernel layers; raise SandboxUnavailable (one line:
-    what is missing and how to get it) if any is, unless `allow_missing_layers()` was called."""
+    what is missing and how to get it) if any is, unless `allow_missing_layers`."""
     kernel = kernel_layers()
     if kernel is None:
         raise SandboxUnavailable(f"sandbox: the kernel layers need Linux, not {sys.platform}")
-    weak = not _REQUIRE_ALL[0]
+    strict = not allow_missing_layers
     try:  # strict: the first layer missing stops the child, and is named
-        outcome, setup = _call("def f():\n    return 1\n", "f", [[]], limits, strict=not weak)
+        outcome, setup = _call("def f():\n    return 1\n", "f", [[]], limits, strict)
     except SandboxError as exc:
-        raise SandboxUnavailable(
-            f"{exc}; or run with what is there: --weak-sandbox (or {WEAK_SANDBOX_VARIABLE}=1)"
-        ) from None
+        raise SandboxUnavailable(str(exc), exc.allowed_by) from None
     except OSError as exc:
         raise SandboxUnavailable(f"sandbox: no child could start ({exc})") from None
     if outcome.results != (1,):
         raise SandboxUnavailable(f"sandbox: a test call failed: {outcome.detail}")
     layers = Layers(setup, kernel.root, kernel.landlock_abi, limits.file_bytes)
-    if not weak and not layers.complete:  # a layer missing that no set-up step reported
-        raise SandboxUnavailable(f"sandbox: {setup.advice(kernel)}; or run with --weak-sandbox")
+    if strict and not layers.complete:  # a layer missing that no set-up step reported
+        raise SandboxUnavailable(f"sandbox: {setup.advice(kernel)}", ALLOW_MISSING_LAYERS)
     return layers
 
 

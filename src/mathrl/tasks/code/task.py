@@ -125,9 +125,11 @@ Task: return {task}.
 
 
 @functools.lru_cache(maxsize=8192)
-def run(code: str, problem: CodeProblem) -> Outcome:
-    """`code`'s `f` on each of `problem`'s hidden test inputs, in the sandbox (once per pair)."""
-    return call_function(code, "f", [[x] for x in problem.spec.inputs], LIMITS)
+def run(code: str, problem: CodeProblem, allow_missing_layers: bool = False) -> Outcome:
+    """`code`'s `f` on each of `problem`'s hidden test inputs, in the sandbox (once per pair
+    and policy: an outcome run with missing layers allowed is never a strict task's)."""
+    inputs = [[x] for x in problem.spec.inputs]
+    return call_function(code, "f", inputs, LIMITS, allow_missing_layers=allow_missing_layers)
 
 
 def passes(got: JsonValue | None, want: JsonValue) -> bool:
@@ -135,10 +137,10 @@ def passes(got: JsonValue | None, want: JsonValue) -> bool:
     return got == want and type(got) is type(want)
 
 
-def score(code: str, problem: CodeProblem) -> float:
+def score(code: str, problem: CodeProblem, allow_missing_layers: bool = False) -> float:
     """The share of `problem`'s hidden tests that `code`'s `f` passes, run in the sandbox."""
     expected = problem.expected()
-    results = run(code, problem).results
+    results = run(code, problem, allow_missing_layers).results
     return sum(map(passes, results, expected)) / len(expected)
 
 
@@ -148,12 +150,21 @@ def code_of(completion: str) -> str:
 
 
 class CodeAdapter:
-    """Write `f` for a small spec; the reward is the share of hidden tests it passes."""
+    """Write `f` for a small spec; the reward is the share of hidden tests it passes.
+
+    `allow_missing_layers`: run the code with the sandbox layers this machine can set up,
+    instead of refusing to (`preflight` then warns, naming what is missing). Default False:
+    the task fails closed. It holds for every sandbox this task's calls use, and for no other
+    task's (see `mathrl.tasks.code`).
+    """
 
     name = "code"
     stop = (FENCE,)
     """The closing fence ends the completion; the code itself spans several lines."""
     max_tokens = 64
+
+    def __init__(self, allow_missing_layers: bool = False) -> None:
+        self.allow_missing_layers = allow_missing_layers
 
     def build_dataset(self, seed: int, step: int, size: int) -> list[CodeProblem]:
         rng = random.Random(f"mathrl/code/seed={seed}/step={step}")
@@ -174,14 +185,15 @@ class CodeAdapter:
     def compute_reward(self, completion: str, problem: CodeProblem) -> Reward:
         """The share of the hidden tests `f` passes (a number; a subclass may name parts)."""
         code = code_of(completion)  # the stop, and anything after it, is not code
-        return score(code, problem) if code.strip() else 0.0
+        return score(code, problem, self.allow_missing_layers) if code.strip() else 0.0
 
     def reference_completion(self, problem: CodeProblem) -> str:
         return problem.reference()
 
     def preflight(self) -> str:
-        """The sandbox's layers on this machine; SandboxUnavailable if one is missing."""
-        return check_layers(LIMITS).describe()
+        """The sandbox's layers on this machine; SandboxUnavailable if one is missing (unless
+        `allow_missing_layers`: then a warning naming what is)."""
+        return check_layers(LIMITS, self.allow_missing_layers).describe()
 
     def evaluate(self, rewards: Sequence[float]) -> float:
         """The share of completions that pass every test."""
