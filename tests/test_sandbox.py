@@ -49,7 +49,10 @@ from mathrl.workers import Workers, in_process
 from sandbox_evidence import SECCOMP, denied, refused, refused_outside, removed
 
 FAST = Limits(cpu_seconds=1, wall_seconds=3.0)
-MARGIN = 2.0  # seconds beyond the wall limit a call may take, start-up and clean-up included
+HANG = 60.0
+"""Seconds past its wall limit after which a call counts as hung. Not a timing test: the
+outcomes show each limit acted (their details say which); this bound is far past any
+loaded machine's slowness, so a call that never returns fails instead of stalling the suite."""
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, int, bytes]]:
@@ -115,7 +118,7 @@ class Box:
         call = warm_call if self.warm else call_function
         source = source.replace("WORLD", repr(str(self.world)))
         outcome = call(source, function, inputs, limits, self.allow_missing_layers)
-        assert time.monotonic() - started < limits.wall_seconds + MARGIN
+        assert time.monotonic() - started < limits.wall_seconds + HANG
         assert snapshot(self.world) == before
         assert list(self.sandboxes.iterdir()) == []
         assert no_children_left()
