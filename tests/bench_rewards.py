@@ -49,7 +49,7 @@ from mathrl.adapter import Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo_async
 from mathrl.resolved import Task, as_task
-from mathrl.rewards import rewards_of
+from mathrl.rewards import rewards_alone
 from mathrl.rollout import Rollout, run_problems
 from mathrl.step import sample_and_score
 from mathrl.tasks.code.sandbox import WARM_SANDBOXES, call_function, warm_of
@@ -98,17 +98,19 @@ async def one_latency(latency: float, folder: Path, cores: int) -> list[tuple[fl
             run.cache_clear()
             stepped, batch = await timed(go(code, workers))
             run.cache_clear()
-            serial = await serial_rewards(code, config, step, batch)
+            serial = serial_rewards(code, config, step, batch)
             rows.append((sampling, serial, stepped))
     return rows
 
 
-async def serial_rewards(task: Task[Any], config: TrainConfig, step: int, batch: Rollout) -> float:
-    """The step's rewards one after another, on this thread."""
+def serial_rewards(task: Task[Any], config: TrainConfig, step: int, batch: Rollout) -> float:
+    """The step's rewards one after another, on this thread (the code task scores each
+    completion alone: `compute_reward`, once per distinct response, as the rollout does)."""
     problems = task.adapter.build_dataset(config.seed, step, config.batch)
     responses: list[list[Response]] = batch.responses_P_G
     started = time.perf_counter()
-    await rewards_of(task, problems, responses)
+    for problem, responses_G in zip(problems, responses, strict=True):
+        rewards_alone(task, problem, responses_G)
     return time.perf_counter() - started
 
 

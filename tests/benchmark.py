@@ -64,12 +64,11 @@ from bench_rewards import reward_overlap_table
 from mathrl.backend import Datum
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
-from mathrl.episodes import Episode, Turn
+from mathrl.episodes import Player
 from mathrl.grpo import step_advantages
 from mathrl.loop import run_grpo_async
 from mathrl.report import EvalMetrics, Observer, StepMetrics
 from mathrl.resolved import Task, as_task
-from mathrl.rewards import response_of, rewards_of
 from mathrl.rollout import datums_of, prompt_tokens, request_seed, run_problems, sample_params
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, FakeModel, RecordingBackend
@@ -156,8 +155,9 @@ async def run_serial_async(
 ) -> None:
     """The seed's schedule: each call is awaited before the next one is sent.
 
-    It samples with the same seeds as `run_grpo_async`, so on the same fake it
-    trains on the same datums, one round trip at a time. Like the seed, it
+    It samples with the same seeds as `run_grpo_async` and plays each problem's
+    group with the same `Player` (its rewards on the loop), so on the same fake
+    it trains on the same datums, one round trip at a time. Like the seed, it
     waits on forward_backward before it submits optim_step, using the fake's
     separate service calls, and it saves no training state.
     """
@@ -169,6 +169,7 @@ async def run_serial_async(
         name = checkpoint_name(task, config, trained_through)
         path = await (await backend.submit_save_for_sampler(name))
         sampler = await backend.create_sampler(path)
+        player = Player(backend.tokenizer, sampler, task, INLINE)
         problems_P = adapter.build_dataset(config.seed, step, config.batch)
         prompts_P = [adapter.make_prompt(p) for p in problems_P]
         prompts_P_T = [prompt_tokens(backend.tokenizer, task, prompt) for prompt in prompts_P]
@@ -177,20 +178,7 @@ async def run_serial_async(
             zip(problems_P, prompts_P, prompts_P_T, strict=True)
         ):
             params = sample_params(task, config, prompt, request_seed(config.seed, step, i))
-            completions_G = await sampler.sample(prompt_T, config.group, params)
-            responses_G = [
-                response_of(backend.tokenizer, c.tokens, params.stop, False) for c in completions_G
-            ]
-            scores = await rewards_of(task, [problem], [responses_G])
-            episodes_P_G.append(
-                [
-                    Episode((Turn(c, r),), reward, parts)
-                    for c, r, reward, parts in zip(
-                        completions_G, responses_G, scores.rewards_P_G[0], scores.parts_P_G[0],
-                        strict=True,
-                    )
-                ]
-            )  # fmt: skip
+            episodes_P_G.append(await player.group(problem, prompt, prompt_T, config.group, params))
         rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
         advantages_P_G = step_advantages(rewards_P_G)
         datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G)
