@@ -94,7 +94,7 @@ async def one_latency(latency: float, folder: Path, cores: int) -> list[tuple[fl
                 tokenizer = backend.tokenizer
                 return lambda: sample_and_score(tokenizer, sampler, task, config, step, pool)
 
-            sampling, _ = await timed(go(free, Workers.inline()))
+            sampling, _ = await timed(go(free, Workers(size=0)))
             run.cache_clear()
             stepped, batch = await timed(go(code, workers))
             run.cache_clear()
