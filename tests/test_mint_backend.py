@@ -109,7 +109,7 @@ def test_open_backend_with_an_injected_service_passes_the_contract(
 
 def test_the_tokenizer_is_the_hf_one_adapted(make_server: ServerFactory) -> None:
     tok = backend_on(make_server()).tokenizer
-    assert (tok.eos_token_id, tok.vocab_size, tok.eos_text) == (EOS, 257, EOS_TEXT)
+    assert (tok.eos_token_id, tok.vocab_size, tok.decode_special(EOS)) == (EOS, 257, EOS_TEXT)
     assert tok.decode([*tok.encode("A: 42\n"), EOS]) == "A: 42\n"  # EOS is not text
 
 
