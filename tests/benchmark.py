@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mathrl_fakes.fake_backend as fake_module
 from bench_rewards import reward_overlap_table
-from mathrl.backend import Datum
+from mathrl.backend import Datum, check_train_step
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.episodes import Player
@@ -158,8 +158,8 @@ async def run_serial_async(
     It samples with the same seeds as `run_grpo_async` and plays each problem's
     group with the same `Player` (its rewards on the loop), so on the same fake
     it trains on the same datums, one round trip at a time. Like the seed, it
-    waits on forward_backward before it submits optim_step, using the fake's
-    separate service calls, and it saves no training state.
+    waits on forward_backward before it submits optim_step (`seed_update`),
+    and it saves no training state.
     """
     adapter = task.adapter
     trained_through = 0
@@ -185,9 +185,26 @@ async def run_serial_async(
         if datums_D:
             recorder.trained.append(datums_D)
             recorder.train_submitted_at.append(asyncio.get_running_loop().time())
-            await (await backend.submit_forward_backward(datums_D))
-            await (await backend.submit_optim_step(config.lr))
+            await seed_update(backend, datums_D, config)
             trained_through = step
+
+
+async def seed_update(backend: FakeBackend, datums_D: list[Datum], config: TrainConfig) -> None:
+    """The seed's update: forward_backward, awaited, then optim_step, awaited.
+
+    Two calls on the fake's training side, one round trip each, where the
+    `Backend` protocol's `submit_train_step` submits both at once. They train
+    the fake's model exactly as that does (`config.loss_fn`, then Adam at
+    `config.lr`), after the same checks.
+    """
+    check_train_step(datums_D, config.lr, backend.tokenizer.vocab_size)
+    model = backend.model
+    await backend.training_call(
+        "forward_backward",
+        lambda: model.forward_backward(datums_D, config.loss_fn),
+        size=len(datums_D),
+    )
+    await backend.training_call("optim_step", lambda: model.optim_step(config.lr))
 
 
 class Collected(Observer):
@@ -410,9 +427,8 @@ class FakeComputeTimer:
         (FakeBackend, "save"),  # sampler and full-state checkpoints
         (FakeBackend, "restore"),
         (FakeBackend, "open_sampler"),
-        # The service's checks of a train step, as the module-level names the fake calls.
+        # The service's check of a train step, as the module-level name the fake calls.
         (fake_module, "check_train_step"),
-        (fake_module, "check_datums"),
     )
 
     def __init__(self) -> None:
