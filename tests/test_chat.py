@@ -216,7 +216,7 @@ def test_a_tokenizer_without_a_chat_template_refuses_conversations(chatml: Any) 
 
 def test_a_chat_task_runs_over_the_fake_mint_sdk() -> None:
     # The fake SDK's tokenizer renders the fake's chat template, so MintBackend runs chat tasks.
-    from fake_mint import FakeHFTokenizer
+    from doubles.fake_mint import FakeHFTokenizer
 
     hf = HFTokenizer(FakeHFTokenizer())
     messages = [{"role": "user", "content": "hi"}]

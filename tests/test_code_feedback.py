@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli_process import run_main
-from fake_mint import FakeMintServer
+from doubles.fake_mint import FakeMintServer
 from mathrl.adapter import Feedback, Response
 from mathrl.config import Config, TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async

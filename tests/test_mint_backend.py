@@ -1,6 +1,6 @@
 """MintBackend over the fake mint surface: the contract, translation, errors, deadlines.
 
-Nothing here touches a network: the service is `fake_mint` (beside this file),
+Nothing here touches a network: the service is `doubles.fake_mint`,
 which takes and returns real `mint.types` and refuses what MinT refuses.
 """
 
@@ -28,7 +28,7 @@ import strategies as st_
 from backend_contract import check_backend
 from cli_process import user_env
 from conftest import math_references
-from fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
+from doubles.fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
 from mathrl.backend import (
     BackendError,
     BackendUnreachable,

@@ -2,7 +2,7 @@
 
 Reward work against sampling, on the real clock, is in `bench_rewards.py`.
 
-Run it with `nox -s bench` (or `python tests/benchmark.py --help`). It is not
+Run it with `nox -s bench` (or `python tests/bench/benchmark.py --help`). It is not
 part of the test suite: it prints markdown tables, then a table of every
 target, and exits 1 if one is missed. Its assertions only check that the
 runs it compares are comparable: the serial reference loop trains on the same
@@ -12,7 +12,7 @@ change nothing that is trained.
 Latency model (FakeBackend's `latency` knob): every call costs one round trip
 L from submission to result; calls in flight overlap freely; training-side
 calls complete in submission order; creating a sampler costs one round trip.
-The step times are measured on a virtual clock (see `virtual_clock.py`), where
+The step times are measured on a virtual clock (see `tests/virtual_clock.py`), where
 waiting costs exactly its simulated latency and CPU costs nothing: on a busy
 two-core machine, the fake's own compute at 256 x 16 exceeds 50 ms, and a real
 clock would time that instead of the round trips. One row is also timed with
@@ -57,10 +57,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Run as a script: the tests' folder, for `bench` and `virtual_clock`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mathrl_fakes.fake_backend as fake_module
-from bench_rewards import reward_overlap_table
+from bench.bench_rewards import reward_overlap_table
 from mathrl.backend import Datum, check_train_step
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig

@@ -1,4 +1,4 @@
-"""Benchmark, part of `tests/benchmark.py`: reward work against sampling, on the real clock.
+"""Benchmark, part of `tests/bench/benchmark.py`: reward work against sampling, on the real clock.
 
 The code task at 32 problems x 8 samples with the fake backend's round trip
 L. Steps 1-3 from one sampler (so every variant samples the same
