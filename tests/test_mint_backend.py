@@ -173,8 +173,17 @@ def test_sequences_without_logprobs_are_an_error_not_zeros(make_server: ServerFa
 
 def test_a_dropped_stop_shows_in_the_completions(make_server: ServerFactory) -> None:
     # The seed's `stop_token_ids=` was dropped without a word; the fake can do the same.
-    completions = sample(make_server(drop_stop=True), SampleParams(8, 1.0, ("\n",), seed=3))
-    assert any(len(c.tokens) == 8 for c in completions)
+    params = SampleParams(8, 1.0, ("\n",), seed=3)
+    kept = sample(make_server(), params)
+    dropped = sample(make_server(drop_stop=True), params)
+    decode = FakeHFTokenizer().decode  # EOS shows as its text
+    # The same draws either way. Seed 3's third completion writes "\n": with the stop kept it
+    # ends there; dropped, it goes on past it (to EOS). The other two never write "\n".
+    assert [decode(list(c.tokens)).count("\n") for c in kept] == [0, 0, 1]
+    assert decode(list(kept[2].tokens)) == " 42\n"
+    assert decode(list(dropped[2].tokens)) == " 42\n" + EOS_TEXT
+    assert dropped[2].tokens[: len(kept[2].tokens)] == kept[2].tokens
+    assert dropped[:2] == kept[:2]
 
 
 class OddSamplingClient:
