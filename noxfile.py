@@ -67,7 +67,7 @@ def typecheck(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Step wall time in round trips, evaluation overhead, client overhead, peak memory."""
     session.install("-e", ".")
-    session.run("python", "tests/benchmark.py", *session.posargs)
+    session.run("python", "tests/bench/benchmark.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -75,7 +75,7 @@ def ablation(session: nox.Session) -> None:
     """Each loss, with and without --fill-batch, at --kl-coef 0 and 0.1, seeds 0-4, on the fake:
     a table on stdout and the seed-0 runs in one plot (ablation/ablation.png)."""
     session.install("-e", ".[plot]")
-    session.run("python", "tests/ablation.py", *session.posargs)
+    session.run("python", "tests/bench/ablation.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -1,9 +1,11 @@
-"""Shared fixtures: a private temp folder for the session, and a FakeBackend factory."""
+"""Shared fixtures (a private temp folder for the session, a FakeBackend factory), the
+addition task's references, and `checks_passed`, which reads `check_adapter`'s summary."""
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -15,7 +17,9 @@ import pytest
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from mathrl.resolved import as_task
 from mathrl.tasks.addition import MathAdapter, all_problems
+from mathrl.testing import check_adapter
 from mathrl_fakes import FakeBackend, PromptKey, Reference, references_for
 
 # Nothing of hypothesis's in the checkout (no example database, no caches):
@@ -57,3 +61,18 @@ def fake_backend_factory(tmp_path: Path) -> Callable[..., FakeBackend]:
         return FakeBackend(math_references(), task_name="addition", **kwargs)
 
     return make
+
+
+def checks_passed(adapter: Any, **options: Any) -> int:
+    """How many checks `check_adapter(adapter, **options)` ran, all passed: read from its
+    summary, which must name the task and end with the task's preflight line, if it has one."""
+    task = as_task(adapter)
+    ready = task.preflight()
+    summary = check_adapter(adapter, **options)
+    expected = (
+        rf"task {re.escape(repr(task.name))} \({re.escape(task.identity)}\) passed (\d+) checks"
+        + (re.escape(f"; {ready}") if ready else "")
+    )
+    found = re.fullmatch(expected, summary)
+    assert found, summary
+    return int(found[1])

@@ -16,7 +16,7 @@ import tinker
 from tinker import types
 
 from cli_process import run_main
-from fake_mint import FakeMintServer, FakeTrainingClient
+from doubles.fake_mint import FakeMintServer, FakeTrainingClient
 from mathrl.backend import Backend, Datum, SampleParams, TrainResult
 from mathrl.checkpoints import run_fingerprint
 from mathrl.config import ConfigError, TrainConfig

@@ -15,7 +15,7 @@ import mathrl.cli.commands
 import mathrl.service.mint_backend
 from cli_process import run_main
 from conftest import math_references
-from fake_mint import FakeMintServer
+from doubles.fake_mint import FakeMintServer
 from mathrl.cli.commands import main
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import read_jsonl, read_run

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from cli_process import run_main
-from fake_mint import FakeMintServer
+from conftest import checks_passed
+from doubles.fake_mint import FakeMintServer
 from mathrl.adapter import Feedback, Response
 from mathrl.config import Config, TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.rollout import run_problems
 from mathrl.service.mint_backend import open_backend
 from mathrl.tasks.code.feedback import SECOND_TRY, CodeFeedbackAdapter, first_failure
-from mathrl.tasks.code.task import ALL, CodeProblem, code_of
-from mathrl.testing import check_adapter
+from mathrl.tasks.code.task import ALL, CodeAdapter, CodeProblem, code_of
 from mathrl_fakes import FakeBackend, references_for
 
 SQUARE_PLUS_3 = CodeProblem("square", 3)  # f(x) = x * x + 3
@@ -67,7 +67,8 @@ def test_the_reward_names_which_try_passed() -> None:
 
 
 def test_code_feedback_passes_check_adapter() -> None:
-    assert check_adapter(CodeFeedbackAdapter()).startswith("task 'code-feedback'")
+    # The code task's checks, and its episodes' on top (the sandbox's line ends both summaries).
+    assert checks_passed(CodeFeedbackAdapter()) > checks_passed(CodeAdapter())
 
 
 @pytest.mark.slow  # 10 s of training on the fake, the sandbox running every function

@@ -109,7 +109,7 @@ def play(
     prompt_T = TOK.encode(prompt) if isinstance(prompt, str) else TOK.render_chat(prompt, {})
 
     async def go() -> list[Episode]:
-        player = Player(TOK, sampler, task, workers or Workers.inline())
+        player = Player(TOK, sampler, task, workers or Workers(size=0))
         return await player.group(problem, prompt, prompt_T, size, params)
 
     return asyncio.run(go())
@@ -476,7 +476,7 @@ def test_a_reply_the_template_cannot_render_is_a_task_error() -> None:
     task = as_task(ChatGuess())
 
     async def go() -> list[Episode]:
-        player = Player(NoReplies(), Scripted("3<eos>"), task, Workers.inline())
+        player = Player(NoReplies(), Scripted("3<eos>"), task, Workers(size=0))
         params = replace(PARAMS, stop=(), end_of_turn=True)
         return await player.group(5, task.adapter.make_prompt(5), [1, 2], 1, params)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import strategies as st_
@@ -68,9 +68,20 @@ def test_the_tokenizer_round_trips_every_string(text: str) -> None:
     assert tok.decode([*tok.encode(text), EOS]) == text
 
 
+@example([97, EOS, 98])  # "a", EOS, "b": EOS mid-sequence
+@example([0xE2, 0x80, 0x99, 0xFF, EOS])  # "\u2019", a byte no UTF-8 text holds, EOS
 @given(st.lists(st_.fake_token_ids))
-def test_decoding_any_tokens_gives_text(tokens: list[int]) -> None:
-    assert isinstance(ByteTokenizer().decode(tokens), str)
+def test_decoding_any_tokens_gives_the_text_of_their_bytes(tokens: list[int]) -> None:
+    tok = ByteTokenizer()
+    text = tok.decode(tokens)  # never raises
+    data = [t for t in tokens if t != EOS]
+    # EOS, wherever it is, is no text.
+    assert text == tok.decode(data)
+    # Bytes that are UTF-8 are their text, which encodes back to them; bytes that are not
+    # show as U+FFFD, where Python's decoder replaces them.
+    if tok.encode(text) != data:
+        assert text == bytes(data).decode("utf-8", "replace")
+        assert "\ufffd" in text
 
 
 def test_tokenizer_worked_examples() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -10,7 +11,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import strategies as st_
-from mathrl.backend import Datum, TrainResult, check_datums, check_train_step
+from mathrl.adapter import Response
+from mathrl.backend import Completion, Datum, TrainResult, check_datums, check_train_step
+from mathrl.episodes import Episode, Turn
 from mathrl.grpo import (
     build_datum,
     episode_datum,
@@ -20,6 +23,7 @@ from mathrl.grpo import (
     minibatches,
     step_advantages,
 )
+from mathrl.rollout import datums_of
 from mathrl.step import combined
 
 
@@ -31,11 +35,30 @@ def test_advantages_sum_to_about_zero(rewards_G: list[float]) -> None:
     assert abs(math.fsum(advantages_G)) <= 1e-9 * scale * len(rewards_G)
 
 
-@given(st_.rewards, st_.reward_groups)
-def test_a_constant_group_gets_exact_zeros_and_is_dropped(r: float, shape: list[float]) -> None:
+def one_turn(tokens_T: Sequence[int]) -> Episode:
+    """An episode of one turn in which the model wrote `tokens_T`."""
+    return Episode((Turn(Completion(tuple(tokens_T), (-0.5,) * len(tokens_T)), Response("")),))
+
+
+@given(st_.rewards, st_.reward_groups, st_.reward_groups, st.booleans())
+def test_a_constant_group_gets_exact_zeros_and_is_dropped(
+    r: float, shape: list[float], other_G: list[float], constant_first: bool
+) -> None:
+    assume(not is_constant_group(other_G))
     rewards_G = [r] * len(shape)
     assert is_constant_group(rewards_G)
     assert group_advantages(rewards_G) == [0.0] * len(rewards_G)
+    # Beside a group that is not constant, in either order: none of its episodes gives a
+    # datum, and each of the other group's does. The prompts tell the groups apart.
+    groups = [([1, 1], rewards_G), ([2, 2], other_G)]
+    if not constant_first:
+        groups.reverse()
+    prompts_P_T = [prompt_T for prompt_T, _ in groups]
+    rewards_P_G = [rewards for _, rewards in groups]
+    episodes_P_G = [[one_turn([5, 6]) for _ in rewards] for rewards in rewards_P_G]
+    advantages_P_G = step_advantages(rewards_P_G)
+    datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G)
+    assert [d.model_input for d in datums_D] == [(2, 2, 5)] * len(other_G)
 
 
 @given(st_.reward_groups)

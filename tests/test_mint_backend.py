@@ -1,6 +1,6 @@
 """MintBackend over the fake mint surface: the contract, translation, errors, deadlines.
 
-Nothing here touches a network: the service is `fake_mint` (beside this file),
+Nothing here touches a network: the service is `doubles.fake_mint`,
 which takes and returns real `mint.types` and refuses what MinT refuses.
 """
 
@@ -28,7 +28,7 @@ import strategies as st_
 from backend_contract import check_backend
 from cli_process import user_env
 from conftest import math_references
-from fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
+from doubles.fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
 from mathrl.backend import (
     BackendError,
     BackendUnreachable,
@@ -109,7 +109,7 @@ def test_open_backend_with_an_injected_service_passes_the_contract(
 
 def test_the_tokenizer_is_the_hf_one_adapted(make_server: ServerFactory) -> None:
     tok = backend_on(make_server()).tokenizer
-    assert (tok.eos_token_id, tok.vocab_size, tok.eos_text) == (EOS, 257, EOS_TEXT)
+    assert (tok.eos_token_id, tok.vocab_size, tok.decode_special(EOS)) == (EOS, 257, EOS_TEXT)
     assert tok.decode([*tok.encode("A: 42\n"), EOS]) == "A: 42\n"  # EOS is not text
 
 
@@ -173,8 +173,17 @@ def test_sequences_without_logprobs_are_an_error_not_zeros(make_server: ServerFa
 
 def test_a_dropped_stop_shows_in_the_completions(make_server: ServerFactory) -> None:
     # The seed's `stop_token_ids=` was dropped without a word; the fake can do the same.
-    completions = sample(make_server(drop_stop=True), SampleParams(8, 1.0, ("\n",), seed=3))
-    assert any(len(c.tokens) == 8 for c in completions)
+    params = SampleParams(8, 1.0, ("\n",), seed=3)
+    kept = sample(make_server(), params)
+    dropped = sample(make_server(drop_stop=True), params)
+    decode = FakeHFTokenizer().decode  # EOS shows as its text
+    # The same draws either way. Seed 3's third completion writes "\n": with the stop kept it
+    # ends there; dropped, it goes on past it (to EOS). The other two never write "\n".
+    assert [decode(list(c.tokens)).count("\n") for c in kept] == [0, 0, 1]
+    assert decode(list(kept[2].tokens)) == " 42\n"
+    assert decode(list(dropped[2].tokens)) == " 42\n" + EOS_TEXT
+    assert dropped[2].tokens[: len(kept[2].tokens)] == kept[2].tokens
+    assert dropped[:2] == kept[:2]
 
 
 class OddSamplingClient:

@@ -2,7 +2,7 @@
 
 Each test runs `python -m mathrl` in this process (`run_main`) on the mint
 backend: the real `tinker.ServiceClient` (its retries, futures, heartbeats and
-telemetry) over real httpx HTTP, against `fake_mint_http.FakeMintHTTP` on
+telemetry) over real httpx HTTP, against `doubles.fake_mint_http.FakeMintHTTP` on
 127.0.0.1. Only the SDK's tokenizer download is replaced, by the fake's
 tokenizer. First the run without faults, then the same run with the service
 down for 60 s from step 2's forward_backward on (the state was saved at step 0
@@ -38,8 +38,8 @@ from tinker.lib.public_interfaces import training_client
 
 from cli_process import Result, run_main
 from conftest import math_references
-from fake_mint import FakeHFTokenizer
-from fake_mint_http import FakeMintHTTP, OutageMode
+from doubles.fake_mint import FakeHFTokenizer
+from doubles.fake_mint_http import FakeMintHTTP, OutageMode
 
 pytestmark = [
     pytest.mark.slow,

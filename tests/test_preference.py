@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cli_process import run_main
+from conftest import checks_passed
 from mathrl.adapter import Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
@@ -20,7 +21,6 @@ from mathrl.tasks.preference import (
     prefer,
     sentences,
 )
-from mathrl.testing import check_adapter
 from mathrl_fakes import FakeBackend
 
 SKY = next(q for q in QUESTIONS if q.text == "Why is the sky blue?")
@@ -85,7 +85,8 @@ def test_win_rates_average_one_half_whatever_the_scores(scores: list[int]) -> No
 
 
 def test_the_preference_task_passes_check_adapter_and_learns_on_the_fake(tmp_path: Path) -> None:
-    assert check_adapter(PreferenceChat(), learns=True).startswith("task 'preference'")
+    # One check more with learns=True: a 20-step run on the fake, which learned.
+    assert checks_passed(PreferenceChat(), learns=True) == checks_passed(PreferenceChat()) + 1
     config = TrainConfig(steps=20)
     backend = FakeBackend.for_run(
         PreferenceChat(), run_problems(PreferenceChat(), config), checkpoint_dir=tmp_path

@@ -14,7 +14,7 @@ import pytest
 
 import mathrl.service.mint_backend
 from cli_process import run_main
-from fake_mint import FakeMintServer
+from doubles.fake_mint import FakeMintServer
 from mathrl import TrainConfig, run_grpo, run_problems
 from mathrl.checkpoints import checkpoint_name
 from mathrl.cli.settings import SETTINGS, default_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import pytest
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import strategies as st_
 from mathrl.adapter import Response, Reward
 from mathrl.resolved import as_task
-from mathrl.rewards import TaskError, response_of, reward_total, rewards_of
+from mathrl.rewards import TaskError, group_rewards, response_of, reward_total, rewards_alone
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import ByteTokenizer
 
@@ -93,6 +93,22 @@ def test_the_total_of_named_parts_is_their_sum(parts: dict[str, float]) -> None:
 # -- calling the task's reward ----------------------------------------------------------
 
 
+async def right_here(method: str, given: object, fn: Callable[[], Any]) -> Any:
+    """A `Work` that runs the call on the event loop (where `Player` would use its pool)."""
+    return fn()
+
+
+def scores(
+    adapter: MathAdapter, problem: AdditionProblem, responses: Sequence[Response]
+) -> list[tuple[float, dict[str, float]]]:
+    """A group's (total, parts) as `Player` asks for them: the group at once from a task that
+    scores groups (`group_rewards`), else one `compute_reward` a response (`rewards_alone`)."""
+    task = as_task(adapter)
+    if task.rewards_groups:
+        return asyncio.run(group_rewards(task, problem, responses, right_here, None))
+    return rewards_alone(task, problem, responses)
+
+
 class Counting(MathAdapter):
     """Counts its calls; the same response to one problem must be scored once."""
 
@@ -108,11 +124,8 @@ def test_identical_responses_are_scored_once_and_parts_are_summed() -> None:
     adapter = Counting()
     problem = AdditionProblem(40, 2)
     same = [Response(" 42\n", "stop", "\n")] * 3
-    scores = asyncio.run(
-        rewards_of(as_task(adapter), [problem], [[*same, Response(" 4", "length")]])
-    )
-    assert scores.rewards_P_G == [[1.0, 1.0, 1.0, 0.0]]
-    assert scores.parts_P_G == [[{}, {}, {}, {}]]
+    scored = rewards_alone(as_task(adapter), problem, [*same, Response(" 4", "length")])
+    assert scored == [(1.0, {}), (1.0, {}), (1.0, {}), (0.0, {})]
     assert adapter.calls == 2
 
 
@@ -126,11 +139,10 @@ class Parts(MathAdapter):
 def test_a_reward_in_parts_trains_on_their_sum() -> None:
     problem = AdditionProblem(40, 2)
     responses = [Response(" 42\n", "stop", "\n"), Response(" 7\n", "stop", "\n")]
-    scores = asyncio.run(rewards_of(as_task(Parts()), [problem], [responses]))
     # 1.0 + 0.25 and 0.0 + 0.25
-    assert scores.rewards_P_G == [[1.25, 0.25]]
-    assert scores.parts_P_G == [
-        [{"correct": 1.0, "format": 0.25}, {"correct": 0.0, "format": 0.25}]
+    assert rewards_alone(as_task(Parts()), problem, responses) == [
+        (1.25, {"correct": 1.0, "format": 0.25}),
+        (0.25, {"correct": 0.0, "format": 0.25}),
     ]
 
 
@@ -161,8 +173,8 @@ def test_a_group_reward_scores_each_group_at_once(adapter: MathAdapter) -> None:
     problems = [AdditionProblem(1, 1), AdditionProblem(2, 2)]
     groups = [[Response("ccc"), Response("a"), Response("bb")], [Response("x")]]
     Ranking.seen.clear()
-    scores = asyncio.run(rewards_of(as_task(adapter), problems, groups))
-    assert scores.rewards_P_G == [[2.0, 0.0, 1.0], [0.0]]
+    scored = [scores(adapter, p, g) for p, g in zip(problems, groups, strict=True)]
+    assert [[total for total, _ in g] for g in scored] == [[2.0, 0.0, 1.0], [0.0]]
     assert Ranking.seen == [(1, 3), (2, 1)]
 
 
@@ -226,7 +238,7 @@ class Infinite(MathAdapter):
 def test_a_task_that_fails_raises_one_line_naming_it(adapter: MathAdapter, message: str) -> None:
     responses = [Response(" forty-two", "length"), Response(" 42\n", "stop", "\n")]
     with pytest.raises(TaskError, match=message) as excinfo:
-        asyncio.run(rewards_of(as_task(adapter), [AdditionProblem(40, 2)], [responses]))
+        scores(adapter, AdditionProblem(40, 2), responses)
     assert "\n" not in str(excinfo.value)
     assert excinfo.value.task_identity.endswith(f":{type(adapter).__qualname__}")
 
@@ -238,7 +250,7 @@ def test_a_task_that_fails_raises_one_line_naming_it(adapter: MathAdapter, messa
 def test_a_task_error_names_the_method_that_failed(adapter: MathAdapter, method: str) -> None:
     responses = [Response(" forty-two", "length")]
     with pytest.raises(TaskError) as excinfo:
-        asyncio.run(rewards_of(as_task(adapter), [AdditionProblem(40, 2)], [responses]))
+        scores(adapter, AdditionProblem(40, 2), responses)
     assert excinfo.value.method == method
 
 
@@ -250,7 +262,7 @@ class Verbose(MathAdapter):
 def test_a_task_errors_line_cuts_a_long_error_at_200_and_a_long_input_at_60() -> None:
     response = Response("y" * 100, "length")
     with pytest.raises(TaskError) as excinfo:
-        asyncio.run(rewards_of(as_task(Verbose()), [AdditionProblem(40, 2)], [[response]]))
+        scores(Verbose(), AdditionProblem(40, 2), [response])
     # The error's first 200 of 250 characters; the input's first 60 of 100, quoted.
     assert str(excinfo.value) == (
         f"task 'addition' failed: compute_reward raised ValueError: {'x' * 200}... "

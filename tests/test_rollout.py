@@ -17,7 +17,7 @@ from mathrl.episodes import Episode, Turn
 from mathrl.evaluation import Evaluation, evaluate
 from mathrl.report import EvalMetrics, Sample, SampleGroup
 from mathrl.resolved import as_task
-from mathrl.rewards import response_of, rewards_of
+from mathrl.rewards import response_of
 from mathrl.rollout import (
     Rollout,
     datums_of,
@@ -63,8 +63,6 @@ def one_turn(completion: Completion) -> Episode:
 
 def test_problems_prompts_groups_and_rewards_that_do_not_line_up_are_refused() -> None:
     one = one_turn(Completion((1,), (-0.5,)))
-    with pytest.raises(ValueError, match="zip"):
-        asyncio.run(rewards_of(TASK, [AdditionProblem(1, 2)], []))
     with pytest.raises(ValueError, match="zip"):
         datums_of([[1]], [], [], [])
     # A group of two completions but one advantage, in a group that trains.

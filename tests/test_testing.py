@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
+from conftest import checks_passed
 from mathrl.adapter import Response, Reward
 from mathrl.backend import Backend, Datum, TrainResult
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.rollout import RunProblems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
-from mathrl.testing import check_adapter, random_texts
+from mathrl.testing import WRONG, check_adapter, random_texts
 from mathrl_fakes import FakeBackend, RecordingBackend
 
 
@@ -268,16 +269,30 @@ def test_rewards_may_require_the_closing_sentinel_and_come_in_parts() -> None:
         "correct": 0.0,
         "format": 0.5,
     }
-    assert check_adapter(task).startswith("task 'NeedsItsSentinel'")
+    # Every check the addition task gets, passed: scored as the task asks a completion to end
+    # (at its stop), the reference earns full marks, where a wrong answer earns the format part.
+    assert checks_passed(task) == checks_passed(MathAdapter())
 
 
 def test_a_pairwise_judge_passes_sync_or_async() -> None:
-    assert check_adapter(LongerWins()).startswith("task 'LongerWins'")
-    assert check_adapter(AsyncLongerWins()).startswith("task 'AsyncLongerWins'")
+    # The async judge gets every check the plain one does, both of them the laws of a group
+    # reward (deterministic, permutation-equivariant) that a reward of one completion skips.
+    assert checks_passed(AsyncLongerWins()) == checks_passed(LongerWins())
+    assert checks_passed(LongerWins()) > checks_passed(MathAdapter())
 
 
 def test_a_task_with_one_answer_is_still_checked_against_wrong_text() -> None:
-    assert check_adapter(OneAnswer()).startswith("task 'OneAnswer'")
+    scored: set[str] = set()
+
+    class Recorded(OneAnswer):
+        def compute_reward(self, completion: str, problem: int) -> float:
+            scored.add(str(completion))
+            return super().compute_reward(completion, problem)
+
+    checks_passed(Recorded())
+    # No problem's reference differs from " yes": the reference with a digit added stands in
+    # for another's, beside the wrong texts every task is given (each ended at the stop).
+    assert {f"{wrong}\n" for wrong in (" yes0", *WRONG)} <= scored
 
 
 def test_something_that_is_not_an_adapter_fails_with_one_violation() -> None:
@@ -304,7 +319,7 @@ def test_the_learning_check_trains_on_the_backend_it_is_given(tmp_path: Path) ->
         )
         return made[-1]
 
-    assert check_adapter(MathAdapter(), learns=learns_on).startswith("task 'addition'")
+    assert checks_passed(MathAdapter(), learns=learns_on) == checks_passed(MathAdapter()) + 1
     (backend,) = made
     assert len(backend.trained) >= 15  # 20 steps, each trained on unless every group was equal
 

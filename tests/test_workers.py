@@ -51,9 +51,9 @@ def test_a_call_past_its_timeout_fails_and_the_pool_goes_on() -> None:
     assert after == "served"
 
 
-def test_inline_workers_run_each_call_on_the_loop_thread() -> None:
+def test_a_pool_of_no_threads_runs_each_call_on_the_loop_thread() -> None:
     loop_thread = threading.current_thread()
-    workers = Workers.inline()
+    workers = Workers(size=0)
     (where,) = run_in(workers, threading.current_thread)
     assert where is loop_thread
     assert workers.size == 0

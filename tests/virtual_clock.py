@@ -27,8 +27,9 @@ from typing import Any, TypeVar
 from mathrl.workers import Workers
 
 T = TypeVar("T")
-INLINE = Workers.inline()
-"""Workers for a run on this loop: rewards on the loop itself, never in a thread."""
+INLINE = Workers(size=0)
+"""Workers for a run on this loop: rewards on the loop itself, never in a thread (time spent
+in a thread would let the clock jump past other timers)."""
 
 
 class _JumpingSelector(selectors.BaseSelector):

@@ -29,8 +29,6 @@ from mathrl.backend import (
     BackendError,
     Datum,
     TrainResult,
-    check_datums,
-    check_learning_rate,
     check_train_step,
 )
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
@@ -145,21 +143,6 @@ class FakeBackend(ServiceCalls):
             return TrainResult(loss=metrics["loss:sum"], metrics=metrics)
 
         return asyncio.ensure_future(both())
-
-    async def submit_forward_backward(
-        self, datums_D: Sequence[Datum], loss: Loss = IMPORTANCE_SAMPLING
-    ) -> Awaitable[dict[str, float]]:
-        """forward_backward alone (beyond the protocol): accumulate the gradient; its metrics."""
-        check_datums(datums_D, VOCAB_SIZE)
-        datums = list(datums_D)
-        return self.training_call(
-            "forward_backward", lambda: self.model.forward_backward(datums, loss), size=len(datums)
-        )
-
-    async def submit_optim_step(self, learning_rate: float) -> Awaitable[None]:
-        """optim_step alone (beyond the protocol): one Adam step."""
-        check_learning_rate(learning_rate)
-        return self.training_call("optim_step", lambda: self.model.optim_step(learning_rate))
 
     async def submit_save_for_sampler(self, name: str) -> Awaitable[str]:
         _check_name(name)

@@ -11,7 +11,7 @@ completion) works unchanged. `mathrl.tasks` holds the built-in tasks and
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias, TypeVar
 
@@ -255,7 +255,3 @@ class Adapter(Protocol[ProblemT]):
         that earn full credit, never the mean reward.
         """
         ...
-
-
-GroupRewards: TypeAlias = Sequence[Reward] | Awaitable[Sequence[Reward]]
-"""What `compute_group_rewards` returns: the group's rewards, in its order (or their awaitable)."""

@@ -1,11 +1,16 @@
 """From sampled tokens to rewards: how each completion ended, and what the task made of it.
 
-For: the step, evaluation and `check_adapter`, which all score completions
-the same way. `response_of` is pure; `rewards_of` calls the task's own
-reward (`compute_reward`, or `compute_group_rewards` for a whole group, plain
-or `async`). A task's method that raises, or returns what is not a reward,
-raises `TaskError`: one line naming the task, the method, the error and a
-shortened input, so a run can stop cleanly.
+For: `mathrl.episodes.Player`, which scores every episode that the step
+and evaluation play. As each turn comes back it calls `response_of` (pure:
+the text, and how sampling ended it); then, in its worker pool, the task's
+own reward: `rewards_alone` for a group of one-turn episodes
+(`compute_reward`, once per distinct response), `reward_of` for the last
+turn of a longer episode, or `group_rewards` for a task that scores whole
+groups (`compute_group_rewards`, plain or `async`). A task's method that
+raises, or returns what is not a reward, raises `TaskError`: one line naming
+the task, the method, the error and a shortened input, so a run can stop
+cleanly. Not for: `check_adapter`, which calls the task's methods itself to
+report what is wrong rather than raise, and shares only `reward_total`.
 """
 
 from __future__ import annotations
@@ -14,8 +19,6 @@ import asyncio
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
 from typing import Any, TypeGuard, TypeVar
 
 from mathrl.adapter import Response
@@ -52,14 +55,6 @@ def _task_error(message: str, identity: str, method: str, late: bool) -> TaskErr
     Exception.__init__(error, message)
     error.task_identity, error.method, error.late = identity, method, late
     return error
-
-
-@dataclass(frozen=True, slots=True)
-class Scores:
-    """A group's (or batch's) rewards: each completion's total, and its named parts."""
-
-    rewards_P_G: list[list[float]]
-    parts_P_G: list[list[dict[str, float]]]
 
 
 def response_of(
@@ -110,36 +105,6 @@ Work = Callable[[str, object, Callable[[], Any]], Awaitable[Any]]
 """Runs a task's call somewhere (a worker pool): `work(method, given, fn)` returns `fn()`."""
 
 
-async def _inline(method: str, given: object, fn: Callable[[], Any]) -> Any:
-    return fn()
-
-
-async def rewards_of(
-    task: Task[P],
-    problems_P: Sequence[P],
-    responses_P_G: Sequence[Sequence[Response]],
-    work: Work = _inline,
-) -> Scores:
-    """Each completion's reward and parts, from the task's own reward.
-
-    One reward a completion (`compute_reward`): identical responses to one
-    problem are scored once, which changes nothing but the cost (rewards are
-    pure), and that matters for rewards that run code. A task that scores
-    groups (`compute_group_rewards`) is asked once per problem. `work` runs
-    each problem's scoring (by default right here, one after another).
-    """
-    rewards_P_G, parts_P_G = [], []
-    for problem, responses_G in zip(problems_P, responses_P_G, strict=True):
-        if task.rewards_groups:
-            totals = await group_rewards(task, problem, responses_G, work)
-        else:
-            alone = partial(rewards_alone, task, problem, responses_G)
-            totals = await work("compute_reward", list(responses_G), alone)
-        rewards_P_G.append([t for t, _ in totals])
-        parts_P_G.append([p for _, p in totals])
-    return Scores(rewards_P_G, parts_P_G)
-
-
 def response_key(response: Response) -> tuple[object, ...]:
     """What a response is to a pure reward: its text, how it ended, and at which turn."""
     return (str(response), response.ended, response.stop, response.turn)
@@ -166,8 +131,8 @@ async def group_rewards(
     task: Task[P],
     problem: P,
     responses_G: Sequence[Response],
-    work: Work = _inline,
-    timeout: float | None = None,
+    work: Work,
+    timeout: float | None,
 ) -> list[tuple[float, dict[str, float]]]:
     """The group's rewards from `compute_group_rewards`: plain (run by `work`) or `async`.
 

@@ -148,7 +148,14 @@ def default_size() -> int:
 
 
 class Workers:
-    """A pool of daemon threads for a task's calls, awaited from the event loop."""
+    """A pool of daemon threads for a task's calls, awaited from the event loop.
+
+    `size` threads, one per core by default. With `size=0` there are none: each
+    call runs on the event loop itself as it is awaited, untimed, and the rollout
+    runs a `work_in_processes` task's calls in this process and an `async` group
+    reward without a limit too (for a loop whose clock is virtual, where time
+    spent in a thread would let the clock jump past other timers).
+    """
 
     def __init__(self, size: int | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         if size is not None and size < 0:
@@ -169,15 +176,6 @@ class Workers:
         self._busy = 0  # calls queued or running
         self._idle = threading.Condition(self._lock)
         self._kept: dict[str, Closable] = {}
-
-    @classmethod
-    def inline(cls) -> Workers:
-        """No threads: each call runs on the event loop itself, one after another, untimed.
-
-        For a loop whose clock is virtual (tests), where time spent in a thread
-        would let the clock jump past other timers.
-        """
-        return cls(size=0)
 
     async def run(self, fn: Callable[[], T], calls: int = 1) -> T:
         """`fn()` on a worker thread; `Late` (a TimeoutError) if it runs longer than `calls`

@@ -42,8 +42,6 @@ class HFTokenizer:
             raise BackendError("the model's tokenizer has no EOS token; sampling needs one")
         self._hf = hf
         self._eos = hf.eos_token_id
-        self.eos_text = hf.decode([self._eos])
-        """The EOS token as text, for stop strings."""
         self._end_of_turn: int | None = None
         self._history_ends: dict[str, int] = {}
         """End-of-turn tokens of `render_reply`'s short history, by template options."""

@@ -11,7 +11,7 @@ seed-0 run (no fill-batch, no KL) into one plot with `python -m mathrl plot`.
 What it shows is the fake's behaviour: a tiny policy of a few hundred
 parameters on a table of reference answers. It is no claim about real models.
 
-Usage: python tests/ablation.py [--out FOLDER] [--steps N] [--seeds K]
+Usage: python tests/bench/ablation.py [--out FOLDER] [--steps N] [--seeds K]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The run folder's files, read back: torn lines, bad files, what resume needs."""
+"""`mathrl.cli.run_folder`'s files, read back: torn lines, bad files, what resume needs."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Reward work against sampling, on the real clock, is in `bench_rewards.py`.
 
-Run it with `nox -s bench` (or `python tests/benchmark.py --help`). It is not
+Run it with `nox -s bench` (or `python tests/bench/benchmark.py --help`). It is not
 part of the test suite: it prints markdown tables, then a table of every
 target, and exits 1 if one is missed. Its assertions only check that the
 runs it compares are comparable: the serial reference loop trains on the same
@@ -12,7 +12,7 @@ change nothing that is trained.
 Latency model (FakeBackend's `latency` knob): every call costs one round trip
 L from submission to result; calls in flight overlap freely; training-side
 calls complete in submission order; creating a sampler costs one round trip.
-The step times are measured on a virtual clock (see `virtual_clock.py`), where
+The step times are measured on a virtual clock (see `tests/virtual_clock.py`), where
 waiting costs exactly its simulated latency and CPU costs nothing: on a busy
 two-core machine, the fake's own compute at 256 x 16 exceeds 50 ms, and a real
 clock would time that instead of the round trips. One row is also timed with
@@ -57,19 +57,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Run as a script: the tests' folder, for `bench` and `virtual_clock`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mathrl_fakes.fake_backend as fake_module
-from bench_rewards import reward_overlap_table
-from mathrl.backend import Datum
+from bench.bench_rewards import reward_overlap_table
+from mathrl.backend import Datum, check_train_step
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
-from mathrl.episodes import Episode, Turn
+from mathrl.episodes import Player
 from mathrl.grpo import step_advantages
 from mathrl.loop import run_grpo_async
 from mathrl.report import EvalMetrics, Observer, StepMetrics
 from mathrl.resolved import Task, as_task
-from mathrl.rewards import response_of, rewards_of
 from mathrl.rollout import datums_of, prompt_tokens, request_seed, run_problems, sample_params
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, FakeModel, RecordingBackend
@@ -156,10 +156,11 @@ async def run_serial_async(
 ) -> None:
     """The seed's schedule: each call is awaited before the next one is sent.
 
-    It samples with the same seeds as `run_grpo_async`, so on the same fake it
-    trains on the same datums, one round trip at a time. Like the seed, it
-    waits on forward_backward before it submits optim_step, using the fake's
-    separate service calls, and it saves no training state.
+    It samples with the same seeds as `run_grpo_async` and plays each problem's
+    group with the same `Player` (its rewards on the loop), so on the same fake
+    it trains on the same datums, one round trip at a time. Like the seed, it
+    waits on forward_backward before it submits optim_step (`seed_update`),
+    and it saves no training state.
     """
     adapter = task.adapter
     trained_through = 0
@@ -169,6 +170,7 @@ async def run_serial_async(
         name = checkpoint_name(task, config, trained_through)
         path = await (await backend.submit_save_for_sampler(name))
         sampler = await backend.create_sampler(path)
+        player = Player(backend.tokenizer, sampler, task, INLINE)
         problems_P = adapter.build_dataset(config.seed, step, config.batch)
         prompts_P = [adapter.make_prompt(p) for p in problems_P]
         prompts_P_T = [prompt_tokens(backend.tokenizer, task, prompt) for prompt in prompts_P]
@@ -177,29 +179,33 @@ async def run_serial_async(
             zip(problems_P, prompts_P, prompts_P_T, strict=True)
         ):
             params = sample_params(task, config, prompt, request_seed(config.seed, step, i))
-            completions_G = await sampler.sample(prompt_T, config.group, params)
-            responses_G = [
-                response_of(backend.tokenizer, c.tokens, params.stop, False) for c in completions_G
-            ]
-            scores = await rewards_of(task, [problem], [responses_G])
-            episodes_P_G.append(
-                [
-                    Episode((Turn(c, r),), reward, parts)
-                    for c, r, reward, parts in zip(
-                        completions_G, responses_G, scores.rewards_P_G[0], scores.parts_P_G[0],
-                        strict=True,
-                    )
-                ]
-            )  # fmt: skip
+            episodes_P_G.append(await player.group(problem, prompt, prompt_T, config.group, params))
         rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
         advantages_P_G = step_advantages(rewards_P_G)
         datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G)
         if datums_D:
             recorder.trained.append(datums_D)
             recorder.train_submitted_at.append(asyncio.get_running_loop().time())
-            await (await backend.submit_forward_backward(datums_D))
-            await (await backend.submit_optim_step(config.lr))
+            await seed_update(backend, datums_D, config)
             trained_through = step
+
+
+async def seed_update(backend: FakeBackend, datums_D: list[Datum], config: TrainConfig) -> None:
+    """The seed's update: forward_backward, awaited, then optim_step, awaited.
+
+    Two calls on the fake's training side, one round trip each, where the
+    `Backend` protocol's `submit_train_step` submits both at once. They train
+    the fake's model exactly as that does (`config.loss_fn`, then Adam at
+    `config.lr`), after the same checks.
+    """
+    check_train_step(datums_D, config.lr, backend.tokenizer.vocab_size)
+    model = backend.model
+    await backend.training_call(
+        "forward_backward",
+        lambda: model.forward_backward(datums_D, config.loss_fn),
+        size=len(datums_D),
+    )
+    await backend.training_call("optim_step", lambda: model.optim_step(config.lr))
 
 
 class Collected(Observer):
@@ -422,9 +428,8 @@ class FakeComputeTimer:
         (FakeBackend, "save"),  # sampler and full-state checkpoints
         (FakeBackend, "restore"),
         (FakeBackend, "open_sampler"),
-        # The service's checks of a train step, as the module-level names the fake calls.
+        # The service's check of a train step, as the module-level name the fake calls.
         (fake_module, "check_train_step"),
-        (fake_module, "check_datums"),
     )
 
     def __init__(self) -> None:

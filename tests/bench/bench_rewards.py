@@ -1,4 +1,4 @@
-"""Benchmark, part of `tests/benchmark.py`: reward work against sampling, on the real clock.
+"""Benchmark, part of `tests/bench/benchmark.py`: reward work against sampling, on the real clock.
 
 The code task at 32 problems x 8 samples with the fake backend's round trip
 L. Steps 1-3 from one sampler (so every variant samples the same
@@ -49,7 +49,7 @@ from mathrl.adapter import Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo_async
 from mathrl.resolved import Task, as_task
-from mathrl.rewards import rewards_of
+from mathrl.rewards import rewards_alone
 from mathrl.rollout import Rollout, run_problems
 from mathrl.step import sample_and_score
 from mathrl.tasks.code.sandbox import WARM_SANDBOXES, call_function, warm_of
@@ -94,21 +94,23 @@ async def one_latency(latency: float, folder: Path, cores: int) -> list[tuple[fl
                 tokenizer = backend.tokenizer
                 return lambda: sample_and_score(tokenizer, sampler, task, config, step, pool)
 
-            sampling, _ = await timed(go(free, Workers.inline()))
+            sampling, _ = await timed(go(free, Workers(size=0)))
             run.cache_clear()
             stepped, batch = await timed(go(code, workers))
             run.cache_clear()
-            serial = await serial_rewards(code, config, step, batch)
+            serial = serial_rewards(code, config, step, batch)
             rows.append((sampling, serial, stepped))
     return rows
 
 
-async def serial_rewards(task: Task[Any], config: TrainConfig, step: int, batch: Rollout) -> float:
-    """The step's rewards one after another, on this thread."""
+def serial_rewards(task: Task[Any], config: TrainConfig, step: int, batch: Rollout) -> float:
+    """The step's rewards one after another, on this thread (the code task scores each
+    completion alone: `compute_reward`, once per distinct response, as the rollout does)."""
     problems = task.adapter.build_dataset(config.seed, step, config.batch)
     responses: list[list[Response]] = batch.responses_P_G
     started = time.perf_counter()
-    await rewards_of(task, problems, responses)
+    for problem, responses_G in zip(problems, responses, strict=True):
+        rewards_alone(task, problem, responses_G)
     return time.perf_counter() - started
 
 

@@ -63,7 +63,7 @@ import tinker
 from tinker import types
 from tinker.types.save_weights_for_sampler_request import SaveWeightsForSamplerRequest
 
-from fake_mint import FakeMintServer
+from doubles.fake_mint import FakeMintServer
 from mathrl_fakes import FakeSampler, PromptKey, Reference
 
 API = "/api/v1"

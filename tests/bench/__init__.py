@@ -1,0 +1,12 @@
+"""Tools, not tests: they run mathrl on the fake backend and print Markdown tables.
+
+- `benchmark`: a GRPO step's cost in round trips, the client's own overhead,
+  peak memory and learning on the fake; it exits 1 if a target is missed
+  (`nox -s bench`, or `python tests/bench/benchmark.py --help`).
+  `bench_rewards` is its part on reward work against sampling, on the real
+  clock.
+- `ablation`: each loss, with and without `--fill-batch`, with and without
+  KL (`nox -s ablation`, or `python tests/bench/ablation.py --help`).
+
+pytest collects nothing here.
+"""

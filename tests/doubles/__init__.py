@@ -1,0 +1,7 @@
+"""Stand-ins for MinT that only the tests use (the shipped fake is `mathrl_fakes`).
+
+- `fake_mint`: the mint SDK's client surface in process (`FakeMintServer`),
+  for driving `mathrl.service.mint_backend` offline.
+- `fake_mint_http`: the MinT REST API on a loopback port (`FakeMintHTTP`),
+  for driving the real SDK over HTTP, outages included.
+"""
