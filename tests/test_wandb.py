@@ -145,3 +145,28 @@ def test_a_run_mirrored_elsewhere_resumes_without_wandb_installed(
         resumed.stderr
     )
     assert resumed.stdout.splitlines()[1].startswith("Step 3:")
+
+
+NO_LOGIN = {"WANDB_MODE": "online", "WANDB_API_KEY": ""}  # and HOME has no .netrc
+
+
+def test_a_wandb_run_that_cannot_start_leaves_no_folder_and_no_stdout(tmp_path: Path) -> None:
+    args = ["--backend", "fake", "--steps", "1", "--log-dir", "X", "--wandb", "mathrl-test"]
+    refused = run_cli(tmp_path, *args, **NO_LOGIN)
+    assert refused.returncode == 2
+    assert refused.stdout == ""  # not even the `Model:` line
+    error = refused.stderr.splitlines()[-1]
+    assert error.startswith("mathrl: error: --wandb could not start a W&B run in project ")
+    assert error.endswith("run `wandb login`, or set WANDB_MODE=offline")
+    assert not (tmp_path / "X").exists()
+    # So the same command, offline, finds nothing in its way.
+    offline = run_cli(tmp_path, *args, WANDB_MODE="offline")
+    assert offline.returncode == 0, offline.stderr
+    # A resumed run keeps its folder, and the error says how to go on.
+    resumed = run_cli(tmp_path, "--resume", "X", "--steps", "2", "--wandb", "other", **NO_LOGIN)
+    assert resumed.returncode == 2
+    assert resumed.stdout == ""
+    assert resumed.stderr.splitlines()[-1].endswith(
+        "run `wandb login`, or set WANDB_MODE=offline; then resume with: "
+        "python -m mathrl --resume X"
+    )

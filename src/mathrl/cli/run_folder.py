@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,10 +58,12 @@ def _version() -> str:
 class RunFolder(Observer):
     """An open run folder: records each step, evaluation and save as it happens."""
 
-    def __init__(self, path: Path, log_samples: int = 2) -> None:
+    def __init__(self, path: Path, log_samples: int = 2, made: Sequence[Path] = ()) -> None:
         self.path = path
         self.log_samples = log_samples
         """How many groups of each step go into samples.jsonl."""
+        self._made = tuple(made)
+        """The folders `create` made, outermost first: `discard` removes them again."""
 
     @classmethod
     def for_python(
@@ -100,6 +103,7 @@ class RunFolder(Observer):
                 )
         else:
             path = _fresh(Path("runs") / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
+        made = [p for p in (path, *path.parents) if not p.exists()][::-1]
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -107,7 +111,7 @@ class RunFolder(Observer):
                 f"the run folder {path} cannot be created ({exc.strerror or exc}); "
                 "choose another with --log-dir or MINT_RL_LOG_DIR"
             ) from None
-        folder = cls(path, config.log_samples)
+        folder = cls(path, config.log_samples, made)
         settings = {
             **asdict(config.train),
             **{k: v for k, v in asdict(config).items() if k != "train"},
@@ -123,6 +127,18 @@ class RunFolder(Observer):
             }
         )
         return folder
+
+    def discard(self) -> None:
+        """Undo `create` for a run that did not start: the folder, if `create` made it (with
+        what W&B may have left in it), else its config.json; then the empty folders above it
+        that `create` made."""
+        if not self._made:  # the folder was there before: only what create wrote goes
+            (self.path / CONFIG).unlink(missing_ok=True)
+            return
+        shutil.rmtree(self.path, ignore_errors=True)
+        for made in reversed(self._made[:-1]):
+            with suppress(OSError):  # not empty: another run's folder is in it
+                made.rmdir()
 
     def note_preflight(self, line: str) -> None:
         """Add the task's preflight line (what it relies on, e.g. the sandbox's layers) to
