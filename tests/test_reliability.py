@@ -359,16 +359,18 @@ def test_stdout_that_cannot_be_written_ends_the_run_without_a_traceback(tmp_path
 # -- folders and files that are not what they should be ------------------------------------
 
 
-def test_a_checkpoint_folder_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+def test_a_checkpoint_folder_that_cannot_be_written_is_one_line_before_anything(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "mathrl-fake").write_text("a file where the folder should be")
-    done = run_main(tmp_path, "--backend", "fake", "--steps", "1")
-    assert done.returncode == 1
-    error, start_over = done.stderr.splitlines()[-2:]
-    assert error.startswith(
-        f"mathrl: error: cannot write the fake checkpoint {tmp_path}/mathrl-fake/"
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "1")  # the default folder
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"mathrl: error: the fake's checkpoint folder {tmp_path}/mathrl-fake cannot be written "
+        f"({tmp_path}/mathrl-fake is a file); choose another with --fake-checkpoints or "
+        "MINT_RL_FAKE_CHECKPOINTS\n"
     )
-    assert start_over.startswith("mathrl: no training state was saved; start the run over with: ")
-    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_hand_edited_checkpoint_is_refused_by_sample(tmp_path: Path) -> None:

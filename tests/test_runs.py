@@ -140,8 +140,11 @@ def test_a_log_dir_that_holds_a_run_or_cannot_be_made_is_refused(tmp_path: Path)
     (tmp_path / "file").write_text("")
     blocked = run_main(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "file/run")
     assert blocked.returncode == 2
-    assert "the run folder file/run cannot be created" in blocked.stderr
-    assert "Traceback" not in blocked.stderr
+    assert blocked.stderr == (
+        "mathrl: error: the run folder file/run cannot be created (file is a file); choose "
+        "another with --log-dir or MINT_RL_LOG_DIR\n"
+    )  # before the `Model:` line
+    assert blocked.stdout == ""
 
 
 # -- held-out evaluation --------------------------------------------------------------

@@ -45,7 +45,7 @@ from mathrl.cli.parsers import (
     tasks_parser,
     train_parser,
 )
-from mathrl.cli.run_folder import RunFolder, RunFolderError, read_run
+from mathrl.cli.run_folder import RunFolder, RunFolderError, check_new, read_run, unwritable
 from mathrl.cli.settings import (
     FAKE_FIELDS,
     SETTINGS,
@@ -132,10 +132,25 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     if plan.config.backend == "mint":
         api_key(env)
         base_url(env)
+    _check_folders(plan, new_run=args.resume is None)
     if plan.config.wandb_project is not None:
         check_installed()
     plan = replace(plan, preflight=_preflight(plan.task, plan.config.weak_sandbox))
     return asyncio.run(train(plan, env, __version__, _say))
+
+
+def _check_folders(plan: Plan, new_run: bool) -> None:
+    """The folders the run writes in, tried before anything is printed or made."""
+    if new_run:
+        check_new(plan.config.log_dir)
+    if plan.config.backend == "fake":
+        folder = plan.fake.checkpoint_folder
+        why = unwritable(folder)
+        if why is not None:
+            raise ConfigError(
+                f"the fake's checkpoint folder {folder} cannot be written ({why}); choose "
+                "another with --fake-checkpoints or MINT_RL_FAKE_CHECKPOINTS"
+            )
 
 
 def _recorded_mirror(recorded: Mapping[str, Any]) -> str | None:

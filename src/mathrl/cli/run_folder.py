@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
@@ -92,15 +93,9 @@ class RunFolder(Observer):
         `more_settings` are recorded beside the config's (the fake's knobs, say).
         """
         now = datetime.now(UTC)
+        check_new(config.log_dir)
         if config.log_dir is not None:
             path = Path(config.log_dir)
-            if path.exists() and not path.is_dir():
-                raise ConfigError(f"--log-dir must be a folder (got a file: {path})")
-            if (path / METRICS).exists() or (path / CONFIG).exists():
-                raise ConfigError(
-                    f"--log-dir {path} already holds a run; choose another folder, or continue "
-                    f"that run with `python -m mathrl --resume {path}`"
-                )
         else:
             path = _fresh(Path("runs") / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
         made = [p for p in (path, *path.parents) if not p.exists()][::-1]
@@ -192,6 +187,52 @@ class RunFolder(Observer):
             with self._writing(name + ".tmp", "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in kept)
             (self.path / (name + ".tmp")).replace(self.path / name)
+
+
+def check_new(log_dir: str | None) -> None:
+    """ConfigError unless a new run's folder can go at `log_dir` (None: under `runs/`).
+
+    Checked before a run starts, and again as the folder is made.
+    """
+    if log_dir is None:
+        path, holds_run = Path("runs"), False
+    else:
+        path = Path(log_dir)
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"--log-dir must be a folder (got a file: {path})")
+        holds_run = (path / METRICS).exists() or (path / CONFIG).exists()
+    if holds_run:
+        raise ConfigError(
+            f"--log-dir {path} already holds a run; choose another folder, or continue "
+            f"that run with `python -m mathrl --resume {path}`"
+        )
+    why = unwritable(path)
+    if why is not None:
+        raise ConfigError(
+            f"the run folder {path} cannot be created ({why}); "
+            "choose another with --log-dir or MINT_RL_LOG_DIR"
+        )
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why files cannot be made in `folder` (once it is made, if missing), or None.
+
+    Tried, not guessed: a file is made in the nearest folder that exists and
+    removed again. (`os.access` says yes to root even for /proc.)
+    """
+    try:
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+    except OSError as exc:  # e.g. a name too long
+        return exc.strerror or str(exc)
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    try:
+        handle, name = tempfile.mkstemp(dir=existing, prefix=".mathrl-can-write-")
+    except OSError as exc:
+        return f"cannot make a file in {existing}: {exc.strerror or exc}"
+    os.close(handle)
+    os.unlink(name)
+    return None
 
 
 def _fresh(path: Path) -> Path:

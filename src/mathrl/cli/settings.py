@@ -15,6 +15,7 @@ fake's: they live in `FakeOptions`, not in `Config`.
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -48,6 +49,13 @@ class FakeOptions:
     """The share of fake calls that fail transiently (seeded)."""
     fake_checkpoints: str | None = None
     """The folder of the fake's checkpoint files (None: `mathrl-fake` in the temp folder)."""
+
+    @property
+    def checkpoint_folder(self) -> Path:
+        """`fake_checkpoints`, or its default."""
+        if self.fake_checkpoints is not None:
+            return Path(self.fake_checkpoints)
+        return Path(tempfile.gettempdir()) / "mathrl-fake"
 
 
 FAKE_RULES = {

@@ -147,7 +147,7 @@ async def open_backend(
             first_step=plan.resume.step + 1 if plan.resume else 1,
             latency=plan.fake.fake_latency,
             fault_rate=plan.fake.fake_fault_rate,
-            checkpoint_dir=Path(plan.fake.fake_checkpoints) if plan.fake.fake_checkpoints else None,
+            checkpoint_dir=plan.fake.checkpoint_folder,
         )
     else:
         from mathrl.service.mint_backend import open_backend as open_mint
