@@ -309,3 +309,33 @@ def test_a_folder_is_tried_for_writing_not_guessed(tmp_path: Path) -> None:
     assert unwritable(Path("/proc/runs")) == (
         "cannot make a file in /proc: No such file or directory"
     )
+
+
+def test_sample_takes_a_run_folders_backend_task_and_model_from_its_record(
+    tmp_path: Path,
+) -> None:
+    trained = run_main(tmp_path, "--backend", "fake", "--adapter", "preference", "--steps", "1",
+                       "--log-dir", "P", "--base-model", "some/chat-model")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    # No MINT_API_KEY, no --backend, no --adapter: the folder says fake, preference, the model.
+    by_folder = run_main(tmp_path, "sample", "--model-path", "P", "--problems", "2")
+    assert by_folder.returncode == 0, by_folder.stderr
+    assert by_folder.stdout.splitlines()[0] == "Model: some/chat-model, Vocab: 257, Backend: fake"
+    # The same flags as the record change nothing; another value is refused, naming both.
+    same = run_main(tmp_path, "sample", "--model-path", "P", "--problems", "2",
+                    "--backend", "fake", "--adapter", "preference")  # fmt: skip
+    assert same.stdout == by_folder.stdout
+    for flags, recorded in [
+        (("--backend", "mint"), "--backend fake"),
+        (("--adapter", "addition"), "--adapter preference"),
+    ]:
+        refused = run_main(tmp_path, "sample", "--model-path", "P", *flags, MINT_API_KEY="sk-x")
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr == (
+            f"mathrl: error: {' '.join(flags)} cannot be given with --model-path P: the run "
+            f"folder's config.json records {recorded}; leave it out\n"
+        )
+    # The environment does not outvote the record (a flag is asked for that).
+    env = run_main(tmp_path, "sample", "--model-path", "P", "--problems", "2",
+                   MINT_RL_ADAPTER="addition", MINT_BASE_MODEL="other/model")  # fmt: skip
+    assert env.stdout == by_folder.stdout

@@ -284,19 +284,47 @@ def test_resume_refuses_what_would_change_training(tmp_path: Path) -> None:
             "--steps with --resume must be at least the run's 3 (got 2): it "
             "extends a run, and cannot shorten one",
         ),
-        (("--backend", "fake"), "--backend cannot be given with --resume"),
-        (("--lr", "1e-3", "--seed", "2"), "--lr, --seed cannot be given with --resume"),
+        (
+            ("--backend", "mint"),
+            "--backend mint cannot be given with --resume: X/config.json records --backend "
+            "fake, and a resumed run trains as it started; leave it out, or start a new run",
+        ),
+        (
+            ("--lr", "1e-3", "--seed", "2", "--batch", "10"),  # 10: the run's own batch
+            "--lr 0.001, --seed 2 cannot be given with --resume: X/config.json records --lr "
+            "0.0001, --seed 0, and a resumed run trains as it started; leave them out, or start "
+            "a new run",
+        ),
+        (
+            ("--max-tokens", "32"),
+            "--max-tokens 32 cannot be given with --resume: X/config.json records --max-tokens "
+            "unset (the task's), and a resumed run trains as it started; leave it out, or start "
+            "a new run",
+        ),
     ]:
         done = run_main(tmp_path, "--resume", "X", *args)
-        assert done.returncode == 2
-        assert message in done.stderr
+        assert (done.returncode, done.stderr) == (2, f"mathrl: error: {message}\n")
+    # What the record says already is no change: the run goes on.
+    same = (
+        "--backend",
+        "fake",
+        "--adapter",
+        "addition",
+        "--lr",
+        "0.0001",
+        "--mask-truncated",
+        "no",
+    )
+    extended = run_main(tmp_path, "--resume", "X", "--steps", "4", *same)
+    assert extended.returncode == 0, extended.stderr
+    assert extended.stdout.splitlines()[1].startswith("Step 4: ")
     nowhere = run_main(tmp_path, "--resume", "nowhere")
     assert nowhere.returncode == 2
     assert "--resume: nowhere is not a run folder" in nowhere.stderr
     finished = run_main(tmp_path, "--resume", "X", "--retries", "5")
     assert finished.returncode == 0
     assert finished.stdout.startswith("Saved: ")
-    assert "already finished all 3 steps" in finished.stderr
+    assert "already finished all 4 steps" in finished.stderr
 
 
 def test_resume_with_more_steps_extends_a_finished_run_as_if_it_had_asked_for_them(

@@ -36,6 +36,8 @@ from mathrl.cli.exit_codes import (
 )
 from mathrl.cli.loader import load_task
 from mathrl.cli.parsers import (
+    BACKENDS,
+    DEFAULTS_DECIDED_LATER,
     MAX_PROBLEMS,
     RESUMABLE,
     SAMPLE_FIELDS,
@@ -45,7 +47,15 @@ from mathrl.cli.parsers import (
     tasks_parser,
     train_parser,
 )
-from mathrl.cli.run_folder import RunFolder, RunFolderError, check_new, read_run, unwritable
+from mathrl.cli.run_folder import (
+    CONFIG,
+    RunFolder,
+    RunFolderError,
+    check_new,
+    read_run,
+    run_record,
+    unwritable,
+)
 from mathrl.cli.settings import (
     FAKE_FIELDS,
     SETTINGS,
@@ -55,11 +65,12 @@ from mathrl.cli.settings import (
     base_url,
     build_config,
     fake_options,
+    flag_values,
     worded,
 )
 from mathrl.cli.train import Plan, train
 from mathrl.cli.wandb_mirror import check_installed
-from mathrl.config import ConfigError
+from mathrl.config import DEFAULTS, ConfigError
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError
 from mathrl.tasks import BUILT_IN
@@ -139,6 +150,45 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return asyncio.run(train(plan, env, __version__, _say))
 
 
+def _refuse_changes(
+    values: Mapping[str, Any],
+    recorded: Mapping[str, Any],
+    given_with: str,
+    why: str,
+    otherwise: str = "",
+) -> None:
+    """ConfigError naming each of `values` (flags given, by field) that differs from the
+    run's record, with both values: a flag that repeats what the record says changes nothing.
+
+    `given_with` names the flag they came with; `why` says why the record wins (its
+    `{theirs}`: the recorded values), `otherwise` what else can be done.
+    """
+    flag = {**{s.field: s.flag for s in SETTINGS}, "backend": "--backend"}
+    changed = {
+        field: value
+        for field, value in values.items()
+        if _spec(value) != _spec(recorded.get(field, DEFAULTS.get(field)))
+    }
+    if changed:
+        ours = ", ".join(f"{flag[f]} {_worded(v, f)}" for f, v in changed.items())
+        theirs = ", ".join(f"{flag[f]} {_worded(recorded.get(f), f)}" for f in changed)
+        raise ConfigError(
+            f"{ours} cannot be given with {given_with}: {why.format(theirs=theirs)}; leave "
+            f"{'them' if len(changed) > 1 else 'it'} out{otherwise}"
+        )
+
+
+def _spec(value: object) -> object:
+    """A value as compared with the record: a built-in task's name is its module:Class."""
+    return BUILT_IN[value][0] if isinstance(value, str) and value in BUILT_IN else value
+
+
+def _worded(value: object, field: str) -> str:
+    if value is None:
+        return f"unset ({DEFAULTS_DECIDED_LATER.get(field, 'the default')})"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _check_folders(plan: Plan, new_run: bool) -> None:
     """The folders the run writes in, tried before anything is printed or made."""
     if new_run:
@@ -172,18 +222,15 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         point = record.resume_point()
     except RunFolderError as exc:
         raise ConfigError(f"--resume: {exc}") from None
-    extendable = (*RESUMABLE, "steps")  # --steps may extend the run (checked below)
-    changed = [
-        s.flag for s in SETTINGS if getattr(args, s.field) is not None and s.field not in extendable
-    ]
-    if args.backend is not None:
-        changed.append("--backend")
-    if changed:
-        raise ConfigError(
-            f"{', '.join(changed)} cannot be given with --resume: it would change training, "
-            f"whose settings come from {folder / 'config.json'}"
-        )
     recorded = record.config["settings"]
+    fixed = [s.field for s in SETTINGS if s.field not in (*RESUMABLE, "steps")]  # steps: extends
+    _refuse_changes(
+        {**flag_values(_flags(args), fixed), **({"backend": args.backend} if args.backend else {})},
+        recorded,
+        "--resume",
+        f"{folder / CONFIG} records {{theirs}}, and a resumed run trains as it started",
+        ", or start a new run",
+    )
     reliability = build_config(_flags(args), env, only=RESUMABLE, backend=recorded.get("backend"))
     try:
         train = record.train_config()
@@ -306,7 +353,27 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     count = _problem_count(args.problems)
     fields = [*SAMPLE_FIELDS, *(["temperature"] if args.temperature is not None else [])]
     flags = {**_flags(args), "temperature": args.temperature}
-    config = build_config(flags, env, only=fields, backend=args.backend)
+    backend = args.backend
+    try:
+        record = run_record(args.model_path)
+    except RunFolderError as exc:
+        raise ConfigError(f"--model-path: {exc}") from None
+    if record is not None:  # a run folder: what it recorded decides, and a flag must agree
+        recorded = dict(record.config["settings"])
+        if recorded.get("backend") not in BACKENDS:  # "python": made from Python, no backend
+            recorded["backend"] = args.backend
+        _refuse_changes(
+            {
+                **flag_values(flags, ("adapter", "base_model")),
+                **({"backend": args.backend} if args.backend else {}),
+            },
+            recorded,
+            f"--model-path {record.path}",
+            f"the run folder's {CONFIG} records {{theirs}}",
+        )
+        flags.update(adapter=recorded["adapter"], base_model=recorded["base_model"])
+        backend = recorded["backend"]
+    config = build_config(flags, env, only=fields, backend=backend or "mint")
     if args.temperature is None:  # greedy unless asked: MINT_RL_TEMPERATURE is training's
         config = replace(config, train=replace(config.train, temperature=0.0))
     task = load_task(config.adapter)

@@ -295,6 +295,18 @@ def read_run(path: Path) -> RunRecord:
     )
 
 
+def run_record(path: str) -> RunRecord | None:
+    """The run folder at `path`, read; None if `path` is not a folder with a config.json
+    (a checkpoint's path, say). RunFolderError for a run folder that cannot be read."""
+    folder = Path(path)
+    try:
+        if not (folder / CONFIG).is_file():
+            return None
+    except OSError:  # a name too long to be a folder, say: a checkpoint path, or nothing
+        return None
+    return read_run(folder)
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a .jsonl file; a torn last line (a crash mid-write) is skipped."""
     try:

@@ -283,6 +283,12 @@ def build_config(
     return Config(train=TrainConfig(**train), **run)
 
 
+def flag_values(flags: Mapping[str, str | None], only: Collection[str]) -> dict[str, Any]:
+    """The flags given among `only`, by field: each parsed and checked alone, as flags only
+    (no variable, no default, no check across settings)."""
+    return {setting.field: value for setting, value, _ in _read(flags, {}, only)}
+
+
 def fake_options(
     flags: Mapping[str, str | None], backend: str, env: Mapping[str, str] | None = None
 ) -> FakeOptions:
