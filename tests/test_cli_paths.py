@@ -339,3 +339,18 @@ def test_sample_takes_a_run_folders_backend_task_and_model_from_its_record(
     env = run_main(tmp_path, "sample", "--model-path", "P", "--problems", "2",
                    MINT_RL_ADAPTER="addition", MINT_BASE_MODEL="other/model")  # fmt: skip
     assert env.stdout == by_folder.stdout
+
+
+def test_sample_shows_bytes_that_are_not_text_escaped(tmp_path: Path) -> None:
+    trained = run_main(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "R")
+    untrained = json.loads((tmp_path / "R" / "checkpoints.jsonl").read_text().splitlines()[0])
+    assert untrained["step"] == 0, trained.stderr
+    path = untrained["path"]
+    done = run_main(
+        tmp_path, "sample", "--backend", "fake", "--model-path", path, "--problems", "50"
+    )
+    assert done.returncode == 0, done.stderr
+    # The untrained fake writes random bytes off its target: U+FFFD once decoded.
+    assert "\\ufffd" in done.stdout
+    assert "\ufffd" not in done.stdout
+    assert all(line.isprintable() for line in done.stdout.splitlines())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import strategies as st_
 from mathrl.cli.settings import (
@@ -91,6 +92,17 @@ def test_shown_cuts_long_values() -> None:
     # 40 characters, then the length: enough to recognise, never a screenful.
     assert shown("x" * 5000) == repr("x" * 40) + "... (5,000 characters)"
     assert shown("short") == "'short'"
+    # Undecodable bytes (U+FFFD) are escaped, and escapes count: 6 of them fit in 40.
+    assert shown("\ufffd" * 10) == "'" + "\\ufffd" * 6 + "'... (10 characters)"
+
+
+@given(st_.unicode_text, st.integers(min_value=1, max_value=100))
+def test_shown_is_one_printable_line_near_its_limit(text: str, limit: int) -> None:
+    line = shown(text, limit)
+    assert line.isprintable()
+    assert "\ufffd" not in line
+    note = f"... ({len(text):,} characters)"
+    assert len(line) <= limit + 2 + len(note)  # the quotes, and the length of what was cut
 
 
 def test_empty_model_name_is_refused() -> None:

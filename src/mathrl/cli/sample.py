@@ -20,7 +20,7 @@ from mathrl.config import Config, ConfigError
 from mathrl.evaluation import evaluate
 from mathrl.resolved import Task
 from mathrl.service.retry import Retrier, RetryingSampler
-from mathrl.text import shown
+from mathrl.text import quoted, shown
 from mathrl.workers import Workers
 
 
@@ -126,5 +126,5 @@ def _lines(
         question = " ".join(prompt[len(common) :].split()) or " ".join(prompt.split())
         question = question if len(question) <= 60 else f"{question[:57]}..."
         verdict = "correct" if task.adapter.evaluate([reward]) == 1.0 else "wrong"
-        lines.append(f"{question} -> {text!r}: {verdict} (reward {reward:g})")
+        lines.append(f"{question} -> {quoted(text)}: {verdict} (reward {reward:g})")
     return lines
