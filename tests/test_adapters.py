@@ -18,7 +18,9 @@ import pytest
 
 from cli_process import run_main
 from mathrl.adapter import DEFAULT_MAX_TOKENS, DEFAULT_STOP, AdapterError
+from mathrl.cli.loader import load_task
 from mathrl.resolved import as_task
+from mathrl.tasks import BUILT_IN
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.testing import check_adapter
 
@@ -239,6 +241,15 @@ def test_check_adapter_passes_the_built_in_tasks_from_the_command_line(tmp_path:
     assert done.returncode == 0, done.stdout
     task = r"task 'addition' \(mathrl\.tasks\.addition:MathAdapter\)"
     assert re.fullmatch(rf"check-adapter: {task} passed \d+ checks\n", done.stdout)
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_a_built_in_task_has_one_name_wherever_it_is_named(name: str) -> None:
+    spec = BUILT_IN[name][0]
+    task = load_task(name)
+    assert task.identity == spec  # what check-adapter, errors and run records say
+    defined_in = f"{type(task.adapter).__module__}:{type(task.adapter).__qualname__}"
+    assert load_task(defined_in).identity == spec  # loaded by where its class is defined, too
 
 
 @pytest.mark.parametrize(

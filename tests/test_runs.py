@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
+import mathrl
 from cli_process import run_main, user_env
 from mathrl.cli.commands import main
+from mathrl.cli.extras import install_command
 from mathrl.cli.run_folder import read_jsonl, read_run
 from mathrl.config import TrainConfig
 from mathrl.evaluation import GUARDED_PROBLEMS, evaluation_set
@@ -109,7 +111,7 @@ def test_a_run_with_evaluation_leaves_a_folder_that_matches_its_output(tmp_path:
     assert config["settings"]["steps"] == 20
     assert config["settings"]["eval_every"] == 5
     assert config["settings"]["backend"] == "fake"
-    assert config["mathrl_version"]
+    assert config["mathrl_version"] == mathrl.__version__  # the installed one: 0.3.0.dev0
     checkpoints = read_jsonl(folder / "checkpoints.jsonl")
     assert {c["kind"] for c in checkpoints} == {"sampler", "state"}
     assert [c["step"] for c in checkpoints if c["kind"] == "state"] == [0, 5, 10, 15, 20]
@@ -384,7 +386,7 @@ def test_plot_refuses_what_it_cannot_draw(
     monkeypatch.setitem(sys.modules, "mathrl.cli.plot", None)  # as if matplotlib were missing
     assert main(["plot", "run"]) == 2
     assert capsys.readouterr().err == (
-        "mathrl: error: plot needs matplotlib, which is not installed: pip install 'mathrl[plot]'\n"
+        f"mathrl: error: plot needs matplotlib, which is not installed: {install_command('plot')}\n"
     )
 
 

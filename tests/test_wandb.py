@@ -10,6 +10,7 @@ import pytest
 
 import mathrl.cli.wandb_mirror
 from cli_process import run_cli, run_main
+from mathrl.cli.extras import install_command
 from mathrl.report import EvalMetrics, StepMetrics
 
 pytest.importorskip("wandb", reason="the wandb extra is not installed")  # nox installs it
@@ -63,9 +64,10 @@ def test_without_wandb_installed_the_flag_is_one_line_and_exit_2(
     monkeypatch.setattr(importlib.util, "find_spec", missing)
     done = run_main(tmp_path, "--backend", "fake", "--wandb", "mathrl-test")
     assert done.returncode == 2
+    monkeypatch.chdir(tmp_path)  # where the run was: the command is for there
     assert done.stderr == (
         "mathrl: error: --wandb needs the wandb package (got none installed): "
-        "pip install 'mathrl[wandb]', or leave --wandb out\n"
+        f"{install_command('wandb')}, or leave --wandb out\n"
     )
     assert not (tmp_path / "runs").exists()
 

@@ -25,6 +25,7 @@ from mathrl.adapter import (
     Prompt,
     Response,
 )
+from mathrl.tasks import BUILT_IN
 from mathrl.text import shown
 
 P = TypeVar("P")
@@ -229,7 +230,7 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         raise AdapterError(
             f"{label}.work_in_processes must be True or False (got {shown(processes)})"
         )
-    identity = f"{cls.__module__}:{cls.__qualname__}"
+    identity = identity_of(cls)
     return Task(
         adapter,
         name,
@@ -243,6 +244,17 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         episode_tokens,
         processes,
     )
+
+
+def identity_of(cls: type) -> str:
+    """`module:QualifiedClass` of an adapter's class; a built-in task's is the one name
+    `mathrl.tasks.BUILT_IN` gives it (`mathrl.tasks.code:CodeAdapter`, though the class is
+    defined in `mathrl.tasks.code.task`), so messages, records and `tasks` agree."""
+    for spec, _ in BUILT_IN.values():
+        module, _, name = spec.partition(":")
+        if getattr(sys.modules.get(module), name, None) is cls:
+            return spec
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def _is_int(value: object) -> bool:

@@ -34,6 +34,7 @@ from mathrl.cli.exit_codes import (
     EXIT_STDOUT_CLOSED,
     EXIT_USAGE,
 )
+from mathrl.cli.extras import install_command
 from mathrl.cli.loader import load_task
 from mathrl.cli.parsers import (
     BACKENDS,
@@ -328,7 +329,7 @@ def _plot_command(argv: Sequence[str]) -> int:
         from mathrl.cli.plot import plot_runs
     except ImportError:
         raise ConfigError(
-            "plot needs matplotlib, which is not installed: pip install 'mathrl[plot]'"
+            f"plot needs matplotlib, which is not installed: {install_command('plot')}"
         ) from None
     try:
         records = [read_run(Path(run)) for run in args.runs]
