@@ -11,6 +11,7 @@ import random
 import re
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ import pytest
 
 from cli_process import run_main
 from mathrl.adapter import DEFAULT_MAX_TOKENS, DEFAULT_STOP, AdapterError
+from mathrl.checkpoints import run_fingerprint
 from mathrl.cli.loader import load_task
+from mathrl.config import TrainConfig
 from mathrl.resolved import as_task
 from mathrl.tasks import BUILT_IN
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
@@ -250,6 +253,9 @@ def test_a_built_in_task_has_one_name_wherever_it_is_named(name: str) -> None:
     assert task.identity == spec  # what check-adapter, errors and run records say
     defined_in = f"{type(task.adapter).__module__}:{type(task.adapter).__qualname__}"
     assert load_task(defined_in).identity == spec  # loaded by where its class is defined, too
+    # The name it goes by is not in its checkpoints' names: those stay as they were.
+    config = TrainConfig()
+    assert run_fingerprint(replace(task, identity="x:Y"), config) == run_fingerprint(task, config)
 
 
 @pytest.mark.parametrize(

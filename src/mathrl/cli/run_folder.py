@@ -194,19 +194,18 @@ def check_new(log_dir: str | None) -> None:
 
     Checked before a run starts, and again as the folder is made.
     """
-    if log_dir is None:
-        path, holds_run = Path("runs"), False
-    else:
-        path = Path(log_dir)
-        if path.exists() and not path.is_dir():
+    path = Path("runs" if log_dir is None else log_dir)
+    try:
+        if log_dir is not None and path.exists() and not path.is_dir():
             raise ConfigError(f"--log-dir must be a folder (got a file: {path})")
-        holds_run = (path / METRICS).exists() or (path / CONFIG).exists()
-    if holds_run:
-        raise ConfigError(
-            f"--log-dir {path} already holds a run; choose another folder, or continue "
-            f"that run with `python -m mathrl --resume {path}`"
-        )
-    why = unwritable(path)
+        if log_dir is not None and ((path / METRICS).exists() or (path / CONFIG).exists()):
+            raise ConfigError(
+                f"--log-dir {path} already holds a run; choose another folder, or continue "
+                f"that run with `python -m mathrl --resume {path}`"
+            )
+        why = unwritable(path)
+    except OSError as exc:  # e.g. a name too long to look up
+        why = exc.strerror or str(exc)
     if why is not None:
         raise ConfigError(
             f"the run folder {path} cannot be created ({why}); "
