@@ -155,26 +155,24 @@ def _refuse_changes(
     values: Mapping[str, Any],
     recorded: Mapping[str, Any],
     given_with: str,
-    why: str,
+    record: str,
+    why: str = "",
     otherwise: str = "",
 ) -> None:
     """ConfigError naming each of `values` (flags given, by field) that differs from the
     run's record, with both values: a flag that repeats what the record says changes nothing.
 
-    `given_with` names the flag they came with; `why` says why the record wins (its
-    `{theirs}`: the recorded values), `otherwise` what else can be done.
+    `given_with` names the flag they came with, `record` the file; `why` says why the
+    record wins, `otherwise` what else can be done.
     """
     flag = {**{s.field: s.flag for s in SETTINGS}, "backend": "--backend"}
-    changed = {
-        field: value
-        for field, value in values.items()
-        if _spec(value) != _spec(recorded.get(field, DEFAULTS.get(field)))
-    }
+    theirs = {field: recorded.get(field, DEFAULTS.get(field)) for field in values}
+    changed = [field for field, value in values.items() if _spec(value) != _spec(theirs[field])]
     if changed:
-        ours = ", ".join(f"{flag[f]} {_worded(v, f)}" for f, v in changed.items())
-        theirs = ", ".join(f"{flag[f]} {_worded(recorded.get(f), f)}" for f in changed)
+        ours = ", ".join(f"{flag[f]} {_worded(values[f], f)}" for f in changed)
+        kept = ", ".join(f"{flag[f]} {_worded(theirs[f], f)}" for f in changed)
         raise ConfigError(
-            f"{ours} cannot be given with {given_with}: {why.format(theirs=theirs)}; leave "
+            f"{ours} cannot be given with {given_with}: {record} records {kept}{why}; leave "
             f"{'them' if len(changed) > 1 else 'it'} out{otherwise}"
         )
 
@@ -229,8 +227,9 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         {**flag_values(_flags(args), fixed), **({"backend": args.backend} if args.backend else {})},
         recorded,
         "--resume",
-        f"{folder / CONFIG} records {{theirs}}, and a resumed run trains as it started",
-        ", or start a new run",
+        str(folder / CONFIG),
+        why=", and a resumed run trains as it started",
+        otherwise=", or start a new run",
     )
     reliability = build_config(_flags(args), env, only=RESUMABLE, backend=recorded.get("backend"))
     try:
@@ -370,9 +369,9 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
             },
             recorded,
             f"--model-path {record.path}",
-            f"the run folder's {CONFIG} records {{theirs}}",
+            f"the run folder's {CONFIG}",
         )
-        flags.update(adapter=recorded["adapter"], base_model=recorded["base_model"])
+        flags.update(adapter=recorded.get("adapter"), base_model=recorded.get("base_model"))
         backend = recorded["backend"]
     config = build_config(flags, env, only=fields, backend=backend or "mint")
     if args.temperature is None:  # greedy unless asked: MINT_RL_TEMPERATURE is training's

@@ -32,7 +32,6 @@ from mathrl.loop import run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, RunResult, StepMetrics
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError, task_call
-from mathrl.rollout import prompt_tokens
 from mathrl.service.hf_tokenizer import NoChatTemplate
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
@@ -194,7 +193,7 @@ async def train(
             os._exit(EXIT_SIGNAL[signal.Signals(received[0])])
         received.append(signum)
         stop.set()
-        if set_up:  # during set-up there is no step: the run ends at once, and says so
+        if set_up:  # (during set-up there is no step: the run ends at once, and says so)
             again = "Ctrl-C again" if signum == signal.SIGINT else "send it again"
             speak(f"stopping after the current step ({again} to abort)")
 
@@ -259,21 +258,24 @@ def check_prompts(tokenizer: Tokenizer, task: Task[Any], config: Config) -> None
     none: known once the tokenizer is in hand, so said before anything is saved.
     """
     seed = config.train.seed
-    (problem,) = task_call(task, "build_dataset", (seed, 1, 1), seed, 1, 1)[:1]
-    prompt = task_call(task, "make_prompt", problem, problem)
-    try:
-        prompt_tokens(tokenizer, task, prompt)
-    except NoChatTemplate:
-        problem_text = "has no chat template to render them"
-    except Exception as exc:  # the template's own code refused the conversation
-        problem_text = f"cannot render them ({type(exc).__name__}: {describe(exc)})"
-    else:
-        return
-    raise ConfigError(
-        f"task {task.name!r} ({task.identity}) writes conversation prompts, but the base "
-        f"model {config.base_model}'s tokenizer {problem_text}: choose a chat model "
-        "(--base-model, MINT_BASE_MODEL), or a task with text prompts (--adapter)"
-    )
+    problems = task_call(task, "build_dataset", (seed, 1, 1), seed, 1, 1)
+    prompts = [task_call(task, "make_prompt", p, p) for p in list(problems)[:1]]
+    for prompt in prompts:
+        if isinstance(prompt, str):  # text: any tokenizer encodes it
+            continue
+        try:
+            tokenizer.render_chat(prompt, task.chat_template_options)
+        except NoChatTemplate:
+            problem = "has no chat template to render them"
+        except Exception as exc:  # the template's own code refused the conversation
+            problem = f"cannot render them ({type(exc).__name__}: {describe(exc)})"
+        else:
+            continue
+        raise ConfigError(
+            f"task {task.name!r} ({task.identity}) writes conversation prompts, but the base "
+            f"model {config.base_model}'s tokenizer {problem}: choose a chat model "
+            "(--base-model, MINT_BASE_MODEL), or a task with text prompts (--adapter)"
+        )
 
 
 def _mirror(
