@@ -11,6 +11,7 @@ import random
 import re
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,11 @@ import pytest
 from cli_process import run_main
 from conftest import checks_passed
 from mathrl.adapter import DEFAULT_MAX_TOKENS, DEFAULT_STOP, AdapterError
+from mathrl.checkpoints import run_fingerprint
+from mathrl.cli.loader import load_task
+from mathrl.config import TrainConfig
 from mathrl.resolved import as_task
+from mathrl.tasks import BUILT_IN
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.testing import check_adapter
 
@@ -260,6 +265,18 @@ def test_check_adapter_passes_the_built_in_tasks_from_the_command_line(tmp_path:
     assert done.returncode == 0, done.stdout
     task = r"task 'addition' \(mathrl\.tasks\.addition:MathAdapter\)"
     assert re.fullmatch(rf"check-adapter: {task} passed \d+ checks\n", done.stdout)
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_a_built_in_task_has_one_name_wherever_it_is_named(name: str) -> None:
+    spec = BUILT_IN[name][0]
+    task = load_task(name)
+    assert task.identity == spec  # what check-adapter, errors and run records say
+    defined_in = f"{type(task.adapter).__module__}:{type(task.adapter).__qualname__}"
+    assert load_task(defined_in).identity == spec  # loaded by where its class is defined, too
+    # The name it goes by is not in its checkpoints' names: those stay as they were.
+    config = TrainConfig()
+    assert run_fingerprint(replace(task, identity="x:Y"), config) == run_fingerprint(task, config)
 
 
 @pytest.mark.parametrize(

@@ -352,7 +352,9 @@ def test_a_run_with_every_choice_records_them(tmp_path: Path) -> None:
     assert all(r["mean_abs_advantage"] > 0 for r in records if r["datums"])
     refused = run_main(tmp_path, "--resume", "run", "--loss", "ppo")
     assert refused.returncode == 2
-    assert "--loss cannot be given with --resume" in refused.stderr
+    assert "--loss ppo cannot be given with --resume: run/config.json records --loss cispo" in (
+        refused.stderr
+    )
 
 
 def test_a_config_built_by_hand_is_checked_alike() -> None:

@@ -19,11 +19,19 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import mathrl.service.mint_backend
 from cli_process import Result, run_main, user_env
+from conftest import math_references
+from doubles.fake_mint import FakeMintServer
+from mathrl.cli.loader import load_task
+from mathrl.cli.train import check_prompts
+from mathrl.config import Config, ConfigError
 from mathrl.service.probe import probe_service
+from mathrl_fakes import ByteTokenizer
 
 KEY = "sk-test-SECRET123"
 COMMANDS = {
@@ -259,3 +267,49 @@ def test_a_real_run_keeps_irrelevant_library_advice_off_stderr(tmp_path: Path) -
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (0, "loaded\n")
     assert "PyTorch" not in done.stderr
+
+
+def test_a_chat_task_on_a_model_without_a_chat_template_exits_2_before_saving_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fake mint SDK, its tokenizer a base model's: no chat template.
+    server = FakeMintServer(
+        math_references(), checkpoint_dir=tmp_path / "mint", chat_template=False
+    )
+    real_open = mathrl.service.mint_backend.open_backend
+
+    async def open_on_the_fake(config: Any, env: Any, **kwargs: Any) -> Any:
+        return await real_open(config, env, service_client=server.connect(), **kwargs)
+
+    monkeypatch.setattr(mathrl.service.mint_backend, "open_backend", open_on_the_fake)
+    base = "Qwen/Qwen3-0.6B-Base"
+    done = run_main(tmp_path, "--adapter", "preference", "--base-model", base, MINT_API_KEY=KEY)
+    assert done.returncode == 2
+    assert assert_one_error_line(done) == (
+        "mathrl: error: task 'preference' (mathrl.tasks.preference:PreferenceChat) writes "
+        f"conversation prompts, but the base model {base}'s tokenizer has no chat template to "
+        "render them: choose a chat model (--base-model, MINT_BASE_MODEL), or a task with text "
+        "prompts (--adapter)"
+    )
+    assert done.stdout == ""  # no `Model:` line, no `Saved:` line
+    assert not (tmp_path / "runs").exists()
+    assert not server.files  # nothing saved on the service
+    # A text task on the same model trains.
+    text = run_main(tmp_path, "--base-model", base, "--steps", "1", MINT_API_KEY=KEY)
+    assert text.returncode == 0, text.stderr
+
+
+def test_a_chat_template_that_refuses_the_conversation_is_named_at_set_up() -> None:
+    class Refusing(ByteTokenizer):
+        def render_chat(self, messages: Any, options: Any) -> list[int]:
+            raise ValueError("the system message must come first")
+
+    with pytest.raises(ConfigError) as refused:
+        check_prompts(Refusing(), load_task("preference"), Config(base_model="some/model"))
+    assert str(refused.value) == (
+        "task 'preference' (mathrl.tasks.preference:PreferenceChat) writes conversation "
+        "prompts, but the base model some/model's tokenizer cannot render them (ValueError: "
+        "the system message must come first): choose a chat model (--base-model, "
+        "MINT_BASE_MODEL), or a task with text prompts (--adapter)"
+    )
+    check_prompts(Refusing(), load_task("addition"), Config())  # text prompts: no template used

@@ -18,7 +18,7 @@ from conftest import math_references
 from doubles.fake_mint import FakeMintServer
 from mathrl.cli.commands import main
 from mathrl.cli.progress import ProgressBar
-from mathrl.cli.run_folder import read_jsonl, read_run
+from mathrl.cli.run_folder import read_jsonl, read_run, unwritable
 from mathrl.report import StepMetrics
 
 KEY = "sk-test-SECRET123"
@@ -245,13 +245,17 @@ def test_the_fakes_checkpoints_go_where_asked_and_sample_takes_a_run_folder(
     assert by_folder.stdout == by_path.stdout
     # A folder it cannot write is named, with the setting to change.
     (tmp_path / "ro").write_text("a file, not a folder")
-    failed = run_main(tmp_path, "--backend", "fake", "--fake-checkpoints", "ro/sub")
-    assert failed.returncode == 1
-    error = failed.stderr.splitlines()[-2]
-    assert error.startswith("mathrl: error: cannot write the fake ")
-    assert error.endswith(
-        "the fake needs a folder it can write (MINT_RL_FAKE_CHECKPOINTS, --fake-checkpoints)"
+    failed = run_main(
+        tmp_path, "--backend", "fake", "--fake-checkpoints", "ro/sub", "--log-dir", "S"
     )
+    # Tried before anything is printed or made: no `Model:` line, no run folder.
+    assert (failed.returncode, failed.stdout, failed.stderr) == (
+        2,
+        "",
+        "mathrl: error: the fake's checkpoint folder ro/sub cannot be written (ro is a file); "
+        "choose another with --fake-checkpoints or MINT_RL_FAKE_CHECKPOINTS\n",
+    )
+    assert not (tmp_path / "S").exists()
     refused = run_main(tmp_path, "--fake-checkpoints", "x", MINT_API_KEY="sk-x")
     assert refused.stderr == (
         "mathrl: error: --fake-checkpoints work only with --backend fake (got --backend mint)\n"
@@ -290,3 +294,63 @@ def test_an_evaluation_lost_to_a_failure_is_made_on_resume(tmp_path: Path) -> No
     lines = resumed.stdout.splitlines()
     assert lines[1].startswith("Eval step 2: ")
     assert lines[1:] == expected[expected.index(lines[1]) :]
+
+
+def test_a_folder_is_tried_for_writing_not_guessed(tmp_path: Path) -> None:
+    assert unwritable(tmp_path / "new" / "deeper") is None  # its parent can hold it
+    assert not (tmp_path / "new").exists()  # and nothing is left behind
+    assert list(tmp_path.iterdir()) == []
+    assert unwritable(tmp_path / ("x" * 5000)) == "File name too long"
+    (tmp_path / "f").write_text("")
+    assert unwritable(tmp_path / "f" / "sub") == f"{tmp_path / 'f'} is a file"
+    if not Path("/proc/self").exists():
+        pytest.skip("no /proc here: the folder root can read but not write is Linux's")
+    # Root may write anywhere by its permission bits; /proc takes no new files all the same.
+    assert unwritable(Path("/proc/runs")) == (
+        "cannot make a file in /proc: No such file or directory"
+    )
+
+
+def test_sample_takes_a_run_folders_backend_task_and_model_from_its_record(
+    tmp_path: Path,
+) -> None:
+    trained = run_main(tmp_path, "--backend", "fake", "--adapter", "preference", "--steps", "1",
+                       "--log-dir", "P", "--base-model", "some/chat-model")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    # No MINT_API_KEY, no --backend, no --adapter: the folder says fake, preference, the model.
+    by_folder = run_main(tmp_path, "sample", "--model-path", "P", "--problems", "2")
+    assert by_folder.returncode == 0, by_folder.stderr
+    assert by_folder.stdout.splitlines()[0] == "Model: some/chat-model, Vocab: 257, Backend: fake"
+    # The same flags as the record change nothing; another value is refused, naming both.
+    same = run_main(tmp_path, "sample", "--model-path", "P", "--problems", "2",
+                    "--backend", "fake", "--adapter", "preference")  # fmt: skip
+    assert same.stdout == by_folder.stdout
+    for flags, recorded in [
+        (("--backend", "mint"), "--backend fake"),
+        (("--adapter", "addition"), "--adapter preference"),
+    ]:
+        refused = run_main(tmp_path, "sample", "--model-path", "P", *flags, MINT_API_KEY="sk-x")
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr == (
+            f"mathrl: error: {' '.join(flags)} cannot be given with --model-path P: the run "
+            f"folder's config.json records {recorded}; leave it out\n"
+        )
+    # The environment does not outvote the record (a flag is asked for that).
+    env = run_main(tmp_path, "sample", "--model-path", "P", "--problems", "2",
+                   MINT_RL_ADAPTER="addition", MINT_BASE_MODEL="other/model")  # fmt: skip
+    assert env.stdout == by_folder.stdout
+
+
+def test_sample_shows_bytes_that_are_not_text_escaped(tmp_path: Path) -> None:
+    trained = run_main(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "R")
+    untrained = json.loads((tmp_path / "R" / "checkpoints.jsonl").read_text().splitlines()[0])
+    assert untrained["step"] == 0, trained.stderr
+    path = untrained["path"]
+    done = run_main(
+        tmp_path, "sample", "--backend", "fake", "--model-path", path, "--problems", "50"
+    )
+    assert done.returncode == 0, done.stderr
+    # The untrained fake writes random bytes off its target: U+FFFD once decoded.
+    assert "\\ufffd" in done.stdout
+    assert "\ufffd" not in done.stdout
+    assert all(line.isprintable() for line in done.stdout.splitlines())

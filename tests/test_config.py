@@ -6,6 +6,7 @@ import re
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import strategies as st_
 from mathrl.cli.settings import (
@@ -18,7 +19,7 @@ from mathrl.cli.settings import (
     fake_options,
     wording,
 )
-from mathrl.config import DEFAULTS, TRAIN_FIELDS, Config, ConfigError, TrainConfig
+from mathrl.config import DEFAULTS, LOSS_FIELDS, TRAIN_FIELDS, Config, ConfigError, TrainConfig
 from mathrl.losses import PARAMETERS, Loss
 from mathrl.text import listed, shown
 
@@ -65,6 +66,11 @@ def test_a_bad_value_names_its_source_and_never_escapes_as_another_error(
         _build_from(index, raw)
     except ConfigError as exc:
         message = str(exc)
+    if SETTINGS[index].field in LOSS_FIELDS[1:] and message.startswith(f"{source} applies"):
+        # A valid value of a loss's setting, given alone, with a loss that takes no such
+        # setting (the default): refused for that, naming both.
+        assert message.endswith("loss only (got --loss importance_sampling)")
+        return
     assert not message or message == (
         f"{source} must be {SETTINGS[index].requirement} (got {shown(raw)})"
     )
@@ -95,6 +101,17 @@ def test_shown_cuts_long_values() -> None:
     # 40 characters, then the length: enough to recognise, never a screenful.
     assert shown("x" * 5000) == repr("x" * 40) + "... (5,000 characters)"
     assert shown("short") == "'short'"
+    # Undecodable bytes (U+FFFD) are escaped, and escapes count: 6 of them fit in 40.
+    assert shown("\ufffd" * 10) == "'" + "\\ufffd" * 6 + "'... (10 characters)"
+
+
+@given(st_.unicode_text, st.integers(min_value=1, max_value=100))
+def test_shown_is_one_printable_line_near_its_limit(text: str, limit: int) -> None:
+    line = shown(text, limit)
+    assert line.isprintable()
+    assert "\ufffd" not in line
+    note = f"... ({len(text):,} characters)"
+    assert len(line) <= limit + 2 + len(note)  # the quotes, and the length of what was cut
 
 
 @given(st_.words)

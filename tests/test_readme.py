@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import mathrl
 import mathrl.service.mint_backend
 from cli_process import run_main
 from doubles.fake_mint import FakeMintServer
@@ -133,3 +134,11 @@ def test_the_configuration_table_agrees_with_the_settings() -> None:
             assert BUILT_IN[word][0] == value
         else:
             assert word == value, flag
+
+
+def test_the_installed_version_is_the_changelogs_newest() -> None:
+    # `### 0.3.0 (unreleased)`: 0.3.0.dev0 until it is released, then 0.3.0.
+    heading = re.search(r"^### (\d+\.\d+\.\d+)( \(unreleased\))?$", README, re.MULTILINE)
+    assert heading is not None, "the README's changelog has no version heading"
+    newest, unreleased = heading[1], heading[2] is not None
+    assert mathrl.__version__ == (f"{newest}.dev0" if unreleased else newest)

@@ -289,19 +289,47 @@ def test_resume_refuses_what_would_change_training(tmp_path: Path) -> None:
             "--steps with --resume must be at least the run's 3 (got 2): it "
             "extends a run, and cannot shorten one",
         ),
-        (("--backend", "fake"), "--backend cannot be given with --resume"),
-        (("--lr", "1e-3", "--seed", "2"), "--lr, --seed cannot be given with --resume"),
+        (
+            ("--backend", "mint"),
+            "--backend mint cannot be given with --resume: X/config.json records --backend "
+            "fake, and a resumed run trains as it started; leave it out, or start a new run",
+        ),
+        (
+            ("--lr", "1e-3", "--seed", "2", "--batch", "10"),  # 10: the run's own batch
+            "--lr 0.001, --seed 2 cannot be given with --resume: X/config.json records --lr "
+            "0.0001, --seed 0, and a resumed run trains as it started; leave them out, or start "
+            "a new run",
+        ),
+        (
+            ("--max-tokens", "32"),
+            "--max-tokens 32 cannot be given with --resume: X/config.json records --max-tokens "
+            "unset (the task's), and a resumed run trains as it started; leave it out, or start "
+            "a new run",
+        ),
     ]:
         done = run_main(tmp_path, "--resume", "X", *args)
-        assert done.returncode == 2
-        assert message in done.stderr
+        assert (done.returncode, done.stderr) == (2, f"mathrl: error: {message}\n")
+    # What the record says already is no change: the run goes on.
+    same = (
+        "--backend",
+        "fake",
+        "--adapter",
+        "addition",
+        "--lr",
+        "0.0001",
+        "--mask-truncated",
+        "no",
+    )
+    extended = run_main(tmp_path, "--resume", "X", "--steps", "4", *same)
+    assert extended.returncode == 0, extended.stderr
+    assert extended.stdout.splitlines()[1].startswith("Step 4: ")
     nowhere = run_main(tmp_path, "--resume", "nowhere")
     assert nowhere.returncode == 2
     assert "--resume: nowhere is not a run folder" in nowhere.stderr
     finished = run_main(tmp_path, "--resume", "X", "--retries", "5")
     assert finished.returncode == 0
     assert finished.stdout.startswith("Saved: ")
-    assert "already finished all 3 steps" in finished.stderr
+    assert "already finished all 4 steps" in finished.stderr
 
 
 def test_resume_with_more_steps_extends_a_finished_run_as_if_it_had_asked_for_them(
@@ -364,16 +392,18 @@ def test_stdout_that_cannot_be_written_ends_the_run_without_a_traceback(tmp_path
 # -- folders and files that are not what they should be ------------------------------------
 
 
-def test_a_checkpoint_folder_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+def test_a_checkpoint_folder_that_cannot_be_written_is_one_line_before_anything(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "mathrl-fake").write_text("a file where the folder should be")
-    done = run_main(tmp_path, "--backend", "fake", "--steps", "1")
-    assert done.returncode == 1
-    error, start_over = done.stderr.splitlines()[-2:]
-    assert error.startswith(
-        f"mathrl: error: cannot write the fake checkpoint {tmp_path}/mathrl-fake/"
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "1")  # the default folder
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"mathrl: error: the fake's checkpoint folder {tmp_path}/mathrl-fake cannot be written "
+        f"({tmp_path}/mathrl-fake is a file); choose another with --fake-checkpoints or "
+        "MINT_RL_FAKE_CHECKPOINTS\n"
     )
-    assert start_over.startswith("mathrl: no training state was saved; start the run over with: ")
-    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_hand_edited_checkpoint_is_refused_by_sample(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from mathrl.adapter import Response, Reward
 from mathrl.resolved import as_task
 from mathrl.rewards import TaskError, group_rewards, response_of, reward_total, rewards_alone
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl.text import elided
 from mathrl_fakes import ByteTokenizer
 
 TOK = ByteTokenizer()
@@ -219,8 +220,9 @@ class Infinite(MathAdapter):
 @pytest.mark.parametrize(
     ("adapter", "message"),
     [
+        # int() quotes the completion; the line shows it once, in the (on ...).
         (Raising(), r"^task 'addition' failed: compute_reward raised ValueError: invalid literal "
-                    r"for int\(\) with base 10: ' forty-two' \(on ' forty-two'\)$"),
+                    r"for int\(\) with base 10: <input> \(on ' forty-two'\)$"),
         (GroupRaising(), r"^task 'addition' failed: compute_group_rewards raised RuntimeError: "
                          r"the judge is down \(on \[' forty-two', ' 42\\n'\]\)$"),
         (SyncGroupRaising(), r"^task 'addition' failed: compute_group_rewards raised "
@@ -268,3 +270,28 @@ def test_a_task_errors_line_cuts_a_long_error_at_200_and_a_long_input_at_60() ->
         f"task 'addition' failed: compute_reward raised ValueError: {'x' * 200}... "
         f"(250 characters) (on '{'y' * 60}'... (100 characters))"
     )
+
+
+def test_a_reward_that_raises_on_unprintable_bytes_shows_them_once_escaped_and_cut() -> None:
+    # What the fake's untrained policy writes: bytes that are not UTF-8 (U+FFFD once
+    # decoded), control characters, and more of them than a line should hold.
+    completion = Response("\ufffdx\xad\ufffd\x00\x1b[2J" + "\ufffd" * 100, "length")
+    with pytest.raises(TaskError) as excinfo:
+        rewards_alone(as_task(Raising()), AdditionProblem(40, 2), [completion])
+    line = str(excinfo.value)
+    assert line == (
+        "task 'addition' failed: compute_reward raised ValueError: invalid literal for int() "
+        "with base 10: <input> (on '\\ufffdx\\xad\\ufffd\\x00\\x1b[2J"
+        + "\\ufffd" * 5  # as many as fit in 60 characters, escaped
+        + "'... (109 characters))"
+    )
+    assert line.isprintable()
+    assert "\ufffd" not in line  # escaped, not shown as a glyph that hides what was there
+
+
+@given(st_.unicode_text)
+def test_elided_leaves_no_quoted_copy_of_the_input(text: str) -> None:
+    message = f"invalid literal for int() with base 10: {text!r}"
+    if text:
+        assert repr(text) not in elided(message, text)
+    assert elided(message, 42) == message  # only text is looked for

@@ -2,7 +2,10 @@
 
 stdout and stderr are both the screen here, as in most terminals: the seed's
 lines (stdout) must all stay on screen, with the live bar (stderr) drawn
-below them while the run goes, and gone at the end.
+below them while the run goes, and gone at the end. A run stopped by one
+Ctrl-C, two, SIGTERM, or Ctrl-C during set-up leaves the same: no bar, the
+cursor shown, every stdout line in order, and the notice whole, at 120
+columns and at 60.
 """
 
 from __future__ import annotations
@@ -10,16 +13,19 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from cli_process import run_cli, user_env
+from conftest import math_references
+from doubles.fake_mint_http import FakeMintHTTP
 
 pytestmark = pytest.mark.slow
 
@@ -38,11 +44,48 @@ def tmux(tmp_path: Path) -> Iterator[list[str]]:
     subprocess.run([*command, "kill-server"], capture_output=True, check=False)
 
 
-def screen(tmux: list[str]) -> list[str]:
+def screen(tmux: list[str], *options: str) -> list[str]:
+    """The pane's rows (`-J`: a row the terminal wrapped, joined again)."""
     shown = subprocess.run(
-        [*tmux, "capture-pane", "-p", "-t", "run"], capture_output=True, text=True, check=True
-    )
+        [*tmux, "capture-pane", "-p", *options, "-t", "run"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
     return [line.rstrip() for line in shown.stdout.splitlines()]
+
+
+def start_in_tmux(tmux: list[str], folder: Path, args: list[str], width: int, **env: str) -> Path:
+    """`python -m mathrl ARGS` in a new tmux session `run`, `width` columns wide, in
+    `folder`; then `EXIT=<its exit code>`. Returns the file its process id goes to."""
+    pid = folder / "pid"
+    # Not COLUMNS or LINES (pytest-xdist sets them): rich would believe them over the
+    # terminal, as it would in a shell that exports them.
+    exports = {
+        k: v
+        for k, v in user_env(folder, TERM="xterm-256color", **env).items()
+        if k.isidentifier() and k not in ("COLUMNS", "LINES")
+    }
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in exports.items())
+    # `exec` keeps the shell's process id, written down first, for a SIGTERM.
+    command = shlex.join([sys.executable, "-m", "mathrl", *args])
+    program = f"echo $$ > {shlex.quote(str(pid))}; exec {command}"
+    shell = (
+        f"cd {shlex.quote(str(folder))} && env -i {assignments} sh -c {shlex.quote(program)}; "
+        "echo EXIT=$?; sleep 600"
+    )
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-s", "run", "-x", str(width), "-y", "50", shell], check=True
+    )
+    return pid
+
+
+def wait_for(tmux: list[str], seen: Callable[[list[str]], bool], seconds: float = 120) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        lines = screen(tmux, "-J")
+        if seen(lines):
+            return lines
+        time.sleep(0.1)
+    pytest.fail(f"not seen within {seconds} s; the screen was:\n{chr(10).join(lines)}")
 
 
 def test_every_stdout_line_stays_on_screen_above_the_bar(tmp_path: Path, tmux: list[str]) -> None:
@@ -86,3 +129,80 @@ def test_every_stdout_line_stays_on_screen_above_the_bar(tmp_path: Path, tmux: l
         assert max(printed) < min(bar), "\n".join(text)
         assert text[bar[0]].startswith("step ")
         assert "eta" in text[bar[0]]
+
+
+BAR_ROWS = ("step ", "samples", "setting up")
+NOTICE = {
+    "one Ctrl-C": "mathrl: stopping after the current step (Ctrl-C again to abort)",
+    "two Ctrl-Cs": "mathrl: stopping after the current step (Ctrl-C again to abort)",
+    "SIGTERM": "mathrl: stopping after the current step (send it again to abort)",
+}
+
+
+@pytest.mark.parametrize("width", [120, 60])
+@pytest.mark.parametrize("case", ["one Ctrl-C", "two Ctrl-Cs", "SIGTERM"])
+def test_a_stopped_run_leaves_a_clean_screen_and_the_cursor_shown(
+    tmp_path: Path, tmux: list[str], case: str, width: int
+) -> None:
+    expected = run_cli(tmp_path, *RUN).stdout.splitlines()  # piped: the lines themselves
+    pid = start_in_tmux(tmux, tmp_path, [*RUN, "--log-dir", "X"], width)
+    wait_for(tmux, lambda lines: "Step 2: accuracy" in "\n".join(lines))
+    if case == "SIGTERM":
+        os.kill(int(pid.read_text()), signal.SIGTERM)
+    else:
+        subprocess.run([*tmux, "send-keys", "-t", "run", "C-c"], check=True)
+        if case == "two Ctrl-Cs":
+            time.sleep(0.05)
+            subprocess.run([*tmux, "send-keys", "-t", "run", "C-c"], check=True)
+    lines = wait_for(tmux, lambda lines: any(line.startswith("EXIT=") for line in lines))
+    cursor = subprocess.run(
+        [*tmux, "display", "-p", "-t", "run", "#{cursor_flag}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+    text = [line.replace("^C", "") for line in lines if line]  # the terminal echoes a Ctrl-C
+    assert cursor == "1", "the cursor was left hidden"
+    assert not [line for line in text if line.startswith(BAR_ROWS)], "\n".join(text)
+    assert text[-1] == ("EXIT=143" if case == "SIGTERM" else "EXIT=130")
+    assert NOTICE[case] in text, "\n".join(text)
+    # Every stdout line, in order: those of an unstopped run up to the stop, then `Saved:`.
+    printed = [line for line in text[:-1] if not line.startswith("mathrl: ")]
+    if case == "two Ctrl-Cs":  # aborted: no `Saved:` line, and what can be resumed
+        assert printed == expected[: len(printed)], "\n".join(text)
+        assert text[-3:-1] == [
+            "mathrl: aborted",
+            "mathrl: the last saved state is step 0; resume with: python -m mathrl --resume X",
+        ]
+    else:
+        assert printed[:-1] == expected[: len(printed) - 1], "\n".join(text)
+        assert printed[-1].startswith("Saved: "), "\n".join(text)
+        stopped = printed[-2].split(":")[0]
+        assert (
+            text[-2] == f"mathrl: stopped after {stopped.lower()}; resume with: python -m "
+            "mathrl --resume X"
+        )
+    assert len(printed) >= 4  # Model, Eval step 0, Step 1, Step 2 at least
+
+
+@pytest.mark.parametrize("width", [120, 60])
+def test_ctrl_c_during_set_up_leaves_a_clean_screen_and_says_what_happened(
+    tmp_path: Path, tmux: list[str], width: int
+) -> None:
+    service = FakeMintHTTP(math_references(), tmp_path / "mint")
+    service.outage("silent", 600)  # it takes every request and answers none
+    try:
+        start_in_tmux(tmux, tmp_path, ["--steps", "2"], width,
+                      MINT_API_KEY="sk-test", MINT_BASE_URL=service.url)  # fmt: skip
+        wait_for(tmux, lambda lines: any(line.startswith("setting up") for line in lines))
+        wait_for(tmux, lambda _: bool(service.served), 60)  # it is waiting on the service now
+        subprocess.run([*tmux, "send-keys", "-t", "run", "C-c"], check=True)
+        lines = wait_for(tmux, lambda lines: any(line.startswith("EXIT=") for line in lines), 30)
+    finally:
+        service.close()
+    cursor = subprocess.run(
+        [*tmux, "display", "-p", "-t", "run", "#{cursor_flag}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    text = [line.replace("^C", "") for line in lines if line]
+    assert cursor == "1"
+    assert text == ["mathrl: stopped during set-up; nothing was trained", "EXIT=130"]

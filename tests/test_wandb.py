@@ -10,6 +10,7 @@ import pytest
 
 import mathrl.cli.wandb_mirror
 from cli_process import run_cli, run_main
+from mathrl.cli.extras import install_command
 from mathrl.report import EvalMetrics, StepMetrics
 
 pytest.importorskip("wandb", reason="the wandb extra is not installed")  # nox installs it
@@ -63,9 +64,10 @@ def test_without_wandb_installed_the_flag_is_one_line_and_exit_2(
     monkeypatch.setattr(importlib.util, "find_spec", missing)
     done = run_main(tmp_path, "--backend", "fake", "--wandb", "mathrl-test")
     assert done.returncode == 2
+    monkeypatch.chdir(tmp_path)  # where the run was: the command is for there
     assert done.stderr == (
         "mathrl: error: --wandb needs the wandb package (got none installed): "
-        "pip install 'mathrl[wandb]', or leave --wandb out\n"
+        f"{install_command('wandb')}, or leave --wandb out\n"
     )
     assert not (tmp_path / "runs").exists()
 
@@ -145,3 +147,28 @@ def test_a_run_mirrored_elsewhere_resumes_without_wandb_installed(
         resumed.stderr
     )
     assert resumed.stdout.splitlines()[1].startswith("Step 3:")
+
+
+NO_LOGIN = {"WANDB_MODE": "online", "WANDB_API_KEY": ""}  # and HOME has no .netrc
+
+
+def test_a_wandb_run_that_cannot_start_leaves_no_folder_and_no_stdout(tmp_path: Path) -> None:
+    args = ["--backend", "fake", "--steps", "1", "--log-dir", "X", "--wandb", "mathrl-test"]
+    refused = run_cli(tmp_path, *args, **NO_LOGIN)
+    assert refused.returncode == 2
+    assert refused.stdout == ""  # not even the `Model:` line
+    error = refused.stderr.splitlines()[-1]
+    assert error.startswith("mathrl: error: --wandb could not start a W&B run in project ")
+    assert error.endswith("run `wandb login`, or set WANDB_MODE=offline")
+    assert not (tmp_path / "X").exists()
+    # So the same command, offline, finds nothing in its way.
+    offline = run_cli(tmp_path, *args, WANDB_MODE="offline")
+    assert offline.returncode == 0, offline.stderr
+    # A resumed run keeps its folder, and the error says how to go on.
+    resumed = run_cli(tmp_path, "--resume", "X", "--steps", "2", "--wandb", "other", **NO_LOGIN)
+    assert resumed.returncode == 2
+    assert resumed.stdout == ""
+    assert resumed.stderr.splitlines()[-1].endswith(
+        "run `wandb login`, or set WANDB_MODE=offline; then resume with: "
+        "python -m mathrl --resume X"
+    )

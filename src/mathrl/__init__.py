@@ -6,6 +6,11 @@ the `Adapter` contract, which `mathrl.testing.check_adapter` checks. See
 README.md.
 """
 
+# First: on a Python older than 3.11, one line saying so, before anything else fails.
+from mathrl.python_version import check_python  # noqa: F401
+
+# isort: split
+
 from importlib.metadata import version
 
 from mathrl.adapter import Adapter, AdapterError, Feedback, Response

@@ -42,8 +42,11 @@ def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
     task's code is `code_version`, apart.
     """
     max_tokens = config.max_tokens if config.max_tokens is not None else task.max_tokens
+    # Where the adapter's class is defined, not the name it goes by (`task.identity`, a
+    # built-in task's public name): so renaming how a task is shown renames no checkpoint.
+    cls = type(task.adapter)
     settings: tuple[object, ...] = (
-        task.name, task.identity, task.stop, max_tokens,
+        task.name, f"{cls.__module__}:{cls.__qualname__}", task.stop, max_tokens,
         config.batch, config.group, config.lr, config.temperature, config.seed,
         config.max_steps_off_policy,
     )  # fmt: skip

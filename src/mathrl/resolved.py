@@ -26,6 +26,7 @@ from mathrl.adapter import (
     Prompt,
     Response,
 )
+from mathrl.tasks import BUILT_IN
 from mathrl.text import shown
 
 P = TypeVar("P")
@@ -243,7 +244,7 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
             f"{label}.options must map option names to strings, integers, finite numbers or "
             f"True/False, e.g. {{'few_shot': 2}} (got {shown(options)})"
         )
-    identity = f"{cls.__module__}:{cls.__qualname__}"
+    identity = identity_of(cls)
     return Task(
         adapter,
         name,
@@ -264,6 +265,17 @@ def _is_option_value(value: object) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
     return isinstance(value, str | int | bool)
+
+
+def identity_of(cls: type) -> str:
+    """`module:QualifiedClass` of an adapter's class; a built-in task's is the one name
+    `mathrl.tasks.BUILT_IN` gives it (`mathrl.tasks.code:CodeAdapter`, though the class is
+    defined in `mathrl.tasks.code.task`), so messages, records and `tasks` agree."""
+    for spec, _ in BUILT_IN.values():
+        module, _, name = spec.partition(":")
+        if getattr(sys.modules.get(module), name, None) is cls:
+            return spec
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def _is_int(value: object) -> bool:

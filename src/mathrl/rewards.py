@@ -24,7 +24,7 @@ from typing import Any, TypeGuard, TypeVar
 from mathrl.adapter import Response
 from mathrl.backend import Tokenizer
 from mathrl.resolved import Task
-from mathrl.text import describe, shown
+from mathrl.text import elided, one_line, shown
 from mathrl.workers import Late
 
 P = TypeVar("P")
@@ -36,8 +36,9 @@ class TaskError(Exception):
     def __init__(self, task: Task[Any], method: str, exc: BaseException, given: object) -> None:
         if isinstance(exc, Late):
             what = f"{method} {str(exc).removeprefix('it ')}"
-        else:
-            what = f"{method} raised {type(exc).__name__}: {describe(exc, 200)}"
+        else:  # the input once: in the (on ...) below, escaped and cut, not in the error too
+            detail = one_line(elided(str(exc), given), 200) or type(exc).__name__
+            what = f"{method} raised {type(exc).__name__}: {detail}"
         # A Response shows as its text.
         super().__init__(f"task {task.name!r} failed: {what} (on {shown(given, 60)})")
         self.task_identity = task.identity

@@ -6,27 +6,57 @@ one line a person reads, so what it quotes is made one printable line and cut
 at a limit. Not for: anything written to a record (records keep full values).
 
 The rule: runs of whitespace become one space, other non-printable characters
-their escape (`\\x1b`), and a text longer than the limit keeps its first
-`limit` characters, then says how long it was: `'aaaa'... (5,000 characters)`.
-A list of names in a message reads as a sentence would list them (`listed`).
+their escape (`\\x1b`), and so does U+FFFD, which stands for bytes that did not
+decode (`\\ufffd`, not a glyph that hides what was there); a text longer than
+the limit keeps its first `limit` characters, then says how long it was:
+`'aaaa'... (5,000 characters)`. A message that quotes a value it is shown
+beside (a completion a reward choked on) names it once (`elided`). A list of
+names in a message reads as a sentence would list them (`listed`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+REPLACEMENT = "\ufffd"
+"""What a decoder puts for bytes that are not text."""
+ELIDED_BARE = 16
+"""The shortest text `elided` looks for unquoted."""
+
 
 def one_line(text: str, limit: int = 200) -> str:
     """`text` as one printable line: at most `limit` characters, then a length note."""
-    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(text.split()))
+    line = "".join(_escaped(c) for c in " ".join(text.split()))
     return line if len(line) <= limit else f"{line[:limit]}... ({len(line):,} characters)"
 
 
+def _escaped(c: str) -> str:
+    if c == REPLACEMENT:
+        return "\\ufffd"
+    return c if c.isprintable() else repr(c)[1:-1]
+
+
+def quoted(text: str) -> str:
+    """`repr(text)`, U+FFFD escaped too: a completion as `sample` prints it, whole."""
+    return repr(text).replace(REPLACEMENT, "\\ufffd")
+
+
 def shown(value: object, limit: int = 40) -> str:
-    """`value` quoted (its repr), cut by the same rule; a long string is cut before quoting."""
-    if isinstance(value, str) and len(value) > limit:
-        return f"{one_line(repr(value[:limit]), limit + 20)}... ({len(value):,} characters)"
-    return one_line(repr(value), limit)
+    """`value` quoted (its repr), cut by the same rule. A string is cut before quoting, so
+    its quotes stay whole: as much of it as fits in `limit` characters once escaped."""
+    if not isinstance(value, str):
+        return one_line(repr(value), limit)
+    whole = one_line(repr(value), len(value) * 10 + 2)  # an escape is at most 10 characters
+    if len(whole) <= limit + 2:
+        return whole
+    low, high = 0, len(value)  # the longest start of `value` that fits, once escaped
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(one_line(repr(value[:middle]), len(whole))) <= limit + 2:
+            low = middle
+        else:
+            high = middle - 1
+    return f"{one_line(repr(value[:low]), len(whole))}... ({len(value):,} characters)"
 
 
 def listed(words: Iterable[str], conjunction: str) -> str:
@@ -38,3 +68,20 @@ def listed(words: Iterable[str], conjunction: str) -> str:
 def describe(exc: BaseException, limit: int = 200) -> str:
     """An exception's message as one line; its type's name when it says nothing."""
     return one_line(str(exc), limit) or type(exc).__name__
+
+
+def elided(message: str, value: object, mark: str = "<input>") -> str:
+    """`message` with the text `value` it quotes put as `mark`, for a message shown beside
+    `value` itself: `invalid literal for int() with base 10: <input> (on 'x4')`.
+
+    Found quoted (`'x4'`, as `int()` and most errors quote), or bare when long
+    enough not to be found by chance; stripped of surrounding whitespace or not.
+    """
+    if not isinstance(value, str):
+        return message
+    for text in dict.fromkeys((str(value), str(value).strip())):
+        if text:
+            message = message.replace(repr(text), mark)
+            if len(text) >= ELIDED_BARE:
+                message = message.replace(text, mark)
+    return message

@@ -86,7 +86,8 @@ class FakeHFTokenizer:
     def __len__(self) -> int:
         return VOCAB_SIZE
 
-    chat_template = "the fake backend's: role, newline, content, EOS per turn"
+    chat_template: str | None = "the fake backend's: role, newline, content, EOS per turn"
+    """None: a base model's tokenizer, which has none (see FakeMintServer's `chat_template`)."""
 
     @property
     def all_special_ids(self) -> list[int]:
@@ -136,6 +137,7 @@ class FakeMintServer:
         reject_key: the constructor raises `tinker.AuthenticationError`.
         hang_at: calls that block (in a thread, before doing anything) until
             `release` is set: any of HANG_POINTS; "connect" is the constructor.
+        chat_template: False: the tokenizer has no chat template, as a base model's.
     """
 
     def __init__(
@@ -149,6 +151,7 @@ class FakeMintServer:
         drop_stop: bool = False,
         reject_key: bool = False,
         hang_at: Collection[str] = (),
+        chat_template: bool = True,
     ) -> None:
         unknown = set(hang_at) - set(HANG_POINTS)
         if unknown:
@@ -174,6 +177,8 @@ class FakeMintServer:
         self.loss_fn_configs: list[tuple[str, dict[str, float] | None]] = []
         """Every forward_backward's loss_fn and loss_fn_config, in order."""
         self.tokenizer = FakeHFTokenizer()
+        if not chat_template:
+            self.tokenizer.chat_template = None
         self.states: set[str] = set()
         """Names save_state has used."""
         self.files: dict[tuple[str, str], str] = {}

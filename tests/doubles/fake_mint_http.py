@@ -36,6 +36,9 @@ Differences from the real service worth knowing:
   400 (which the SDK does not retry), so a fault of the fake ends a run
   rather than hiding behind retries.
 - A POST repeated with the same `X-Idempotency-Key` gets the first answer again.
+- `answers` replaces a route's answer with given JSON (after the route ran):
+  how a test makes the SDK meet a service that is configured, or speaks,
+  otherwise (`tests/test_sdk_messages.py`).
 - During a "silent" outage a request is read, held unanswered until the
   outage ends, and then its connection is closed: it never took effect.
   During a "503" outage nothing takes effect either. Timing is the only
@@ -161,6 +164,8 @@ class FakeMintHTTP:
         self._futures: dict[str, Json] = {}
         self._replies: dict[str, tuple[int, Json]] = {}
         self._tokens: set[str] = set()
+        self.answers: dict[str, Json] = {}
+        """Route name -> the JSON it answers instead (200), for an SDK message's test."""
         self._routes: dict[str, Callable[[Any], Json]] = {
             "client/config": self._client_config,
             "auth/token": self._auth_token,
@@ -271,7 +276,8 @@ class FakeMintHTTP:
         route = self._routes.get(name)
         if route is None or method != "POST":
             raise HTTPError(404, f"no route {method} {API}/{name} in the fake")
-        return route(json.loads(body or b"{}"))
+        answer = route(json.loads(body or b"{}"))
+        return self.answers.get(name, answer)
 
     def _new_id(self, kind: str) -> str:
         return f"{kind}-{next(self._ids)}"

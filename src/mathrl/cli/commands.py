@@ -34,8 +34,11 @@ from mathrl.cli.exit_codes import (
     EXIT_STDOUT_CLOSED,
     EXIT_USAGE,
 )
+from mathrl.cli.extras import install_command
 from mathrl.cli.loader import TASK_KEYWORDS, load_task
 from mathrl.cli.parsers import (
+    BACKENDS,
+    DEFAULTS_DECIDED_LATER,
     MAX_PROBLEMS,
     RESUMABLE,
     SAMPLE_FIELDS,
@@ -45,7 +48,15 @@ from mathrl.cli.parsers import (
     tasks_parser,
     train_parser,
 )
-from mathrl.cli.run_folder import RunFolder, RunFolderError, read_run
+from mathrl.cli.run_folder import (
+    CONFIG,
+    RunFolder,
+    RunFolderError,
+    check_new,
+    read_run,
+    run_record,
+    unwritable,
+)
 from mathrl.cli.settings import (
     BY_FIELD,
     FAKE_FIELDS,
@@ -56,12 +67,13 @@ from mathrl.cli.settings import (
     base_url,
     build_config,
     fake_options,
+    flag_values,
     task_options,
     worded,
 )
 from mathrl.cli.train import Plan, train
 from mathrl.cli.wandb_mirror import check_installed
-from mathrl.config import ConfigError
+from mathrl.config import DEFAULTS, ConfigError
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError
 from mathrl.tasks import BUILT_IN
@@ -141,10 +153,62 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     if plan.config.backend == "mint":
         api_key(env)
         base_url(env)
+    _check_folders(plan, new_run=args.resume is None)
     if plan.config.wandb_project is not None:
         check_installed()
     plan = replace(plan, preflight=_preflight(plan.task))
     return asyncio.run(train(plan, env, __version__, _say))
+
+
+def _refuse_changes(
+    values: Mapping[str, Any],
+    recorded: Mapping[str, Any],
+    given_with: str,
+    record: str,
+    why: str = "",
+    otherwise: str = "",
+) -> None:
+    """ConfigError naming each of `values` (flags given, by field) that differs from the
+    run's record, with both values: a flag that repeats what the record says changes nothing.
+
+    `given_with` names the flag they came with, `record` the file; `why` says why the
+    record wins, `otherwise` what else can be done.
+    """
+    flag = {**{s.field: s.flag for s in SETTINGS}, "backend": "--backend"}
+    theirs = {field: recorded.get(field, DEFAULTS.get(field)) for field in values}
+    changed = [field for field, value in values.items() if _spec(value) != _spec(theirs[field])]
+    if changed:
+        ours = ", ".join(f"{flag[f]} {_worded(values[f], f)}" for f in changed)
+        kept = ", ".join(f"{flag[f]} {_worded(theirs[f], f)}" for f in changed)
+        raise ConfigError(
+            f"{ours} cannot be given with {given_with}: {record} records {kept}{why}; leave "
+            f"{'them' if len(changed) > 1 else 'it'} out{otherwise}"
+        )
+
+
+def _spec(value: object) -> object:
+    """A value as compared with the record: a built-in task's name is its module:Class."""
+    return BUILT_IN[value][0] if isinstance(value, str) and value in BUILT_IN else value
+
+
+def _worded(value: object, field: str) -> str:
+    if value is None:
+        return f"unset ({DEFAULTS_DECIDED_LATER.get(field, 'the default')})"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _check_folders(plan: Plan, new_run: bool) -> None:
+    """The folders the run writes in, tried before anything is printed or made."""
+    if new_run:
+        check_new(plan.config.log_dir)
+    if plan.config.backend == "fake":
+        folder = plan.fake.checkpoint_folder
+        why = unwritable(folder)
+        if why is not None:
+            raise ConfigError(
+                f"the fake's checkpoint folder {folder} cannot be written ({why}); choose "
+                "another with --fake-checkpoints or MINT_RL_FAKE_CHECKPOINTS"
+            )
 
 
 def _recorded_mirror(recorded: Mapping[str, Any]) -> str | None:
@@ -166,18 +230,16 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         point = record.resume_point()
     except RunFolderError as exc:
         raise ConfigError(f"--resume: {exc}") from None
-    extendable = (*RESUMABLE, "steps")  # --steps may extend the run (checked below)
-    changed = [
-        s.flag for s in SETTINGS if getattr(args, s.field) is not None and s.field not in extendable
-    ]
-    if args.backend is not None:
-        changed.append("--backend")
-    if changed:
-        raise ConfigError(
-            f"{', '.join(changed)} cannot be given with --resume: it would change training, "
-            f"whose settings come from {folder / 'config.json'}"
-        )
     recorded = record.config["settings"]
+    fixed = [s.field for s in SETTINGS if s.field not in (*RESUMABLE, "steps")]  # steps: extends
+    _refuse_changes(
+        {**flag_values(_flags(args), fixed), **({"backend": args.backend} if args.backend else {})},
+        recorded,
+        "--resume",
+        str(folder / CONFIG),
+        why=", and a resumed run trains as it started",
+        otherwise=", or start a new run",
+    )
     reliability = build_config(_flags(args), env, only=RESUMABLE, backend=recorded.get("backend"))
     try:
         train = record.train_config()
@@ -280,7 +342,7 @@ def _plot_command(argv: Sequence[str]) -> int:
         from mathrl.cli.plot import plot_runs
     except ImportError:
         raise ConfigError(
-            "plot needs matplotlib, which is not installed: pip install 'mathrl[plot]'"
+            f"plot needs matplotlib, which is not installed: {install_command('plot')}"
         ) from None
     try:
         records = [read_run(Path(run)) for run in args.runs]
@@ -305,7 +367,27 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     count = _problem_count(args.problems)
     fields = [*SAMPLE_FIELDS, *(["temperature"] if args.temperature is not None else [])]
     flags = {**_flags(args), "temperature": args.temperature}
-    config = build_config(flags, env, only=fields, backend=args.backend)
+    backend = args.backend
+    try:
+        record = run_record(args.model_path)
+    except RunFolderError as exc:
+        raise ConfigError(f"--model-path: {exc}") from None
+    if record is not None:  # a run folder: what it recorded decides, and a flag must agree
+        recorded = dict(record.config["settings"])
+        if recorded.get("backend") not in BACKENDS:  # "python": made from Python, no backend
+            recorded["backend"] = args.backend
+        _refuse_changes(
+            {
+                **flag_values(flags, ("adapter", "base_model")),
+                **({"backend": args.backend} if args.backend else {}),
+            },
+            recorded,
+            f"--model-path {record.path}",
+            f"the run folder's {CONFIG}",
+        )
+        flags.update(adapter=recorded.get("adapter"), base_model=recorded.get("base_model"))
+        backend = recorded["backend"]
+    config = build_config(flags, env, only=fields, backend=backend or "mint")
     if args.temperature is None:  # greedy unless asked: MINT_RL_TEMPERATURE is training's
         config = replace(config, train=replace(config.train, temperature=0.0))
     task = load_task(config.adapter, options=task_options(_flags(args), env), note=_say)

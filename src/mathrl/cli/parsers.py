@@ -138,16 +138,17 @@ def sample_parser() -> Parser:
     parser.add_argument(
         "--backend",
         choices=BACKENDS,
-        default="mint",
-        help="mint (default): weights saved on MinT; fake: a fake run's checkpoint file",
+        help="mint (default; a run folder's own backend): weights saved on MinT; fake: a fake "
+        "run's checkpoint file",
     )
     _add_settings(
         parser,
         SAMPLE_FIELDS,
         {
-            "base_model": "the base model the weights were trained from",
+            "base_model": "the base model the weights were trained from (a run folder's own)",
             "seed": "seed of the held-out problems asked",
-            "adapter": "the task the weights were trained on, as module:Class",
+            "adapter": "the task the weights were trained on, as module:Class (a run folder's "
+            "own task)",
         },
     )
     parser.add_argument(

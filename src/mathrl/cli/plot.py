@@ -1,7 +1,7 @@
 """Learning curves of run folders, drawn with matplotlib into a PNG.
 
 For: `python -m mathrl plot RUN_DIR... [--out FILE]`. Needs the optional
-extra (`pip install 'mathrl[plot]'`); importing this module without
+extra (`pip install '.[plot]'` in a clone); importing this module without
 matplotlib raises ImportError, which the CLI turns into the install command.
 Several runs in one call are overlaid, one colour each, to compare them.
 """

@@ -16,6 +16,12 @@ at the end of each line changes length):
 the second line's text being the last finished step's accuracy and mean reward.
 
 and during set-up one line, with what it waits on and for how long.
+
+While the bar is up, every line for the user goes through it: `say` prints
+above it, and so does anything else written to stderr (rich redirects it),
+so nothing lands in the bar's rows, where the next redraw would erase it and
+leave a stale bar behind. `close` takes the bar down and shows the cursor
+again: a run that ends with `os._exit` (a second Ctrl-C) calls it first.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TextIO
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress import (
     BarColumn,
@@ -99,9 +105,8 @@ class ProgressBar(Observer):
             console=self.console,
             expand=True,
             transient=True,
-            redirect_stdout=False,  # stdout is the seed's lines, never the bar's
-            redirect_stderr=False,
         )
+        self._progress.live = self._live()
         self._total = steps
         self._steps = self._progress.add_task(
             "setting up", total=steps, completed=first_step, status="", clock=True
@@ -123,6 +128,10 @@ class ProgressBar(Observer):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Take the bar down, now: its rows erased and the cursor shown again. Idempotent."""
         if self._started:
             self._progress.stop()
             self._started = False
@@ -158,9 +167,15 @@ class ProgressBar(Observer):
             console=self.console,
             transient=True,
             redirect_stdout=False,  # stdout is the seed's lines, never the bar's
-            redirect_stderr=False,
-            get_renderable=self._progress.get_renderable,
+            redirect_stderr=True,  # another's line on stderr goes above the bar, like `say`'s
+            get_renderable=self._display,
         )
+
+    def _display(self) -> RenderableType:
+        # An empty row under the bar holds the cursor: the terminal echoes a Ctrl-C there
+        # as `^C`. At the end of a full-width bar row, the echo would wrap onto a row the
+        # display does not know of, and each redraw would then leave a copy of the bar.
+        return Group(self._progress.get_renderable(), Text(""))
 
     def setting_up(self, status: str) -> None:
         """What set-up is waiting on now, e.g. the URL and its timeout."""

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,10 +60,12 @@ def _version() -> str:
 class RunFolder(Observer):
     """An open run folder: records each step, evaluation and save as it happens."""
 
-    def __init__(self, path: Path, log_samples: int = 2) -> None:
+    def __init__(self, path: Path, log_samples: int = 2, made: Sequence[Path] = ()) -> None:
         self.path = path
         self.log_samples = log_samples
         """How many groups of each step go into samples.jsonl."""
+        self._made = tuple(made)
+        """The folders `create` made, outermost first: `discard` removes them again."""
 
     @classmethod
     def for_python(
@@ -90,17 +94,12 @@ class RunFolder(Observer):
         `more_settings` are recorded beside the config's (the fake's knobs, say).
         """
         now = datetime.now(UTC)
+        check_new(config.log_dir)
         if config.log_dir is not None:
             path = Path(config.log_dir)
-            if path.exists() and not path.is_dir():
-                raise ConfigError(f"--log-dir must be a folder (got a file: {path})")
-            if (path / METRICS).exists() or (path / CONFIG).exists():
-                raise ConfigError(
-                    f"--log-dir {path} already holds a run; choose another folder, or continue "
-                    f"that run with `python -m mathrl --resume {path}`"
-                )
         else:
             path = _fresh(Path("runs") / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
+        made = [p for p in (path, *path.parents) if not p.exists()][::-1]
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -108,7 +107,7 @@ class RunFolder(Observer):
                 f"the run folder {path} cannot be created ({exc.strerror or exc}); "
                 "choose another with --log-dir or MINT_RL_LOG_DIR"
             ) from None
-        folder = cls(path, config.log_samples)
+        folder = cls(path, config.log_samples, made)
         settings = {
             **asdict(config.train),
             **{k: v for k, v in asdict(config).items() if k != "train"},
@@ -124,6 +123,18 @@ class RunFolder(Observer):
             }
         )
         return folder
+
+    def discard(self) -> None:
+        """Undo `create` for a run that did not start: the folder, if `create` made it (with
+        what W&B may have left in it), else its config.json; then the empty folders above it
+        that `create` made."""
+        if not self._made:  # the folder was there before: only what create wrote goes
+            (self.path / CONFIG).unlink(missing_ok=True)
+            return
+        shutil.rmtree(self.path, ignore_errors=True)
+        for made in reversed(self._made[:-1]):
+            with suppress(OSError):  # not empty: another run's folder is in it
+                made.rmdir()
 
     def note_preflight(self, line: str) -> None:
         """Add the task's preflight line (what it relies on, e.g. the sandbox's layers) to
@@ -177,6 +188,51 @@ class RunFolder(Observer):
             with self._writing(name + ".tmp", "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in kept)
             (self.path / (name + ".tmp")).replace(self.path / name)
+
+
+def check_new(log_dir: str | None) -> None:
+    """ConfigError unless a new run's folder can go at `log_dir` (None: under `runs/`).
+
+    Checked before a run starts, and again as the folder is made.
+    """
+    path = Path("runs" if log_dir is None else log_dir)
+    try:
+        if log_dir is not None and path.exists() and not path.is_dir():
+            raise ConfigError(f"--log-dir must be a folder (got a file: {path})")
+        if log_dir is not None and ((path / METRICS).exists() or (path / CONFIG).exists()):
+            raise ConfigError(
+                f"--log-dir {path} already holds a run; choose another folder, or continue "
+                f"that run with `python -m mathrl --resume {path}`"
+            )
+        why = unwritable(path)
+    except OSError as exc:  # e.g. a name too long to look up
+        why = exc.strerror or str(exc)
+    if why is not None:
+        raise ConfigError(
+            f"the run folder {path} cannot be created ({why}); "
+            "choose another with --log-dir or MINT_RL_LOG_DIR"
+        )
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why files cannot be made in `folder` (once it is made, if missing), or None.
+
+    Tried, not guessed: a file is made in the nearest folder that exists and
+    removed again. (`os.access` says yes to root even for /proc.)
+    """
+    try:
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+    except OSError as exc:  # e.g. a name too long
+        return exc.strerror or str(exc)
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    try:
+        handle, name = tempfile.mkstemp(dir=existing, prefix=".mathrl-can-write-")
+    except OSError as exc:
+        return f"cannot make a file in {existing}: {exc.strerror or exc}"
+    os.close(handle)
+    os.unlink(name)
+    return None
 
 
 def _fresh(path: Path) -> Path:
@@ -237,6 +293,18 @@ def read_run(path: Path) -> RunRecord:
         [r for r in metrics if r.get("eval")],
         read_jsonl(path / CHECKPOINTS),
     )
+
+
+def run_record(path: str) -> RunRecord | None:
+    """The run folder at `path`, read; None if `path` is not a folder with a config.json
+    (a checkpoint's path, say). RunFolderError for a run folder that cannot be read."""
+    folder = Path(path)
+    try:
+        if not (folder / CONFIG).is_file():
+            return None
+    except OSError:  # a name too long to be a folder, say: a checkpoint path, or nothing
+        return None
+    return read_run(folder)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from mathrl.backend import BackendError, Sampler, Tokenizer
 from mathrl.checkpoints import task_of_checkpoint
-from mathrl.cli.run_folder import CONFIG, RunFolderError, read_run
+from mathrl.cli.run_folder import RunFolderError, run_record
 from mathrl.cli.settings import api_key, base_url
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError
 from mathrl.evaluation import evaluate
 from mathrl.resolved import Task
 from mathrl.service.retry import Retrier, RetryingSampler
-from mathrl.text import shown
+from mathrl.text import quoted, shown
 from mathrl.workers import Workers
 
 
@@ -70,18 +69,17 @@ async def sample(
 
 def latest_of_run(model_path: str) -> str:
     """`model_path` itself, or, for a run folder, the latest sampler checkpoint it records."""
-    folder = Path(model_path)
     try:
-        if not (folder / CONFIG).is_file():
-            return model_path
-    except OSError:  # a name too long to be a folder, say: a checkpoint path, or nothing
-        return model_path
-    try:
-        samplers = [c["path"] for c in read_run(folder).checkpoints if c["kind"] == "sampler"]
+        record = run_record(model_path)
     except RunFolderError as exc:
         raise ConfigError(f"--model-path: {exc}") from None
+    if record is None:
+        return model_path
+    samplers = [c["path"] for c in record.checkpoints if c["kind"] == "sampler"]
     if not samplers:
-        raise ConfigError(f"--model-path: the run folder {folder} records no sampler checkpoint")
+        raise ConfigError(
+            f"--model-path: the run folder {record.path} records no sampler checkpoint"
+        )
     return str(samplers[-1])
 
 
@@ -128,5 +126,5 @@ def _lines(
         question = " ".join(prompt[len(common) :].split()) or " ".join(prompt.split())
         question = question if len(question) <= 60 else f"{question[:57]}..."
         verdict = "correct" if task.adapter.evaluate([reward]) == 1.0 else "wrong"
-        lines.append(f"{question} -> {text!r}: {verdict} (reward {reward:g})")
+        lines.append(f"{question} -> {quoted(text)}: {verdict} (reward {reward:g})")
     return lines

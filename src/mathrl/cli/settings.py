@@ -17,6 +17,7 @@ asks of the task it loads (`--weak-sandbox`) is the task's: it lives in
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -51,6 +52,13 @@ class FakeOptions:
     """The share of fake calls that fail transiently (seeded)."""
     fake_checkpoints: str | None = None
     """The folder of the fake's checkpoint files (None: `mathrl-fake` in the temp folder)."""
+
+    @property
+    def checkpoint_folder(self) -> Path:
+        """`fake_checkpoints`, or its default."""
+        if self.fake_checkpoints is not None:
+            return Path(self.fake_checkpoints)
+        return Path(tempfile.gettempdir()) / "mathrl-fake"
 
 
 FAKE_RULES = {
@@ -302,6 +310,12 @@ def build_config(
     )
     check_loss(train, lambda name: sources.get(name, BY_FIELD[name].flag))
     return Config(train=TrainConfig(**train), **run)
+
+
+def flag_values(flags: Mapping[str, str | None], only: Collection[str]) -> dict[str, Any]:
+    """The flags given among `only`, by field: each parsed and checked alone, as flags only
+    (no variable, no default, no check across settings)."""
+    return {setting.field: value for setting, value, _ in _read(flags, {}, only)}
 
 
 def fake_options(

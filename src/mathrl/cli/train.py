@@ -20,21 +20,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mathrl.backend import Backend, BackendError
+from mathrl.backend import Backend, BackendError, Tokenizer
 from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
 from mathrl.cli.settings import FakeOptions, TaskOptions, worded
 from mathrl.cli.wandb_mirror import WandbMirror
-from mathrl.config import Config
+from mathrl.config import Config, ConfigError
 from mathrl.loop import run_grpo_async
 from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, RunResult, StepMetrics
 from mathrl.resolved import Task
-from mathrl.rewards import TaskError
+from mathrl.rewards import TaskError, task_call
 from mathrl.rollout import run_problems
+from mathrl.service.hf_tokenizer import NoChatTemplate
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
+from mathrl.text import describe
 from mathrl.workers import Workers
 
 
@@ -147,7 +149,7 @@ async def open_backend(
             run_problems(plan.task, config.train, first_step),
             latency=plan.fake.fake_latency,
             fault_rate=plan.fake.fake_fault_rate,
-            checkpoint_dir=Path(plan.fake.fake_checkpoints) if plan.fake.fake_checkpoints else None,
+            checkpoint_dir=plan.fake.checkpoint_folder,
         )
     else:
         from mathrl.service.mint_backend import open_backend as open_mint
@@ -176,9 +178,15 @@ async def train(
     loop = asyncio.get_running_loop()
     latest = Latest(plan.resume)
     where: list[Path] = [plan.folder.path] if plan.folder else []
+    first = plan.resume.step if plan.resume else 0
+    progress = ProgressBar(config.train.steps, first, config.train.batch * config.train.group)
+    # While the bar is up, a line for the user goes above it, never into its rows.
+    speak = (lambda m: progress.say(f"mathrl: {m}")) if progress.active else say
+    set_up: list[bool] = []
 
     def on_signal(signum: int) -> None:
         if received:  # the second one: abort at once, saying what can be resumed
+            progress.close()  # os._exit skips every cleanup: the bar goes, the cursor shows
             say("aborted")
             if where and latest.state_step >= 0:
                 say(
@@ -187,18 +195,16 @@ async def train(
                 )
             os._exit(EXIT_SIGNAL[signal.Signals(received[0])])
         received.append(signum)
-        again = "Ctrl-C again" if signum == signal.SIGINT else "send it again"
-        say(f"stopping after the current step ({again} to abort)")
         stop.set()
+        if set_up:  # (during set-up there is no step: the run ends at once, and says so)
+            again = "Ctrl-C again" if signum == signal.SIGINT else "send it again"
+            speak(f"stopping after the current step ({again} to abort)")
 
     for signum in EXIT_SIGNAL:
         loop.add_signal_handler(signum, on_signal, signum)
     out.on_close = stop.set
-    first = plan.resume.step if plan.resume else 0
-    per_step = config.train.batch * config.train.group
     try:
-        with ProgressBar(config.train.steps, first, per_step) as progress:
-            speak = (lambda m: progress.say(f"mathrl: {m}")) if progress.active else say
+        with progress:
             out.around = progress.above
             opening = asyncio.ensure_future(open_backend(plan, env, speak, progress.setting_up))
             stopping = asyncio.ensure_future(stop.wait())
@@ -206,34 +212,37 @@ async def train(
             stopping.cancel()
             if not opening.done():  # stopped during set-up: nothing to save, leave now
                 opening.cancel()
-                say("stopped during set-up; nothing was trained")
+                speak("stopped during set-up; nothing was trained")
                 return EXIT_SIGNAL[signal.Signals(received[0])] if received else EXIT_FAILURE
             backend = opening.result()
-            # Only now: a run that cannot start leaves no folder behind.
-            fingerprint = run_fingerprint(task, config.train)
-            folder = plan.folder or RunFolder.create(
-                config, task.name, fingerprint, version,
-                {**asdict(plan.fake), **asdict(plan.task_options)},
-            )  # fmt: skip
-            where[:] = [folder.path]
-            if plan.preflight is not None:
-                folder.note_preflight(plan.preflight)
-            speak(f"run folder: {folder.path} (task {task.name})")
-            out.line(model_line(config, backend.tokenizer.vocab_size))
+            set_up.append(True)
             mirrors: list[WandbMirror] = []
             workers = Workers(config.reward_workers, config.reward_timeout)
             try:
-                if config.wandb_project is not None:
-                    settings = asdict(config)
-                    mirrors.append(WandbMirror(config.wandb_project, folder.path, settings, speak))
+                check_prompts(backend.tokenizer, task, config)
+                # Only now: a run that cannot start leaves no folder behind.
+                folder = plan.folder or RunFolder.create(
+                    config, task.name, run_fingerprint(task, config.train), version,
+                    {**asdict(plan.fake), **asdict(plan.task_options)},
+                )  # fmt: skip
+                where[:] = [folder.path]
+                if config.wandb_project is not None:  # before stdout: W&B may refuse to start
+                    mirrors.append(_mirror(config.wandb_project, folder, plan, speak))
+                if plan.preflight is not None:
+                    folder.note_preflight(plan.preflight)
+                speak(f"run folder: {folder.path} (task {task.name})")
+                if mirrors:
                     speak(f"mirroring metrics to W&B: {mirrors[0].where}")
+                out.line(model_line(config, backend.tokenizer.vocab_size))
                 observer = Observers(folder, latest, SeedLines(out, speak), progress, *mirrors)
                 result = await run_grpo_async(
                     backend, task, config.train, observer,
                     resume=plan.resume, stop=stop, workers=workers,
                 )  # fmt: skip
             except (BackendError, TaskError) as exc:
-                return _failed(exc, latest, folder.path, out, speak)
+                if not where:  # it failed before the run folder was made
+                    raise
+                return _failed(exc, latest, where[0], out, speak)
             finally:
                 workers.close()
                 for mirror_ in mirrors:
@@ -243,6 +252,46 @@ async def train(
         for signum in EXIT_SIGNAL:
             loop.remove_signal_handler(signum)
     return _finished(result, folder.path, out, received, say)
+
+
+def check_prompts(tokenizer: Tokenizer, task: Task[Any], config: Config) -> None:
+    """ConfigError unless the model's tokenizer can render the task's prompts.
+
+    A conversation needs the model's chat template, and a base model may have
+    none: known once the tokenizer is in hand, so said before anything is saved.
+    """
+    seed = config.train.seed
+    problems = task_call(task, "build_dataset", (seed, 1, 1), seed, 1, 1)
+    prompts = [task_call(task, "make_prompt", p, p) for p in list(problems)[:1]]
+    for prompt in prompts:
+        if isinstance(prompt, str):  # text: any tokenizer encodes it
+            continue
+        try:
+            tokenizer.render_chat(prompt, task.chat_template_options)
+        except NoChatTemplate:
+            problem = "has no chat template to render them"
+        except Exception as exc:  # the template's own code refused the conversation
+            problem = f"cannot render them ({type(exc).__name__}: {describe(exc)})"
+        else:
+            continue
+        raise ConfigError(
+            f"task {task.name!r} ({task.identity}) writes conversation prompts, but the base "
+            f"model {config.base_model}'s tokenizer {problem}: choose a chat model "
+            "(--base-model, MINT_BASE_MODEL), or a task with text prompts (--adapter)"
+        )
+
+
+def _mirror(
+    project: str, folder: RunFolder, plan: Plan, speak: Callable[[str], None]
+) -> WandbMirror:
+    """The W&B mirror; if W&B refuses to start, a new run folder is removed again."""
+    try:
+        return WandbMirror(project, folder.path, asdict(plan.config), speak)
+    except ConfigError as exc:
+        if plan.folder is None:  # this run made it: leave nothing behind
+            folder.discard()
+            raise
+        raise ConfigError(f"{exc}; then resume with: {resume_command(folder.path)}") from None
 
 
 def _failed(

@@ -1,7 +1,7 @@
 """`--wandb PROJECT`: a run's metrics mirrored to Weights & Biases, as they are recorded.
 
 For: `mathrl.cli.train`, which adds a `WandbMirror` to a run's observers when
-asked. wandb is an optional extra (`pip install 'mathrl[wandb]'`); only this
+asked. wandb is an optional extra (`pip install '.[wandb]'` in a clone); only this
 module imports it. W&B's own settings apply (`WANDB_MODE=offline` writes the
 run under the run folder and needs no network or key). The W&B run's id comes
 from the run folder, so a resumed run goes on in the same W&B run. Nothing
@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mathrl.cli.extras import install_command
 from mathrl.config import ConfigError
 from mathrl.report import EvalMetrics, Observer, StepMetrics
 
@@ -26,8 +27,8 @@ def check_installed() -> None:
     """ConfigError unless wandb can be imported: say how to install it."""
     if importlib.util.find_spec("wandb") is None:
         raise ConfigError(
-            "--wandb needs the wandb package (got none installed): "
-            "pip install 'mathrl[wandb]', or leave --wandb out"
+            f"--wandb needs the wandb package (got none installed): "
+            f"{install_command('wandb')}, or leave --wandb out"
         )
 
 

@@ -18,6 +18,10 @@ from typing import Any, Protocol
 from mathrl.backend import BackendError
 
 
+class NoChatTemplate(BackendError):
+    """The model's tokenizer has no chat template, and a conversation was to be rendered."""
+
+
 class HFTokenizerLike(Protocol):
     """The part of a Hugging Face tokenizer mathrl uses."""
 
@@ -105,7 +109,7 @@ class HFTokenizer:
 
     def _require_template(self) -> None:
         if not getattr(self._hf, "chat_template", None):
-            raise BackendError(
+            raise NoChatTemplate(
                 "the model's tokenizer has no chat template, so a task's conversation prompts "
                 "cannot be rendered: use a chat model, or text prompts"
             )

@@ -74,6 +74,7 @@ from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss  # noqa: E402
 from mathrl.service.deadline import run_in_daemon_thread  # noqa: E402
 from mathrl.service.hf_tokenizer import HFTokenizer, HFTokenizerLike, stop_sequences  # noqa: E402
 from mathrl.service.probe import probe_service, retryable_status  # noqa: E402
+from mathrl.service.sdk_messages import translation  # noqa: E402
 from mathrl.text import one_line  # noqa: E402
 
 Probe = Callable[[str, str, float], None]
@@ -323,19 +324,30 @@ def to_mint_datum(datum: Datum) -> types.Datum:
 
 @contextlib.contextmanager
 def service_errors(what: str, secret: str | None) -> Iterator[None]:
-    """Re-raise SDK errors raised while `what` as BackendErrors (one line, key scrubbed)."""
+    """Re-raise SDK errors raised while `what` (a call: "calling sample") as BackendErrors
+    (one line, key scrubbed)."""
     try:
         yield
     except tinker.TinkerError as exc:
-        raise translate_error(exc, what, secret) from None
+        raise translate_error(exc, f"{what} on MinT", secret) from None
 
 
 def translate_error(exc: tinker.TinkerError, what: str, secret: str | None) -> BackendError:
-    """The BackendError for an SDK error: rejected key, may-pass-on-retry, or other."""
+    """The BackendError for an SDK error raised while `what`: `what failed: why`.
+
+    A rejected key, a failure that may pass on retry, or another; a message
+    in `sdk_messages.TRANSLATED` is said in the user's terms first.
+    """
     detail = _one_line(exc, secret)
     if isinstance(exc, tinker.AuthenticationError | tinker.PermissionDeniedError):
         return CredentialsRejected(
             f"MinT rejected the API key (MINT_API_KEY) while {what}: {detail}"
+        )
+    known = translation(str(exc))
+    if known is not None:
+        return BackendError(
+            f"{what} failed: {known.means} (tinker {tinker.__version__} said: {detail})",
+            settings=known.settings,
         )
     retryable = (
         isinstance(exc, tinker.APIConnectionError)
@@ -346,10 +358,8 @@ def translate_error(exc: tinker.TinkerError, what: str, secret: str | None) -> B
         )
     )
     if retryable:
-        return TransientBackendError(
-            f"MinT failed while {what}, and may succeed on retry: {detail}"
-        )
-    return BackendError(f"MinT failed while {what}: {detail}")
+        return TransientBackendError(f"{what} failed, and may succeed on retry: {detail}")
+    return BackendError(f"{what} failed: {detail}")
 
 
 class _Phases(list[str]):
@@ -479,4 +489,4 @@ async def _connect(
         raise
     except Exception as exc:  # e.g. the tokenizer download failing: still one line for the CLI
         detail = f"{type(exc).__name__}: {_one_line(exc, key)}"
-        raise BackendError(f"failed while {phase[-1]}: {detail}") from None
+        raise BackendError(f"{phase[-1]} failed: {detail}") from None

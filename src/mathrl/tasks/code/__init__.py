@@ -145,8 +145,8 @@ they waited as copies of the trainer).
 
 Milliseconds a call, a one-line `f` on 8 inputs, 40 calls
 (`PYTHONPATH=tests python -c "import bench.bench_rewards as b;
-print(b.sandbox_costs(2), b.warm_cost())"`), on the project's 2-core machine, idle and (in parentheses)
-under a load average of 4-5:
+print(b.sandbox_costs(2), b.warm_cost())"`), on the project's 2-core machine,
+idle and (in parentheses) under a load average of 4-5:
 
     sandbox                                        alone    2 in flight
     the audit hook alone (no kernel layers)        31       16
