@@ -129,6 +129,21 @@ def test_a_json_field_may_hold_a_number_and_a_row_without_an_answer_is_left_out(
     assert "1 rows without an answer left out" in task.preflight()
 
 
+def test_blank_lines_are_no_rows_and_a_field_of_another_type_is_no_answer(tmp_path: Path) -> None:
+    rows: list[Mapping[str, object]] = [*ROWS, {"question": "Q", "answer": None}]
+    rows.append({"question": "Q2", "answer": [7]})
+    path = write(tmp_path / "t.jsonl", rows)
+    path.write_text(path.read_text() + "\n  \n")
+    task = MathDatasetAdapter(train=str(path), heldout=0.5)
+    assert (len(problems_of(task)), task.skipped) == (len(ROWS), 2)
+
+
+def test_a_csv_file_python_cannot_read_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "t.csv").write_text("question,answer\n" + "x" * 200_000 + ",1\n")
+    with pytest.raises(OptionError, match="it is not CSV: field larger than field limit"):
+        MathDatasetAdapter(train=str(tmp_path / "t.csv"))
+
+
 @needs_datasets
 def test_a_hugging_face_dataset_loads_through_datasets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
