@@ -16,6 +16,9 @@ nox.options.sessions = ["tests", "slow", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = None  # the interpreter running nox; pyproject.toml requires >= 3.11
+WITH_EXTRAS = ".[plot,wandb,math,datasets]"
+"""mathrl and the extras its tests use for real (math-verify, datasets): the suites that
+skip without them would skip in CI too."""
 TEST_TOOLS = [
     "hypothesis>=6.100",
     "pytest>=8",
@@ -28,7 +31,7 @@ TEST_TOOLS = [
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The offline suite less `slow`, on every core, with the branch-coverage floor on src (95%)."""
-    session.install("-e", ".[plot,wandb]", *TEST_TOOLS)
+    session.install("-e", WITH_EXTRAS, *TEST_TOOLS)
     session.run(
         "pytest",
         "-n",
@@ -44,7 +47,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def slow(session: nox.Session) -> None:
     """The tests marked slow: learning runs, real signals, the whole fault matrix (no floor)."""
-    session.install("-e", ".[plot,wandb]", *TEST_TOOLS)
+    session.install("-e", WITH_EXTRAS, *TEST_TOOLS)
     session.run("pytest", "-n", "auto", "-m", "slow", *session.posargs)
 
 
@@ -59,7 +62,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on src and fakes, and on the tests too."""
-    session.install("-e", ".[plot,wandb]", "mypy==2.4.1", *TEST_TOOLS)  # pinned, as ruff
+    session.install("-e", WITH_EXTRAS, "mypy==2.4.1", *TEST_TOOLS)  # pinned, as ruff
     session.run("mypy", "--strict", "src", "fakes", "tests")
 
 

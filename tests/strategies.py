@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from hypothesis import strategies as st
 
 from mathrl.cli.settings import SETTINGS
@@ -195,3 +197,50 @@ words = st.lists(st.text(st.characters(categories=["L"]), min_size=1, max_size=8
 
 scales = st.sampled_from(["none", "group", "batch"])
 """How advantages are scaled."""
+
+
+# -- the math task (mathrl.tasks.math) ----------------------------------------------------
+
+plain_values = st.fractions(min_value=-(10**6), max_value=10**6, max_denominator=64)
+"""The value of a plain number a final answer may hold: at most 12 significant digits in its
+spellings, where math-verify's fifteen-digit floats are exact enough to compare."""
+
+
+@st.composite
+def spellings(draw: st.DrawFn, value: Fraction) -> str:
+    """`value` as a final answer may write it: integer (commas or not), decimal (when it ends),
+    a/b, \\frac{a}{b} or \\dfrac{a}{b}, with $...$ or \\$ around it now and then."""
+    forms = [f"{value.numerator}/{value.denominator}", _frac(value, "frac"), _frac(value, "dfrac")]
+    if value.denominator == 1:
+        n = value.numerator
+        forms += [str(n), f"{n:,}", f"{n}.0"]
+    elif 10**6 % value.denominator == 0:  # a finite decimal of at most six places
+        forms.append(f"{float(value):.6f}".rstrip("0"))
+    text = draw(st.sampled_from(forms))
+    wrap = draw(st.sampled_from(["{}", "${}$", "\\${}", "{} "]))
+    return wrap.format(text)
+
+
+def _frac(value: Fraction, command: str) -> str:
+    sign = "-" if value < 0 else ""
+    return f"{sign}\\{command}{{{abs(value.numerator)}}}{{{value.denominator}}}"
+
+
+LATEX_PIECES = (
+    "\\frac", "\\sqrt", "\\pi", "\\boxed", "\\{", "\\}", "{", "}", "^", "_", "(", ")", "[",
+    "]", ",", "x", "2", "9", "0.5", "-", "+", "\\cdot", "\\infty", "\\text{ cm}", "%", "$",
+    "####", " ", "\n", "=", "\\left(", "\\right)", "\\le", "/",
+)  # fmt: skip
+latex_texts = st.lists(st.sampled_from(LATEX_PIECES), max_size=24).map("".join)
+"""Text made of LaTeX's pieces, balanced or not: what a grader or an answer finder may meet."""
+
+answer_texts = st.one_of(
+    latex_texts, st.text(max_size=40), st.text(st.characters(codec=None), max_size=40)
+)
+"""Any final answer or completion a grader may be given, LaTeX-like or not."""
+
+problem_counts = st.integers(min_value=1, max_value=60)
+"""How many training problems a math-task source holds."""
+
+batch_sizes = st.integers(min_value=1, max_value=25)
+"""Problems a training step draws."""

@@ -115,7 +115,8 @@ BROKEN = {
 
 
 MUST_BE = (
-    "--adapter must be addition, code, code-feedback, preference or module:Class, e.g. mymod:MyTask"
+    "--adapter must be addition, code, code-feedback, math, preference or module:Class, "
+    "e.g. mymod:MyTask"
 )
 
 

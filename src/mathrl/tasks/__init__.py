@@ -18,6 +18,10 @@ BUILT_IN: dict[str, tuple[str, str]] = {
         "mathrl.tasks.code.feedback:CodeFeedbackAdapter",
         "the code task in two turns: a failing test's details, then a second try (0.5)",
     ),
+    "math": (
+        "mathrl.tasks.math:MathDatasetAdapter",
+        "math problems from a dataset file (GSM8K, MATH); reward: an equivalent final answer",
+    ),
     "preference": (
         "mathrl.tasks.preference:PreferenceChat",
         "answer a question in a chat; reward: win rate against the group and a baseline",

@@ -1,0 +1,16 @@
+"""The math dataset task (`--adapter math`): problems from a file or a dataset, a real grader.
+
+- `task`: `MathDatasetAdapter`, its options and rewards;
+- `sources`: reading JSONL, JSON, CSV, Parquet, shipped fixtures and Hugging Face datasets;
+- `problems`: rows made problems, the held-out split and the epoch shuffle;
+- `prompts`: the conversation or few-shot prompt, and reference solutions;
+- `answers`: final answers (`\\boxed{}`, `####`, bare) and the exact-number fast path;
+- `grading`: equivalence, through math-verify in a child process with a deadline.
+
+The shipped data (`data/`) was written for this project by `tests/math_fixtures.py`.
+"""
+
+from mathrl.tasks.math.problems import MathProblem
+from mathrl.tasks.math.task import MathDatasetAdapter
+
+__all__ = ["MathDatasetAdapter", "MathProblem"]

@@ -1,0 +1,165 @@
+"""Final answers: where a solution or a completion states one, and the exact value of a number.
+
+For: the math task's grading and its references. Pure functions on strings,
+each taking any text and never raising; no I/O and no math-verify (that is
+`mathrl.tasks.math.grading`). Not for: deciding whether two answers are
+equivalent beyond plain numbers.
+
+The final answer of a text, the dataset's or the model's, is found by one rule:
+
+1. the content of the last `\\boxed{...}` (braces nested inside it are kept;
+   `\\{` and `\\}` are literal braces), as MATH writes it; none if that box
+   never closes;
+2. else what follows the last `####` on its line, as GSM8K writes it;
+3. else the whole text, when it is one line: a bare number or expression.
+
+A full stop at the end of an answer ends the sentence, not the answer.
+
+An answer longer than MAX_ANSWER_CHARS is no answer: no dataset's is, and a
+grader never sees a 10,000-character one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+MAX_ANSWER_CHARS = 300
+"""The longest final answer graded; MATH's longest are about 100 characters."""
+BOXED = "\\boxed"
+GSM_MARK = "####"
+
+_INTEGER = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)"
+"""An integer in ASCII digits (int() also takes other scripts' digits), commas every three."""
+_DECIMAL = re.compile(rf"(?P<sign>[+-]?)(?P<digits>{_INTEGER}(?:\.[0-9]+)?|\.[0-9]+)")
+_SLASH = re.compile(r"(?P<sign>[+-]?)(?P<top>[0-9]+)/(?P<bottom>[0-9]+)")
+_FRAC = re.compile(r"(?P<sign>[+-]?)\\[dt]?frac\{(?P<top>[+-]?[0-9]+)\}\{(?P<bottom>[+-]?[0-9]+)\}")
+_SPACING = re.compile(r"\\[,;:! ]|\\quad|\\qquad")
+"""LaTeX's thin, medium and thick spaces: no part of a number's value."""
+ABSOLUTE_TOLERANCE = Fraction(1, 10**6)
+RELATIVE_TOLERANCE = Fraction(1, 10**9)
+"""Decimals closer than both are left to math-verify, which compares floats rounded to six
+places with fifteen significant digits: the fast path never contradicts it there."""
+
+
+def boxed_span(text: str) -> tuple[int, int] | None:
+    """(start, end) of the content of the last `\\boxed{...}` in `text`, if it is closed."""
+    at = text.rfind(BOXED + "{")
+    if at < 0:
+        return None
+    start = at + len(BOXED) + 1
+    depth, i = 1, start
+    while i < len(text):
+        char = text[i]
+        if char == "\\":
+            i += 2  # an escaped character, `\{` or `\}` among them, opens and closes nothing
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return start, i
+        i += 1
+    return None
+
+
+def boxed_answer(text: str) -> str | None:
+    """The content of the last closed `\\boxed{...}` in `text`, stripped; None if there is none
+    (or it is empty or longer than MAX_ANSWER_CHARS)."""
+    span = boxed_span(text)
+    return _answer(text[span[0] : span[1]]) if span else None
+
+
+def final_answer(text: str) -> str | None:
+    """The final answer `text` states, by the module's rule; None if it states none."""
+    if BOXED + "{" in text:  # a box, closed or not, is where the answer is
+        return boxed_answer(text)
+    at = text.rfind(GSM_MARK)
+    if at >= 0:
+        return _answer(text[at + len(GSM_MARK) :].split("\n", 1)[0])
+    line = text.strip()
+    return None if "\n" in line else _answer(line)
+
+
+def _answer(text: str) -> str | None:
+    answer = text.strip().removesuffix(".").rstrip()  # the full stop ends a sentence
+    return answer if 0 < len(answer) <= MAX_ANSWER_CHARS else None
+
+
+def balanced(text: str) -> bool:
+    """True when `text`'s unescaped braces pair up (so it can stand inside `\\boxed{...}`)."""
+    depth, i = 0, 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth < 0:
+            return False
+        i += 1
+    return depth == 0
+
+
+@dataclass(frozen=True, slots=True)
+class ExactNumber:
+    """A plain number's exact value, and whether it was written with a decimal point."""
+
+    value: Fraction
+    decimal: bool
+
+
+def exact_number(text: str) -> ExactNumber | None:
+    """The exact value of `text` if it is a plain number, else None.
+
+    Plain numbers: integers and decimals in ASCII digits (commas every three
+    digits allowed: `1,234.5`), `a/b` and `\\frac{a}{b}` (`\\dfrac`, `\\tfrac`),
+    each with an optional sign, inside optional `$...$`, after an optional
+    currency sign. Anything else (`50\\%`,
+    `3\\sqrt{2}`, `5 cm`, `1e3`) is not a plain number.
+    """
+    plain = _SPACING.sub("", text).replace("{,}", ",").strip()
+    if len(plain) > 1 and plain[0] == plain[-1] == "$":
+        plain = plain[1:-1].strip()
+    plain = plain.removeprefix("\\$").removeprefix("$").strip()
+    if match := _DECIMAL.fullmatch(plain):
+        digits = match["digits"].replace(",", "")
+        value = Fraction(digits)
+        return ExactNumber(-value if match["sign"] == "-" else value, "." in digits)
+    match = _SLASH.fullmatch(plain) or _FRAC.fullmatch(plain)
+    if match is None or int(match["bottom"]) == 0:
+        return None
+    value = Fraction(int(match["top"]), int(match["bottom"]))
+    return ExactNumber(-value if match["sign"] == "-" else value, False)
+
+
+def numbers_decide(gold: str, candidate: str) -> bool | None:
+    """The fast path: True or False when both answers are plain numbers that settle it.
+
+    Equal values are equal. Unequal values are unequal when neither was
+    written as a decimal, or when they differ by more than the tolerances;
+    closer decimals (0.333333 against 1/3) are left to math-verify (None), as
+    is everything that is not a plain number.
+    """
+    a, b = exact_number(gold), exact_number(candidate)
+    if a is None or b is None:
+        return None
+    if a.value == b.value:
+        return True
+    if not (a.decimal or b.decimal):
+        return False
+    gap = abs(a.value - b.value)
+    scale = max(abs(a.value), abs(b.value))
+    return False if gap > ABSOLUTE_TOLERANCE and gap > RELATIVE_TOLERANCE * scale else None
+
+
+def wrong_answer(answer: str) -> str:
+    """A plausible answer that is not `answer`: a plain number plus one, else `answer + 1`."""
+    number = exact_number(answer)
+    if number is None:
+        return f"{answer}+1"
+    value = number.value + 1
+    return (
+        str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+    )
