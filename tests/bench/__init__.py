@@ -7,6 +7,8 @@
   clock.
 - `ablation`: each loss, with and without `--fill-batch`, with and without
   KL (`nox -s ablation`, or `python tests/bench/ablation.py --help`).
+- `math_grading`: the math task's grading cost per completion, fast path and
+  math-verify (`python tests/bench/math_grading.py`; needs `mathrl[math]`).
 
 pytest collects nothing here.
 """

@@ -1,6 +1,6 @@
 """Benchmark: the math task's grading cost per completion, fast path and math-verify.
 
-Run it with `python tests/bench_math_grading.py` (needs `mathrl[math]`). It
+Run it with `python tests/bench/math_grading.py` (needs `mathrl[math]`). It
 is not part of the test suite and has no targets: it prints one markdown
 table, for the lead's note and the README's ranges.
 
