@@ -59,7 +59,7 @@ from mathrl.cli.settings import (
 )
 from mathrl.cli.train import Plan, train
 from mathrl.cli.wandb_mirror import check_installed
-from mathrl.config import ConfigError
+from mathrl.config import ConfigError, check_eval_k
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError
 from mathrl.tasks import BUILT_IN
@@ -134,6 +134,8 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
         base_url(env)
     if plan.config.wandb_project is not None:
         check_installed()
+    if plan.config.train.eval_k and not plan.config.train.eval_every:
+        _say("--eval-k has no effect without evaluations: set --eval-every too")
     plan = replace(plan, preflight=_preflight(plan.task, plan.config.weak_sandbox))
     return asyncio.run(train(plan, env, __version__, _say))
 
@@ -180,6 +182,13 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
                     f"{steps}): it extends a run, and cannot shorten one"
                 )
             train = replace(train, steps=steps)
+        if args.eval_k is not None:  # pass@k in this session's evaluations: trains the same
+            eval_k = reliability.train.eval_k
+            check_eval_k(
+                eval_k, train.eval_problems,
+                lambda name: "--eval-k" if name == "eval_k" else f"the run's {name}",
+            )  # fmt: skip
+            train = replace(train, eval_k=eval_k)
         config = replace(
             reliability,
             train=train,

@@ -31,6 +31,7 @@ RESUMABLE = (
     *RELIABILITY,
     *TASK_WORK,
     "log_samples",
+    "eval_k",
     "wandb_project",
     "fake_fault_rate",
     "fake_latency",
@@ -56,6 +57,7 @@ DEFAULTS_DECIDED_LATER = {
     "retries": "none: the retry window alone",
     "reward_workers": "one per core",
     "wandb_project": "none: no mirror",
+    "eval_k": "none: greedy accuracy only",
 }
 """How --help words the defaults that are not one value (loss settings: `shown_default`)."""
 

@@ -31,7 +31,11 @@ A step's record in metrics.jsonl (`step_record`):
 
 An evaluation's record (`eval_record`) has `"eval": true`, `step` (0: before
 training), `accuracy`, `correct`, `problems`, `mean_reward`, `sampler_path`,
-`seconds` and `reward_parts`.
+`seconds` and `reward_parts`: the greedy completions'. An evaluation that
+also drew samples (`eval_k`) adds `samples` (drawn per problem at the
+sampling temperature), `pass@K` for each K asked (the unbiased estimate of
+Chen et al. 2021, averaged over the problems), `maj@K` for each K where the
+task names its answers (`final_answer`), and `sampled_mean_reward`.
 
 A samples.jsonl line (`sample_record`) is one group of a step: `step`,
 `problem` (its place in the batch), `prompt` (text, or the conversation) and
@@ -116,4 +120,23 @@ def _cut(text: str) -> str:
 
 def eval_record(m: EvalMetrics) -> dict[str, Any]:
     """The metrics.jsonl record of one held-out evaluation."""
-    return {"eval": True, **asdict(m)}
+    return {"eval": True, **metrics_of(m)}
+
+
+def metrics_of(m: EvalMetrics) -> dict[str, Any]:
+    """An evaluation's fields as records hold them: pass@k and maj@k one key each, and only
+    when it drew samples."""
+    greedy = {
+        name: value
+        for name, value in asdict(m).items()
+        if name not in ("samples", "pass_at_k", "majority_at_k", "sampled_mean_reward")
+    }
+    if not m.samples:
+        return greedy
+    return {
+        **greedy,
+        "samples": m.samples,
+        **{f"pass@{k}": value for k, value in m.pass_at_k.items()},
+        **{f"maj@{k}": value for k, value in m.majority_at_k.items()},
+        "sampled_mean_reward": m.sampled_mean_reward,
+    }
