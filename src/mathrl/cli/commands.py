@@ -1,7 +1,7 @@
 """`python -m mathrl`: turn flags and the environment into a run, a sample, a check or a plot.
 
 Commands: training (the default; `--resume RUN_DIR` continues one), `sample`,
-`check-adapter` and `plot`. stdout carries exactly the seed demo's lines
+`eval`, `check-adapter` and `plot`. stdout carries exactly the seed demo's lines
 (`Model: ...`, `Step N: ...`, `Saved: ...`; with `--eval-every`, also
 `Eval step N: ...`). Warnings, progress and advice go to stderr.
 
@@ -40,6 +40,7 @@ from mathrl.cli.parsers import (
     RESUMABLE,
     SAMPLE_FIELDS,
     check_parser,
+    eval_parser,
     plot_parser,
     sample_parser,
     tasks_parser,
@@ -308,6 +309,15 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return asyncio.run(sample(config, task, env, args.model_path, count, _say))
 
 
+def _eval_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from mathrl.cli.evaluate import evaluate_weights, plan_eval
+
+    args = eval_parser().parse_args(argv)
+    plan = plan_eval(args, _flags(args), env, _problem_count(args.problems))
+    _preflight(plan.task, plan.config.weak_sandbox)
+    return asyncio.run(evaluate_weights(plan, env, _say))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -322,10 +332,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check_command(rest, env)
         if command == "sample":
             return _sample_command(rest, env)
+        if command == "eval":
+            return _eval_command(rest, env)
         if command:
             raise ConfigError(
-                f"the command must be sample, check-adapter, plot or tasks, or none to train "
-                f"(got {shown(command)})"
+                f"the command must be sample, eval, check-adapter, plot or tasks, or none to "
+                f"train (got {shown(command)})"
             )
         return _train_command(rest, env)
     except ConfigError as exc:

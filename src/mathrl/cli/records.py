@@ -37,6 +37,13 @@ sampling temperature), `pass@K` for each K asked (the unbiased estimate of
 Chen et al. 2021, averaged over the problems), `maj@K` for each K where the
 task names its answers (`final_answer`), and `sampled_mean_reward`.
 
+eval.jsonl (written by `python -m mathrl eval` into the run folder it
+evaluates, one line per evaluation, `eval_file_record`) has the same fields,
+less `eval` (`sampler_path` is the weights evaluated, `step` the step they
+are from), plus `task`, `temperature` (of the samples; the greedy
+completions' is 0), `seed` (of the held-out problems and of the requests)
+and `at` (when the evaluation ended, UTC).
+
 A samples.jsonl line (`sample_record`) is one group of a step: `step`,
 `problem` (its place in the batch), `prompt` (text, or the conversation) and
 `completions`, each with its `text`, how it `ended` (`stop`, `end_of_turn`,
@@ -140,3 +147,10 @@ def metrics_of(m: EvalMetrics) -> dict[str, Any]:
         **{f"maj@{k}": value for k, value in m.majority_at_k.items()},
         "sampled_mean_reward": m.sampled_mean_reward,
     }
+
+
+def eval_file_record(
+    m: EvalMetrics, task: str, temperature: float, seed: int, at: str
+) -> dict[str, Any]:
+    """The eval.jsonl record of one `python -m mathrl eval`."""
+    return {"task": task, **metrics_of(m), "temperature": temperature, "seed": seed, "at": at}
