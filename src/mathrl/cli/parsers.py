@@ -193,10 +193,11 @@ def eval_parser() -> Parser:
         parser,
         SAMPLE_FIELDS,
         {
-            "base_model": "the base model (default: the run folder's)",
-            "seed": "seed of the held-out problems and of the samples (default: the run folder's)",
-            "adapter": "the task, as module:Class (default: the run folder's)",
-            "max_tokens": "most tokens per completion (default: the run folder's)",
+            "base_model": "the base model, unless the run folder names it",
+            "seed": "seed of the held-out problems and of the samples, unless the run "
+            "folder gives it",
+            "adapter": "the task, as module:Class, unless the run folder names it",
+            "max_tokens": "most tokens per completion, unless the run folder gives it",
         },
     )
     parser.add_argument(
