@@ -244,3 +244,19 @@ problem_counts = st.integers(min_value=1, max_value=60)
 
 batch_sizes = st.integers(min_value=1, max_value=25)
 """Problems a training step draws."""
+
+
+@st.composite
+def sample_counts(draw: st.DrawFn, max_n: int = 300) -> tuple[int, int, int]:
+    """(n, c, k): n samples of one problem, c of them correct, and a k from 1 to n."""
+    n = draw(st.integers(1, max_n))
+    return n, draw(st.integers(0, n)), draw(st.integers(1, n))
+
+
+@st.composite
+def voted_samples(draw: st.DrawFn, max_n: int = 8) -> tuple[list[str | None], list[bool]]:
+    """One problem's samples: the answer each names (None: none; from three, so they repeat
+    and tie) and whether each is correct (drawn apart from the answer: a format reward can
+    fail one sample and pass another that names the same answer)."""
+    answers = draw(st.lists(st.sampled_from([None, "7", "5", "-3"]), min_size=1, max_size=max_n))
+    return answers, draw(st.lists(st.booleans(), min_size=len(answers), max_size=len(answers)))

@@ -19,7 +19,7 @@ import pytest
 
 from cli_process import run_main
 from conftest import checks_passed
-from mathrl.adapter import DEFAULT_MAX_TOKENS, DEFAULT_STOP, AdapterError
+from mathrl.adapter import DEFAULT_MAX_TOKENS, DEFAULT_STOP, AdapterError, Response
 from mathrl.checkpoints import run_fingerprint
 from mathrl.cli.loader import load_task
 from mathrl.config import TrainConfig
@@ -166,6 +166,7 @@ def test_an_adapter_with_only_the_five_methods_gets_documented_defaults() -> Non
     assert (task.chat_template_options, task.mask_truncated) == ({}, False)
     assert not task.rewards_groups
     assert task.wrong_completions(3) == ()
+    assert task.final_answer is None  # it names no answers: no maj@k
     assert len(task.version) == 8  # a hash of the module's source
     assert task.identity == f"{__name__}:FiveMethods"
     # The default held-out set is build_dataset's step 0, which training never draws.
@@ -189,6 +190,8 @@ def test_the_math_task_declares_its_own_choices() -> None:
     task = as_task(MathAdapter())
     assert (task.name, task.stop, task.max_tokens) == ("addition", ("\n",), 8)
     assert task.heldout(0, 3) == MathAdapter().heldout_dataset(0, 3)
+    assert task.final_answer is not None
+    assert task.final_answer(Response(" 042\n")) == "42"
     assert as_task(task) is task
 
 
@@ -202,6 +205,7 @@ def test_the_math_task_declares_its_own_choices() -> None:
         ("max_tokens", 0, r"\.max_tokens must be an integer >= 1 \(got 0\)"),
         ("max_tokens", True, r"\.max_tokens must be an integer >= 1 \(got True\)"),
         ("heldout_dataset", 5, r"\.heldout_dataset must be a method"),
+        ("final_answer", "42", r"\.final_answer must be a method \(got '42'\)"),
         (
             "options",
             ["few_shot"],

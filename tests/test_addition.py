@@ -19,6 +19,7 @@ from mathrl.tasks.addition import (
     heldout_problems,
     is_heldout,
     make_problems,
+    named_answer,
     parse_answer,
     pools,
     problem_rng,
@@ -124,6 +125,15 @@ def test_parse_answer_finds_the_first_integer(before: str, n: int, after: str) -
     assert parse_answer(text) == n
 
 
+@given(st_.any_text)
+def test_the_named_answer_is_the_integer_the_reward_reads_written_plainly(text: str) -> None:
+    # Never raises; for answers str() can write, exactly str(parse_answer(text)).
+    answer, named = parse_answer(text), named_answer(text)
+    assert (named is None) == (answer is None)
+    if answer is not None and len(str(abs(answer))) <= 4300:
+        assert named == str(answer)
+
+
 @given(st_.problems, st_.any_text)
 def test_reward_is_one_exactly_when_the_first_integer_is_the_answer(
     problem: AdditionProblem, text: str
@@ -155,6 +165,11 @@ def test_worked_examples() -> None:
     assert parse_answer("") is None
     # 4,301 digits exceed int()'s default limit; parse_answer still reads them.
     assert parse_answer("9" * 4301) == 10**4301 - 1
+    # The answer maj@k counts: the same integer, however it was written.
+    assert [named_answer(t) for t in (" 042\n", " 42", "-0", "-007", "none")] == [
+        "42", "42", "0", "-7", None
+    ]  # fmt: skip
+    assert named_answer("9" * 4301) == "9" * 4301  # str(int) would refuse it
     # 12 + 30 = 42: " 42" is right, " 41" and "" are wrong.
     problem = AdditionProblem(12, 30)
     assert reward(" 42", problem.answer) == 1.0

@@ -6,7 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from mathrl.checkpoints import checkpoint_name, code_version, run_name, task_of_checkpoint
+from mathrl.checkpoints import (
+    checkpoint_name,
+    code_version,
+    run_name,
+    step_of_checkpoint,
+    task_of_checkpoint,
+)
 from mathrl.config import TrainConfig
 from mathrl.resolved import Task, as_task
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
@@ -65,6 +71,7 @@ def test_the_tasks_code_version_is_in_the_name() -> None:
 def test_the_task_is_read_from_the_last_part_of_any_checkpoint_path(kind: str, where: str) -> None:
     name = checkpoint_name(TASK, CONFIG, 12, "state" if kind == "state" else "sampler")
     assert task_of_checkpoint(where.format(name)) == "addition"
+    assert step_of_checkpoint(where.format(name)) == 12
 
 
 @pytest.mark.parametrize(
@@ -82,3 +89,4 @@ def test_the_task_is_read_from_the_last_part_of_any_checkpoint_path(kind: str, w
 )
 def test_a_path_whose_last_part_is_no_checkpoint_name_has_no_task(path: str) -> None:
     assert task_of_checkpoint(path) is None
+    assert step_of_checkpoint(path) is None

@@ -284,7 +284,7 @@ def test_sample_refuses_a_path_that_is_not_a_checkpoint(
          "--temperature must be a number >= 0 and <= 100 (got '-1')"),
         (["sample", "--backend", "mint", "--model-path", "/tmp/x.json"],
          "MINT_API_KEY must be set"),
-        (["frobnicate"], "the command must be sample, check-adapter, plot or tasks"),
+        (["frobnicate"], "the command must be sample, eval, check-adapter, plot or tasks"),
     ],
 )  # fmt: skip
 def test_usage_errors_in_process(

@@ -37,6 +37,7 @@ KEY = "sk-test-SECRET123"
 COMMANDS = {
     "train": ("--steps", "1"),
     "sample": ("sample", "--model-path", "tinker://run/sampler_weights/x", "--problems", "1"),
+    "eval": ("eval", "--problems", "1", "--k", "1"),
 }
 
 

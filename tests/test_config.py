@@ -150,6 +150,20 @@ def test_a_config_built_by_hand_is_checked_too() -> None:
         TrainConfig(batch=30_000, group=4)
     with pytest.raises(ConfigError, match=r"^Config.backend must be 'mint' or 'fake'"):
         Config(backend="gpu")
+    with pytest.raises(ConfigError, match=r"^TrainConfig.eval_k must be comma-separated integ"):
+        TrainConfig(eval_k=(0, 4))
+    with pytest.raises(ConfigError, match=r"^TrainConfig.eval_k must be .*\(got \(1.5,\)\)"):
+        TrainConfig(eval_k=(1.5,))  # type: ignore[arg-type]  # what the rule is there for
+    with pytest.raises(ConfigError, match=r"^TrainConfig.eval_problems x the largest of Train"):
+        TrainConfig(eval_every=1, eval_problems=1000, eval_k=(100,))
+
+
+def test_eval_k_is_kept_sorted_once_each_as_a_tuple() -> None:
+    # As a run's config.json gives it back: a list.
+    assert TrainConfig(eval_k=[16, 1, 4, 4]).eval_k == (1, 4, 16)  # type: ignore[arg-type]  # JSON gives a list
+    assert build_config({"eval_k": " 4,1 "}, {}).train.eval_k == (1, 4)
+    assert build_config(NO_FLAGS, {"MINT_RL_EVAL_K": "2"}).train.eval_k == (2,)
+    assert TrainConfig().eval_k == ()
 
 
 def test_the_fakes_knobs_are_the_fakes_alone() -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
-from mathrl.report import Checkpoint
+from mathrl.report import Checkpoint, StepMetrics
 from mathrl.rollout import run_problems
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import FakeBackend
@@ -98,3 +99,48 @@ def test_steps_and_evaluations_report_the_time_they_took(
     assert [(m.seconds, m.sampling_seconds, m.training_seconds) for m in observer.steps] == timings
     assert [m.datums > 0 for m in observer.steps] == [t[2] > 0 for t in timings]
     assert [m.seconds for m in observer.evals] == [1.0] * 5  # one round trip of samples
+
+
+def without_times(m: StepMetrics) -> StepMetrics:
+    """The step, less its timings and the folder of its weights (each run has its own)."""
+    weights = Path(m.sampler_path).name
+    return replace(m, seconds=0.0, sampling_seconds=0.0, training_seconds=0.0, sampler_path=weights)
+
+
+@pytest.mark.parametrize("off_policy", [0, 1])
+def test_eval_k_adds_pass_at_k_to_each_evaluation_and_changes_nothing_else(
+    fake_backend_factory: FakeFactory, off_policy: int
+) -> None:
+    plain, sampled = Everything(), Everything()
+    config = small_run(off_policy)
+    run_grpo(fake_backend_factory(), MathAdapter(), config, plain)
+    run_grpo(fake_backend_factory(), MathAdapter(), replace(config, eval_k=(4, 1)), sampled)
+    # Training is the same, step by step, and so are the checkpoints' names.
+    assert list(map(without_times, sampled.steps)) == list(map(without_times, plain.steps))
+    assert [c.path.rsplit("/", 1)[1] for c in sampled.checkpoints] == [
+        c.path.rsplit("/", 1)[1] for c in plain.checkpoints
+    ]
+    # Each evaluation's greedy half is the same; 4 samples of each problem give the rest.
+    greedy = [(m.step, m.accuracy, m.mean_reward, m.problems) for m in plain.evals]
+    assert [(m.step, m.accuracy, m.mean_reward, m.problems) for m in sampled.evals] == greedy
+    for m in sampled.evals:
+        assert m.samples == 4
+        assert list(m.pass_at_k) == list(m.majority_at_k) == [1, 4]
+        assert m.pass_at_k[1] <= m.pass_at_k[4]
+        assert m.pass_at_k[1] == m.sampled_mean_reward  # exact-match: reward 1 is correct
+    assert all(m.samples == 0 and not m.pass_at_k for m in plain.evals)
+
+
+def test_eval_k_still_costs_each_evaluation_one_round_trip(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    config = replace(small_run(0), eval_k=(1, 2, 8))
+    observer = Everything()
+    backend = fake_backend_factory(latency=1.0)
+    run_virtual(run_grpo_async(backend, MathAdapter(), config, observer, workers=INLINE))
+    # As without eval_k (see above): the samples ride with the greedy requests.
+    expected = [(1.0, 1.0, 0.0), (2.0, 1.0, 1.0), (3.0, 1.0, 1.0), (3.0, 1.0, 1.0)]
+    assert [(m.seconds, m.sampling_seconds, m.training_seconds) for m in observer.steps] == (
+        expected
+    )
+    assert [m.seconds for m in observer.evals] == [1.0] * 5

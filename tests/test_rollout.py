@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,10 +16,10 @@ from mathrl.adapter import EVAL_STEP, Message, Prompt, Response
 from mathrl.backend import Completion
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Turn
-from mathrl.evaluation import Evaluation, evaluate
+from mathrl.evaluation import Evaluation, Samples, evaluate
 from mathrl.report import EvalMetrics, Sample, SampleGroup
 from mathrl.resolved import as_task
-from mathrl.rewards import response_of
+from mathrl.rewards import TaskError, response_of
 from mathrl.rollout import (
     Rollout,
     datums_of,
@@ -29,8 +31,10 @@ from mathrl.rollout import (
     step_metrics,
 )
 from mathrl.step import sample_and_score
-from mathrl.tasks.addition import AdditionProblem, MathAdapter, heldout_problems
+from mathrl.tasks.addition import AdditionProblem, MathAdapter, heldout_problems, named_answer
+from mathrl.workers import Workers
 from mathrl_fakes import ByteTokenizer, FakeBackend, RecordingBackend
+from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 TASK = as_task(MathAdapter())
@@ -286,3 +290,149 @@ def test_evaluation_asks_each_problem_once_with_its_own_seed_and_keeps_the_texts
         for t, p in zip(result.texts_P, problems, strict=True)
     ]
     assert result.accuracy == MathAdapter().evaluate(result.rewards_P)
+
+
+def test_evaluation_with_samples_sends_one_round_a_greedy_and_a_sampled_request_each(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    recorder = RecordingBackend(fake_backend_factory(latency=1.0))
+    config = TrainConfig(seed=5, max_tokens=6, temperature=0.7)
+    problems = heldout_problems(config.seed, 7)
+
+    async def go() -> tuple[Evaluation, Evaluation, float]:
+        path = await (await recorder.submit_save_for_sampler("weights"))
+        sampler = await recorder.create_sampler(path)
+        clock = asyncio.get_running_loop().time
+        started = clock()
+        given = (recorder.tokenizer, sampler, TASK, config, problems)
+        sampled = await evaluate(*given, workers=INLINE, samples=4)
+        took = clock() - started
+        return sampled, await evaluate(*given, workers=INLINE), took
+
+    (result, greedy_only, took), _ = run_virtual(go())
+    assert took == 1.0  # every request in one round trip
+    greedy, sampled = recorder.samples[:7], recorder.samples[7:14]
+    # The greedy requests are those of an evaluation without samples; the sampled ones
+    # follow them, with seeds of their own.
+    assert [c.params for c in greedy] == [c.params for c in recorder.samples[14:]]
+    assert result.texts_P == greedy_only.texts_P
+    assert [c.params.seed for c in sampled] == [
+        request_seed(config.seed, EVAL_STEP, 7 + i) for i in range(7)
+    ]
+    assert {c.params.temperature for c in sampled} == {0.7}
+    assert [len(c.completions_G) for c in sampled] == [4] * 7
+    drawn = result.samples
+    assert drawn is not None
+    texts_P_G = [[recorder.tokenizer.decode(c.tokens) for c in s.completions_G] for s in sampled]
+    assert drawn.answers_P_G == [[named_answer(t) for t in texts] for texts in texts_P_G]
+    assert drawn.correct_P_G == [[r == 1.0 for r in rewards] for rewards in drawn.rewards_P_G]
+    assert drawn.pass_at(1) == sum(map(sum, drawn.correct_P_G)) / 28
+    assert greedy_only.samples is None
+
+
+def test_an_evaluations_pass_at_k_and_maj_at_k_worked_example() -> None:
+    responses = [Response(" 42\n", "stop", "\n"), Response(" 7\n", "stop", "\n")]
+    drawn = Samples(
+        2, [[1.0, 0.0], [0.0, 0.0]], [[True, False], [False, False]], [["42", "41"], ["8", None]]
+    )
+    evaluation = Evaluation(responses, [1.0, 0.0], [{}, {}], 0.5, drawn)
+    m = evaluation.metrics(3, "w", 2.0, ks=(1, 2))
+    # pass@1: (1/2 + 0/2) / 2; pass@2: (1 + 0) / 2, the first problem's pair holds a right one.
+    assert m.pass_at_k == {1: 0.25, 2: 0.5}
+    # maj@2: 42 ties 41 (1/2), and 8 alone is wrong (0): 0.25; maj@1 = pass@1 here.
+    assert m.majority_at_k == {1: 0.25, 2: 0.25}
+    assert (m.samples, m.sampled_mean_reward) == (2, 0.25)
+    # Greedily: 1 of 2 right, as without samples.
+    assert (m.accuracy, m.correct, m.mean_reward) == (0.5, 1, 0.5)
+    # Asked for no k, it reports as an evaluation without samples.
+    plain = Evaluation(responses, [1.0, 0.0], [{}, {}], 0.5)
+    assert evaluation.metrics(3, "w", 2.0) == plain.metrics(3, "w", 2.0)
+    # A task that names no answers has no maj@k.
+    unnamed = Evaluation(responses, [1.0, 0.0], [{}, {}], 0.5, replace(drawn, answers_P_G=None))
+    assert unnamed.metrics(3, "w", 2.0, ks=(2,)).majority_at_k == {}
+
+
+class NamesNothing(MathAdapter):
+    """The addition task, naming no answers: its samples give pass@k but no maj@k."""
+
+    final_answer = None  # type: ignore[assignment]  # the contract's default, said aloud
+
+
+def test_samples_of_a_task_that_names_no_answers_give_no_maj_at_k(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    backend = fake_backend_factory()
+
+    async def go() -> Evaluation:
+        sampler = await backend.create_sampler(await (await backend.submit_save_for_sampler("w")))
+        task, problems = as_task(NamesNothing()), heldout_problems(0, 3)
+        return await evaluate(backend.tokenizer, sampler, task, TrainConfig(), problems, samples=2)
+
+    result = asyncio.run(go())
+    assert result.samples is not None
+    assert result.samples.answers_P_G is None
+    m = result.metrics(0, "w", 0.0, ks=(1, 2))
+    assert (list(m.pass_at_k), m.majority_at_k) == ([1, 2], {})
+
+
+class AnswerFails(MathAdapter):
+    """Its final_answer fails on some text: the evaluation stops with a TaskError."""
+
+    def __init__(self, answer: Callable[[str], Any]) -> None:
+        self.answer = answer
+
+    def final_answer(self, completion: str) -> Any:
+        return self.answer(completion)
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (lambda text: 1 / 0, "final_answer raised ZeroDivisionError: division by zero"),
+        (lambda text: 42, "final_answer raised TypeError: it must return a str or None (got 42)"),
+    ],
+)
+def test_a_final_answer_that_fails_is_a_task_error(
+    fake_backend_factory: FakeFactory, answer: Callable[[str], Any], message: str
+) -> None:
+    backend = fake_backend_factory()
+    task = as_task(AnswerFails(answer))
+
+    async def go() -> Evaluation:
+        sampler = await backend.create_sampler(await (await backend.submit_save_for_sampler("w")))
+        problems = heldout_problems(0, 2)
+        return await evaluate(backend.tokenizer, sampler, task, TrainConfig(), problems, samples=2)
+
+    with pytest.raises(TaskError, match=f"task 'addition' failed: {re.escape(message)}"):
+        asyncio.run(go())
+
+
+class AnswerInItsProcess(MathAdapter):
+    """Names its answers in a process of its own (`work_in_processes`), which one ends."""
+
+    work_in_processes = True
+
+    def final_answer(self, completion: str) -> str | None:
+        if completion.strip() == "":
+            os._exit(3)  # the child's end: the trainer's process lives on
+        return named_answer(completion)
+
+
+def test_a_final_answer_whose_process_dies_is_a_task_error(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    backend = fake_backend_factory()
+    task = as_task(AnswerInItsProcess())
+
+    async def go(problems: list[AdditionProblem]) -> Evaluation:
+        sampler = await backend.create_sampler(await (await backend.submit_save_for_sampler("w")))
+        with Workers(2) as workers:
+            return await evaluate(
+                backend.tokenizer, sampler, task, TrainConfig(max_tokens=1), problems,
+                workers=workers, samples=2,
+            )  # fmt: skip
+
+    # One token a completion: the untrained fake writes " ", the answer's first, now and then.
+    problems = heldout_problems(0, 6)
+    with pytest.raises(TaskError, match=r"final_answer raised WorkerDied: its process ended"):
+        asyncio.run(go(problems))

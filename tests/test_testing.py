@@ -193,6 +193,27 @@ class FussyReward(MathAdapter):
         return super().compute_reward(completion, problem)
 
 
+class AnswerRaises(MathAdapter):
+    """Names the first integer, but raises on text without one."""
+
+    def final_answer(self, completion: str) -> str | None:
+        return str(int(completion.split()[0]))
+
+
+class AnswersNothing(MathAdapter):
+    """Names no answer for the reference: maj@k could never count it."""
+
+    def final_answer(self, completion: str) -> str | None:
+        return None
+
+
+class AnswerNotText(MathAdapter):
+    """Names its answer as an int."""
+
+    def final_answer(self, completion: str) -> Any:
+        return len(completion)
+
+
 class OneAnswer:
     """Every problem has the same reference: no other reference can serve as a wrong answer."""
 
@@ -243,6 +264,10 @@ class OneAnswer:
         (MoodyJudge(), r"^compute_group_rewards gave one group .* then .*: rewards must be "
                        r"deterministic"),
         (ShortJudge(), r"^compute_group_rewards\(.*\) must return \d+ rewards, one each"),
+        (AnswerRaises(), r"^final_answer\(.*\) raised (IndexError|ValueError): "),
+        (AnswersNothing(), r"^final_answer\(the reference, .*\) = None, then None: the "
+                           r"reference completion must name its answer, a str, the same each"),
+        (AnswerNotText(), r"^final_answer\(.*\) = \d+: it must return a str or None"),
     ],
 )  # fmt: skip
 def test_each_check_names_what_it_found(adapter: Any, expected: str) -> None:

@@ -103,6 +103,12 @@ def test_reward_parts_are_mirrored_under_their_names() -> None:
     assert (step["train/reward/first_try"], step["train/reward/second_try"]) == (0.5, 0.1)
     assert (evaluation["eval/step"], evaluation["eval/accuracy"]) == (2, 0.75)
     assert evaluation["eval/reward/second_try"] == 0.1
+    assert not any("@" in key for key in evaluation)  # no pass@k without samples
+    passes = EvalMetrics(4, 0.5, 2, 4, 0.5, "x", samples=4, pass_at_k={1: 0.4, 4: 0.9},
+                         majority_at_k={4: 0.7}, sampled_mean_reward=0.4)  # fmt: skip
+    mirror.on_eval(passes)
+    logged = recorded.logged[-1]
+    assert (logged["eval/pass@1"], logged["eval/pass@4"], logged["eval/maj@4"]) == (0.4, 0.9, 0.7)
 
 
 class Broken:

@@ -148,6 +148,14 @@ class Adapter(Protocol[ProblemT]):
     - `wrong_completions(problem) -> Sequence[str]`: plausible wrong answers,
       which the fake backend writes instead of the reference now and then, so
       partial credit and format rewards show offline. Default: none.
+    - `final_answer(completion) -> str | None`: the final answer a completion
+      names, written the same way whenever it is the same answer (`"72"`,
+      never `"72.0"` for one sample and `"72"` for another), or None when it
+      names none. Evaluation counts the answers of a problem's samples for
+      maj@k, the share of k samples whose most named answer is right
+      (`mathrl.passk.majority_at_k`). Like a reward, it reads untrusted text
+      and must never raise; it runs in a worker. Default: none (the task
+      names no answers, and evaluation reports no maj@k).
 
     - `options: Mapping[str, str | int | float | bool]`: the settings the task
       was built with, by name. A task with settings takes each as a keyword

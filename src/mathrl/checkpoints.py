@@ -29,7 +29,8 @@ DEFAULT = (IMPORTANCE_SAMPLING.name, IMPORTANCE_SAMPLING.config())
 Kind = Literal["sampler", "state"]
 
 CHECKPOINT_NAME = re.compile(
-    r"(?P<task>[A-Za-z0-9][A-Za-z0-9_.-]*)-seed[0-9]+-[0-9a-f]{8}(-[0-9a-f]{8})?-(step|state)[0-9]+"
+    r"(?P<task>[A-Za-z0-9][A-Za-z0-9_.-]*)-seed[0-9]+-[0-9a-f]{8}(-[0-9a-f]{8})?-(step|state)"
+    r"(?P<step>[0-9]+)"
 )
 """A checkpoint name; names from before the code version (one hex segment) match too."""
 
@@ -88,9 +89,19 @@ def checkpoint_name(task: Task[P], config: TrainConfig, step: int, kind: Kind = 
 
 def task_of_checkpoint(path: str) -> str | None:
     """The task a checkpoint path was trained on, if its name is one of `checkpoint_name`'s."""
-    name = path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
-    match = CHECKPOINT_NAME.fullmatch(name)
+    match = _named(path)
     return match["task"] if match else None
+
+
+def step_of_checkpoint(path: str) -> int | None:
+    """The step whose update a checkpoint path holds, if its name is one of `checkpoint_name`'s."""
+    match = _named(path)
+    return int(match["step"]) if match else None
+
+
+def _named(path: str) -> re.Match[str] | None:
+    name = path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".json")
+    return CHECKPOINT_NAME.fullmatch(name)
 
 
 @dataclass(frozen=True, slots=True)

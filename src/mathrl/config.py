@@ -20,6 +20,7 @@ from typing import Any
 
 from mathrl.grpo import SCALES
 from mathrl.losses import DEFAULT_LOSS, LOSSES, PARAMETERS, Loss, LossName, losses_taking
+from mathrl.passk import MAX_SAMPLES
 from mathrl.tasks import BUILT_IN
 from mathrl.text import listed
 
@@ -74,6 +75,12 @@ RULES: dict[str, Rule] = {
     "max_steps_off_policy": int_in(0, 1),
     "eval_every": int_in(0, 1_000_000),
     "eval_problems": int_in(1, 10_000),
+    "eval_k": Rule(
+        f"comma-separated integers from 1 to {MAX_SAMPLES}, e.g. 1,4,16",
+        lambda ks: (
+            isinstance(ks, tuple) and all(type(k) is int and 1 <= k <= MAX_SAMPLES for k in ks)
+        ),
+    ),
     "save_every": int_in(1, 1_000_000),
     "mask_truncated": Rule("true or false", lambda v: isinstance(v, bool)),
     "loss": Rule(
@@ -128,6 +135,10 @@ class TrainConfig:
     """Evaluate greedily on held-out problems before training, every this many
     steps and after the last; 0: never."""
     eval_problems: int = 100
+    eval_k: tuple[int, ...] = ()
+    """With evaluations, also draw max(eval_k) samples of each held-out problem at
+    `temperature`, and report pass@k (and maj@k, where the task names answers) for
+    each k; (): greedy accuracy only. It changes no training."""
     save_every: int = 5
     """Save the full training state (weights and optimizer) every this many steps."""
     mask_truncated: bool = False
@@ -153,8 +164,12 @@ class TrainConfig:
     """The weight of the KL penalty against the base model (`mathrl.grpo.kl_penalized`)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.eval_k, list | tuple) and all(type(k) is int for k in self.eval_k):
+            # Sorted, once each, a tuple: as a run's config.json gives it back (a list) too.
+            object.__setattr__(self, "eval_k", tuple(sorted(set(self.eval_k))))
         _check_fields(self, "TrainConfig")
         check_step_size(self.batch, self.group, "TrainConfig.batch", "TrainConfig.group")
+        check_eval_k(self.eval_k, self.eval_problems, lambda f: f"TrainConfig.{f}")
         check_loss({f: getattr(self, f) for f in LOSS_FIELDS}, lambda name: f"TrainConfig.{name}")
 
     @property
@@ -236,4 +251,16 @@ def check_step_size(batch: int, group: int, batch_source: str, group_source: str
         raise ConfigError(
             f"{batch_source} x {group_source} must be at most {MAX_COMPLETIONS_PER_STEP:,} "
             f"completions a step (got {batch:,} x {group:,} = {batch * group:,})"
+        )
+
+
+def check_eval_k(eval_k: tuple[int, ...], eval_problems: int, source: Callable[[str], str]) -> None:
+    """Refuse more samples an evaluation than a step may draw, naming each setting by
+    `source(field)`."""
+    samples = eval_problems * max(eval_k, default=0)
+    if samples > MAX_COMPLETIONS_PER_STEP:
+        raise ConfigError(
+            f"{source('eval_problems')} x the largest of {source('eval_k')} must be at most "
+            f"{MAX_COMPLETIONS_PER_STEP:,} samples an evaluation (got {eval_problems:,} x "
+            f"{max(eval_k)} = {samples:,})"
         )

@@ -14,8 +14,9 @@ Around the step it adds, each in one place of `_Run`:
   the logprobs of the sampler that drew it, so the importance-sampling loss
   corrects for the lag;
 - evaluation (`_start_eval`, `_report_eval`): greedy samples of the held-out
-  problems from the sampler the next step uses anyway, alongside that step's
-  requests: no save and no extra round trip, except once after the last step;
+  problems (and with `eval_k`, max(eval_k) more of each, for pass@k) from the
+  sampler the next step uses anyway, alongside that step's requests: no save
+  and no extra round trip, except once after the last step;
 - the save cadence (`_submit_update`): the full training state every
   `save_every` steps, after the last step, and when the run stops early;
 - stopping and resuming (`_wait_or_stop`, `_begin`): `stop` ends the run after
@@ -279,16 +280,21 @@ class _Run(Generic[P]):
         return bool(every and self.heldout) and (step % every == 0 or step == self.config.steps)
 
     def _start_eval(self, step: int) -> None:
-        """Evaluate the weights after `step` greedily on the held-out set, in the background."""
+        """Evaluate the weights after `step` on the held-out set, in the background: greedily,
+        and with `eval_k` from max(eval_k) samples of each problem too."""
         sampler, path = self._current()
         if step:
             self.obs.on_phase(step, "evaluating")
+        ks = self.config.eval_k
 
         async def go() -> EvalMetrics:
             started = self.clock()
             given = (self.task, self.config, self.heldout)
-            result = await evaluate(self.backend.tokenizer, sampler, *given, workers=self.workers)
-            return result.metrics(step, path, self.clock() - started)
+            result = await evaluate(
+                self.backend.tokenizer, sampler, *given,
+                workers=self.workers, samples=max(ks, default=0),
+            )  # fmt: skip
+            return result.metrics(step, path, self.clock() - started, ks)
 
         self.evaluating = asyncio.create_task(go())
 

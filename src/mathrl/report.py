@@ -58,17 +58,28 @@ class StepMetrics:
 
 @dataclass(frozen=True, slots=True)
 class EvalMetrics:
-    """One greedy evaluation on the held-out problems (step 0: before training)."""
+    """One evaluation on the held-out problems (step 0: before training): greedy, and with
+    `samples` per problem, pass@k (and maj@k) too."""
 
     step: int
     accuracy: float
+    """The share of greedy completions that are correct."""
     correct: int
     """round(accuracy * problems): the count the accuracy stands for."""
     problems: int
     mean_reward: float
+    """The greedy completions' mean reward."""
     sampler_path: str
     seconds: float = 0.0
     reward_parts: Mapping[str, float] = field(default_factory=dict)
+    samples: int = 0
+    """Samples drawn per problem at the sampling temperature (0: greedy only)."""
+    pass_at_k: Mapping[int, float] = field(default_factory=dict)
+    """k -> pass@k over the problems (`mathrl.passk.pass_at_k`); none without samples."""
+    majority_at_k: Mapping[int, float] = field(default_factory=dict)
+    """k -> maj@k, for a task that names its answers (`mathrl.passk.majority_at_k`)."""
+    sampled_mean_reward: float | None = None
+    """The samples' mean reward; None without samples."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ OPTIONAL_METHODS = (
     "heldout_dataset",
     "compute_group_rewards",
     "wrong_completions",
+    "final_answer",
     "feedback",
     "reference_turn",
     "preflight",
@@ -96,6 +97,12 @@ class Task(Generic[P]):
     def feedback(self) -> Callable[[P, Sequence[Response]], Any] | None:
         """The adapter's `feedback` (its environment), or None for a one-turn task."""
         method = getattr(self.adapter, "feedback", None)
+        return method if callable(method) else None
+
+    @property
+    def final_answer(self) -> Callable[[Response], str | None] | None:
+        """The adapter's `final_answer`, or None: the task names no answers (no maj@k)."""
+        method = getattr(self.adapter, "final_answer", None)
         return method if callable(method) else None
 
     @property

@@ -223,6 +223,13 @@ class FakeMintServer:
         except BackendError as exc:
             raise refused(str(exc)) from None
 
+    def base_sampler(self, base_model: str) -> FakeSampler:
+        """A sampler for the base model itself: the fake model's weights before any training."""
+        if not base_model:
+            raise refused(f"need a base model (got {base_model!r})")
+        untrained = [0.0] * len(self.engine.theta)  # FakeModel starts at zero
+        return FakeSampler(self.engine, f"base/{base_model}", untrained)
+
     async def open_sampler(self, path: str) -> FakeSamplingClient:
         """create_sampling_client_async: one round trip, then a client pinned to `path`."""
         sampler = await self.engine.call("create_sampling_client", lambda: self.load(path))
@@ -440,14 +447,14 @@ class FakeServiceClient:
     ) -> FakeSamplingClient:
         self.server.enter("create_sampling_client")
         if model_path is None:
-            raise ValueError("the fake samples saved weights only: pass model_path")
+            return FakeSamplingClient(self.server, self.server.base_sampler(base_model or ""))
         return FakeSamplingClient(self.server, self.server.load(model_path))
 
     async def create_sampling_client_async(
         self, model_path: str | None = None, base_model: str | None = None
     ) -> FakeSamplingClient:
         if model_path is None:
-            raise ValueError("the fake samples saved weights only: pass model_path")
+            return FakeSamplingClient(self.server, self.server.base_sampler(base_model or ""))
         return await self.server.open_sampler(model_path)
 
 

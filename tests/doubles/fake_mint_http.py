@@ -6,9 +6,10 @@ a server on 127.0.0.1, and switching that server off for a while: `outage`
 makes it answer HTTP 503 to everything ("503"), or take every request and
 answer none ("silent"), for some seconds, starting now or at the Nth
 forward_backward request, and then serve normally again. Not for: anything
-the SDK does not call in a mathrl run (forward without backward, base-model
-sampling, the REST client's checkpoint listing), gRPC, protobuf bodies,
-signed JWTs, or load.
+the SDK does not call in a mathrl run (forward without backward, the REST
+client's checkpoint listing), gRPC, protobuf bodies, signed JWTs, or load.
+`hold_samples(N)` holds each sample request until N of them have arrived, so a
+test can see that a client sends them all at once (`apart` stays False).
 
 Model semantics are `fake_mint.FakeMintServer`'s, one per created model:
 this module parses the SDK's JSON into real `tinker.types`, calls the same
@@ -70,6 +71,8 @@ from doubles.fake_mint import FakeMintServer
 from mathrl_fakes import FakeSampler, PromptKey, Reference
 
 API = "/api/v1"
+TOGETHER_SECONDS = 60.0
+"""How long sample requests meant to arrive together wait for the rest (a hang, not a timing)."""
 OutageMode = Literal["503", "silent"]
 Json = dict[str, Any]
 
@@ -132,7 +135,8 @@ class _Sampler:
     sampler_id: str
     model: _Model
     sampler: FakeSampler
-    model_path: str
+    model_path: str | None
+    """None: the base model."""
 
 
 class FakeMintHTTP:
@@ -150,6 +154,9 @@ class FakeMintHTTP:
         self.references = references
         self.checkpoint_dir = checkpoint_dir
         self.seed = seed
+        self._together: threading.Barrier | None = None
+        self.apart = False
+        """True when sample requests meant to arrive together (`hold_samples`) did not."""
         self.outages: list[Outage] = []
         self.served: list[Served] = []
         """Every request, in the order they arrived, outages included."""
@@ -234,6 +241,20 @@ class FakeMintHTTP:
                     outage.answered += 1
                     return outage
         return None
+
+    def hold_samples(self, count: int) -> None:
+        """From now on, hold each sample request until `count` of them have arrived; if they
+        do not all arrive within TOGETHER_SECONDS, set `apart` and answer each anyway."""
+        self._together = threading.Barrier(count, timeout=TOGETHER_SECONDS)
+
+    def gather(self) -> None:
+        """Hold a sample request until enough have arrived (`hold_samples`), if asked to."""
+        if self._together is None:
+            return
+        try:
+            self._together.wait()
+        except threading.BrokenBarrierError:
+            self.apart = True
 
     def record(self, served: Served) -> None:
         with self._lock:
@@ -432,13 +453,26 @@ class FakeMintHTTP:
     def _create_sampling_session(self, body: Json) -> Json:
         request = types.CreateSamplingSessionRequest.model_validate(body)
         if request.model_path is None:
-            raise HTTPError(400, "the fake samples saved weights only: give a model_path")
-        model, sampler = self._sampler_file(request.session_id, request.model_path)
+            model = self._base_model(request.base_model)
+            sampler, path = model.server.base_sampler(model.base_model), None
+        else:
+            model, sampler = self._sampler_file(request.session_id, request.model_path)
+            path = request.model_path
         sampler_id = self._new_id("sampler")
-        self._samplers[sampler_id] = _Sampler(sampler_id, model, sampler, request.model_path)
+        self._samplers[sampler_id] = _Sampler(sampler_id, model, sampler, path)
         return types.CreateSamplingSessionResponse(sampling_session_id=sampler_id).model_dump(
             mode="json"
         )
+
+    def _base_model(self, base_model: str | None) -> _Model:
+        """A model of its own for sampling the base model: no training client made it."""
+        if not base_model:
+            raise HTTPError(400, "a sampling session needs a model_path or a base_model")
+        model_id = self._new_id("base")
+        server = FakeMintServer(
+            self.references, seed=self.seed, checkpoint_dir=self.checkpoint_dir / model_id
+        )
+        return _Model(model_id, base_model, 0, server)
 
     def _get_sampler(self, sampler_id: str) -> Json:
         found = self._samplers.get(sampler_id)
@@ -557,6 +591,8 @@ class _Handler(BaseHTTPRequestHandler):
         if outage is not None:
             status, answer = 503, {"detail": "service unavailable (fake outage)"}
         else:
+            if name == "asample":
+                fake.gather()
             headers = {k.lower(): v for k, v in self.headers.items()}
             status, answer = fake.serve(method, name, headers, body)
         fake.record(Served(arrived, name, status))

@@ -1,7 +1,7 @@
 """`python -m mathrl`: turn flags and the environment into a run, a sample, a check or a plot.
 
 Commands: training (the default; `--resume RUN_DIR` continues one), `sample`,
-`check-adapter` and `plot`. stdout carries exactly the seed demo's lines
+`eval`, `check-adapter` and `plot`. stdout carries exactly the seed demo's lines
 (`Model: ...`, `Step N: ...`, `Saved: ...`; with `--eval-every`, also
 `Eval step N: ...`). Warnings, progress and advice go to stderr.
 
@@ -43,6 +43,7 @@ from mathrl.cli.parsers import (
     RESUMABLE,
     SAMPLE_FIELDS,
     check_parser,
+    eval_parser,
     plot_parser,
     sample_parser,
     tasks_parser,
@@ -73,7 +74,7 @@ from mathrl.cli.settings import (
 )
 from mathrl.cli.train import Plan, train
 from mathrl.cli.wandb_mirror import check_installed
-from mathrl.config import DEFAULTS, ConfigError
+from mathrl.config import DEFAULTS, ConfigError, check_eval_k
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError
 from mathrl.tasks import BUILT_IN
@@ -156,6 +157,8 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     _check_folders(plan, new_run=args.resume is None)
     if plan.config.wandb_project is not None:
         check_installed()
+    if plan.config.train.eval_k and not plan.config.train.eval_every:
+        _say("--eval-k has no effect without evaluations: set --eval-every too")
     plan = replace(plan, preflight=_preflight(plan.task))
     return asyncio.run(train(plan, env, __version__, _say))
 
@@ -251,6 +254,13 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
                     f"{steps}): it extends a run, and cannot shorten one"
                 )
             train = replace(train, steps=steps)
+        if args.eval_k is not None:  # pass@k in this session's evaluations: trains the same
+            eval_k = reliability.train.eval_k
+            check_eval_k(
+                eval_k, train.eval_problems,
+                lambda name: "--eval-k" if name == "eval_k" else f"the run's {name}",
+            )  # fmt: skip
+            train = replace(train, eval_k=eval_k)
         config = replace(
             reliability,
             train=train,
@@ -395,6 +405,15 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return asyncio.run(sample(config, task, env, args.model_path, count, _say))
 
 
+def _eval_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    from mathrl.cli.evaluate import evaluate_weights, plan_eval
+
+    args = eval_parser().parse_args(argv)
+    plan = plan_eval(args, _flags(args), env, _problem_count(args.problems))
+    _preflight(plan.task)
+    return asyncio.run(evaluate_weights(plan, env, _say))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -409,10 +428,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check_command(rest, env)
         if command == "sample":
             return _sample_command(rest, env)
+        if command == "eval":
+            return _eval_command(rest, env)
         if command:
             raise ConfigError(
-                f"the command must be sample, check-adapter, plot or tasks, or none to train "
-                f"(got {shown(command)})"
+                f"the command must be sample, eval, check-adapter, plot or tasks, or none to "
+                f"train (got {shown(command)})"
             )
         return _train_command(rest, env)
     except ConfigError as exc:

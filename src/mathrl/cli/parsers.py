@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from mathrl.cli.settings import SETTINGS, Setting, default_of, parse_bool
 from mathrl.config import DEFAULT_BASE_URL, ConfigError
 from mathrl.losses import PARAMETERS, losses_taking
+from mathrl.passk import MAX_SAMPLES
 
 BACKENDS = ("mint", "fake")
 RELIABILITY = (
@@ -31,6 +32,7 @@ RESUMABLE = (
     *RELIABILITY,
     *TASK_WORK,
     "log_samples",
+    "eval_k",
     "wandb_project",
     "fake_fault_rate",
     "fake_latency",
@@ -56,6 +58,7 @@ DEFAULTS_DECIDED_LATER = {
     "retries": "none: the retry window alone",
     "reward_workers": "one per core",
     "wandb_project": "none: no mirror",
+    "eval_k": "none: greedy accuracy only",
 }
 """How --help words the defaults that are not one value (loss settings: `shown_default`)."""
 
@@ -102,7 +105,7 @@ def train_parser() -> Parser:
     parser = Parser(
         prog="python -m mathrl",
         description="Train a LoRA adapter with GRPO on a task (two-digit addition by default) "
-        "through MinT. Other commands: `sample`, `check-adapter`, `plot`, `tasks` "
+        "through MinT. Other commands: `sample`, `eval`, `check-adapter`, `plot`, `tasks` "
         "(`python -m mathrl COMMAND --help`).",
         epilog="environment variables (a flag wins over its variable; `.env` is read too):\n"
         + variables,
@@ -153,6 +156,53 @@ def sample_parser() -> Parser:
     )
     parser.add_argument(
         "--temperature", metavar="X", help="sampling temperature (default 0: greedy)"
+    )
+    return parser
+
+
+def eval_parser() -> Parser:
+    parser = Parser(
+        prog="python -m mathrl eval",
+        description="Measure weights on a task's held-out problems: pass@k from samples at "
+        "--temperature, maj@k where the task names its answers, the samples' mean reward, "
+        "and greedy accuracy; all requests go out at once. Given a run folder, it appends "
+        "the result to the folder's eval.jsonl.",
+    )
+    parser.add_argument(
+        "--model-path",
+        help="a run folder (its latest weights, task and settings), the path a run printed "
+        "as `Saved:`, or none: the base model",
+    )
+    parser.add_argument(
+        "--k", default="1,4,16", help="the k of pass@k and maj@k, comma-separated (default 1,4,16)"
+    )
+    parser.add_argument(
+        "--samples",
+        help=f"samples per problem, from the largest k to {MAX_SAMPLES} (default the largest k)",
+    )
+    parser.add_argument(
+        "--problems",
+        default="100",
+        help=f"held-out problems to ask, 1 to {MAX_PROBLEMS} (default 100)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="mint: weights on MinT; fake: a fake run's (default: the run folder's, else mint)",
+    )
+    _add_settings(
+        parser,
+        SAMPLE_FIELDS,
+        {
+            "base_model": "the base model, unless the run folder names it",
+            "seed": "seed of the held-out problems and of the samples, unless the run "
+            "folder gives it",
+            "adapter": "the task, as module:Class, unless the run folder names it",
+            "max_tokens": "most tokens per completion, unless the run folder gives it",
+        },
+    )
+    parser.add_argument(
+        "--temperature", metavar="X", help="temperature of the samples (default 1; greedy is 0)"
     )
     return parser
 

@@ -31,7 +31,18 @@ A step's record in metrics.jsonl (`step_record`):
 
 An evaluation's record (`eval_record`) has `"eval": true`, `step` (0: before
 training), `accuracy`, `correct`, `problems`, `mean_reward`, `sampler_path`,
-`seconds` and `reward_parts`.
+`seconds` and `reward_parts`: the greedy completions'. An evaluation that
+also drew samples (`eval_k`) adds `samples` (drawn per problem at the
+sampling temperature), `pass@K` for each K asked (the unbiased estimate of
+Chen et al. 2021, averaged over the problems), `maj@K` for each K where the
+task names its answers (`final_answer`), and `sampled_mean_reward`.
+
+eval.jsonl (written by `python -m mathrl eval` into the run folder it
+evaluates, one line per evaluation, `eval_file_record`) has the same fields,
+less `eval` (`sampler_path` is the weights evaluated, `step` the step they
+are from), plus `task`, `temperature` (of the samples; the greedy
+completions' is 0), `seed` (of the held-out problems and of the requests)
+and `at` (when the evaluation ended, UTC).
 
 A samples.jsonl line (`sample_record`) is one group of a step: `step`,
 `problem` (its place in the batch), `prompt` (text, or the conversation) and
@@ -116,4 +127,30 @@ def _cut(text: str) -> str:
 
 def eval_record(m: EvalMetrics) -> dict[str, Any]:
     """The metrics.jsonl record of one held-out evaluation."""
-    return {"eval": True, **asdict(m)}
+    return {"eval": True, **metrics_of(m)}
+
+
+def metrics_of(m: EvalMetrics) -> dict[str, Any]:
+    """An evaluation's fields as records hold them: pass@k and maj@k one key each, and only
+    when it drew samples."""
+    greedy = {
+        name: value
+        for name, value in asdict(m).items()
+        if name not in ("samples", "pass_at_k", "majority_at_k", "sampled_mean_reward")
+    }
+    if not m.samples:
+        return greedy
+    return {
+        **greedy,
+        "samples": m.samples,
+        **{f"pass@{k}": value for k, value in m.pass_at_k.items()},
+        **{f"maj@{k}": value for k, value in m.majority_at_k.items()},
+        "sampled_mean_reward": m.sampled_mean_reward,
+    }
+
+
+def eval_file_record(
+    m: EvalMetrics, task: str, temperature: float, seed: int, at: str
+) -> dict[str, Any]:
+    """The eval.jsonl record of one `python -m mathrl eval`."""
+    return {"task": task, **metrics_of(m), "temperature": temperature, "seed": seed, "at": at}

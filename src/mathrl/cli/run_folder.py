@@ -13,6 +13,9 @@ A run folder holds:
   as it ends.
 - `checkpoints.jsonl`: one record per completed save: step, kind
   ("sampler" or "state") and path.
+- `eval.jsonl`: one record per `python -m mathrl eval` of the run's weights:
+  which weights, which step, the samples drawn, pass@k, maj@k, the mean
+  reward and greedy accuracy.
 - `samples.jsonl`: what the model wrote: for the first `log_samples` groups
   of each step (2 by default), the prompt, and each completion's text, how it
   ended, its reward and reward parts, its advantage and whether it was
@@ -42,7 +45,7 @@ from mathrl.report import Checkpoint, EvalMetrics, Observer, SampleGroup, StepMe
 from mathrl.resolved import Task, as_task
 
 CONFIG, METRICS, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints.jsonl"
-SAMPLES = "samples.jsonl"
+SAMPLES, EVALS = "samples.jsonl", "eval.jsonl"
 SAMPLES_BYTES = 20_000_000
 """samples.jsonl stops growing past this size."""
 

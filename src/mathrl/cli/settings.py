@@ -34,6 +34,7 @@ from mathrl.config import (
     ConfigError,
     Rule,
     TrainConfig,
+    check_eval_k,
     check_loss,
     check_step_size,
     number_in,
@@ -131,6 +132,11 @@ def _float(text: str) -> float:
     return float(text.strip())
 
 
+def parse_ks(text: str) -> tuple[int, ...]:
+    """Comma-separated integers, e.g. `1,4,16`: sorted, each once (the rule checks range)."""
+    return tuple(sorted({_int(part) for part in text.split(",")}))
+
+
 def _text(text: str) -> str:
     return text.strip()
 
@@ -173,6 +179,9 @@ SETTINGS: tuple[Setting, ...] = (
             _int),
     Setting("eval_problems", "--eval-problems", "MINT_RL_EVAL_PROBLEMS",
             "held-out problems per evaluation", _int),
+    Setting("eval_k", "--eval-k", "MINT_RL_EVAL_K",
+            "with evaluations, also sample each held-out problem K times (the largest K) and "
+            "report pass@K for each K, e.g. 1,4,16", parse_ks),
     Setting("save_every", "--save-every", "MINT_RL_SAVE_EVERY",
             "save the full training state every K steps (and at the end)", _int),
     Setting("mask_truncated", "--mask-truncated", "MINT_RL_MASK_TRUNCATED",
@@ -309,6 +318,11 @@ def build_config(
         batch, group, sources.get("batch", "batch (default)"), sources.get("group", "group")
     )
     check_loss(train, lambda name: sources.get(name, BY_FIELD[name].flag))
+    check_eval_k(
+        train.get("eval_k", ()),
+        train.get("eval_problems", DEFAULTS["eval_problems"]),
+        lambda name: sources.get(name, BY_FIELD[name].flag),
+    )
     return Config(train=TrainConfig(**train), **run)
 
 

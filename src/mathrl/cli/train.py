@@ -85,7 +85,10 @@ class SeedLines(Observer):
             )
 
     def on_eval(self, m: EvalMetrics) -> None:
-        self.out.line(f"Eval step {m.step}: accuracy={m.accuracy:.1%} ({m.correct}/{m.problems})")
+        passes = "".join(f", pass@{k}={value:.1%}" for k, value in m.pass_at_k.items())
+        self.out.line(
+            f"Eval step {m.step}: accuracy={m.accuracy:.1%} ({m.correct}/{m.problems}){passes}"
+        )
 
     def on_warning(self, message: str) -> None:
         self.say(message)

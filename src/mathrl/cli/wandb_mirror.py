@@ -125,6 +125,8 @@ class WandbMirror(Observer):
                 "eval/mean_reward": metrics.mean_reward,
                 "eval/correct": metrics.correct,
                 **{f"eval/reward/{name}": value for name, value in metrics.reward_parts.items()},
+                **{f"eval/pass@{k}": value for k, value in metrics.pass_at_k.items()},
+                **{f"eval/maj@{k}": value for k, value in metrics.majority_at_k.items()},
             }
         )
 

@@ -130,7 +130,9 @@ class ServiceClientLike(Protocol):
     def create_lora_training_client(
         self, base_model: str, rank: int = ..., seed: int | None = ...
     ) -> TrainingClientLike: ...
-    def create_sampling_client(self, model_path: str | None = ...) -> SamplingClientLike: ...
+    def create_sampling_client(
+        self, model_path: str | None = ..., base_model: str | None = ...
+    ) -> SamplingClientLike: ...
 
 
 class MintSampler:
@@ -414,21 +416,26 @@ async def open_backend(
 async def open_sampler(
     config: Config,
     env: Mapping[str, str],
-    model_path: str,
+    model_path: str | None,
     *,
     service_client: ServiceClientLike | None = None,
     service_factory: Callable[..., ServiceClientLike] = tinker.ServiceClient,
     probe: Probe | None = sdk_probe,
 ) -> tuple[HFTokenizer, MintSampler]:
-    """Connect and open a sampler for saved weights, with its tokenizer, by the deadline.
+    """Connect and open a sampler for saved weights (None: the base model
+    `config.base_model` itself), with its tokenizer, by the deadline.
 
     The tokenizer is the sampling client's (the one of the weights' base
     model): a training client would cost a LoRA allocation just for it.
     """
 
     def build(service: ServiceClientLike, phase: list[str]) -> tuple[HFTokenizer, MintSampler]:
-        phase.append(f"opening a sampler for {model_path}")
-        client = service.create_sampling_client(model_path=model_path)
+        if model_path is None:
+            phase.append(f"opening a sampler for the base model {config.base_model}")
+            client = service.create_sampling_client(base_model=config.base_model)
+        else:
+            phase.append(f"opening a sampler for {model_path}")
+            client = service.create_sampling_client(model_path=model_path)
         phase.append("loading the tokenizer")
         tokenizer = HFTokenizer(client.get_tokenizer())
         return tokenizer, MintSampler(client, tokenizer, env.get("MINT_API_KEY"))

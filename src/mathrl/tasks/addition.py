@@ -118,6 +118,19 @@ def _digits_to_int(digits: str) -> int:
     return value
 
 
+def named_answer(text: str) -> str | None:
+    """The first integer in `text` as `str(parse_answer(text))` writes it, or None.
+
+    Written from the digits themselves, never through int(): str() refuses
+    integers of more than 4,300 digits, and this must never raise.
+    """
+    match = _FIRST_INTEGER.search(text)
+    if match is None:
+        return None
+    digits = match.group().lstrip("-").lstrip("0") or "0"
+    return f"-{digits}" if match.group().startswith("-") and digits != "0" else digits
+
+
 def reward(completion: str, answer: int) -> float:
     """1.0 when the completion's first integer is `answer`, else 0.0."""
     return 1.0 if parse_answer(completion) == answer else 0.0
@@ -150,3 +163,7 @@ class MathAdapter:
 
     def evaluate(self, rewards: Sequence[float]) -> float:
         return sum(1 for r in rewards if r > 0) / len(rewards) if rewards else 0.0
+
+    def final_answer(self, completion: str) -> str | None:
+        """The integer the completion answers (what the reward reads), for maj@k."""
+        return named_answer(completion)

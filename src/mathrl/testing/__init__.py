@@ -30,6 +30,9 @@ it happened):
   reward, the same twice for the same history, and never raises; the
   reference episode earns the most and counts as correct; each reference turn
   fits `max_tokens`, and both episodes `episode_tokens`;
+- `final_answer`, if the task names its answers (`answer_checks.py`): the
+  reference, ended as asked, names a str, the same each time; hostile
+  completions name a str or None and never make it raise;
 - `preflight()`, if the task has one: None or one printable line, or
   `Unavailable`, which passes through (no check stands in for what is missing);
 - with `learns`: 20 steps raise accuracy by at least 10 points.
@@ -48,6 +51,7 @@ from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
 from mathrl.resolved import Task, as_task
 from mathrl.rollout import RunProblems, run_problems
+from mathrl.testing.answer_checks import check_final_answer
 from mathrl.testing.checker import Checker
 from mathrl.testing.episode_checks import EpisodeChecks
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
@@ -100,6 +104,7 @@ def check_adapter(
     tokenizer = tokenizer or ByteTokenizer()
     rewards = RewardChecks(checker, tokenizer)
     rewards.run([*train[:2], *held[:1]], [*train, *held])
+    check_final_answer(checker, [*train[:2], *held[:1]])
     if task.plays_episodes:
         EpisodeChecks(checker, rewards, tokenizer).run([*train[:2], *held[:1]])
     if learns is not False and not checker.violations:
