@@ -35,7 +35,13 @@ from mathrl.cli.exit_codes import (
     EXIT_USAGE,
 )
 from mathrl.cli.extras import install_command
-from mathrl.cli.loader import TASK_KEYWORDS, load_task
+from mathrl.cli.loader import (
+    CLI_KEYWORDS,
+    TASK_KEYWORDS,
+    load_recorded_task,
+    load_task,
+    task_target,
+)
 from mathrl.cli.parsers import (
     BACKENDS,
     DEFAULTS_DECIDED_LATER,
@@ -72,6 +78,7 @@ from mathrl.cli.settings import (
     task_options,
     worded,
 )
+from mathrl.cli.task_args import described, given_task_args, task_options_of
 from mathrl.cli.train import Plan, train
 from mathrl.cli.wandb_mirror import check_installed
 from mathrl.config import DEFAULTS, ConfigError, check_eval_k
@@ -149,7 +156,8 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
         config = build_config(_flags(args), env, backend=args.backend or "mint")
         fake = fake_options(_flags(args), config.backend, env)
         options = task_options(_flags(args), env)
-        task = load_task(config.adapter, options=options, note=_say)
+        given = given_task_args(args.task_arg)
+        task = load_task(config.adapter, options=options, note=_say, task_args=given)
         plan = Plan(config, task, fake=fake, task_options=options)
     if plan.config.backend == "mint":
         api_key(env)
@@ -278,9 +286,12 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         )
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"--resume: {folder / 'config.json'} lacks a setting ({exc})") from None
-    task = load_task(
+    task = load_recorded_task(
         config.adapter,
-        source=f"--resume ({folder / 'config.json'} adapter)",
+        f"--resume ({folder / 'config.json'} adapter)",
+        recorded.get("task_args") or {},
+        given_task_args(args.task_arg),
+        f"--resume ({folder / CONFIG})",
         options=task_options(_flags(args), env),  # as given now, like the reliability settings
         note=_say,
     )
@@ -323,7 +334,8 @@ def _check_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
     args = check_parser().parse_args(argv)
     options = task_options(_flags(args), env)
-    task = load_task(args.adapter, source="check-adapter", options=options, note=_say)
+    given = given_task_args(args.task_arg)
+    task = load_task(args.adapter, "check-adapter", options, _say, given)
     try:
         summary = check_adapter(task, learns=args.learns)  # its summary has the preflight line
     except Unavailable as exc:
@@ -343,6 +355,9 @@ def _tasks_command(argv: Sequence[str]) -> int:
     width = max(map(len, BUILT_IN))
     for name, (spec, what) in BUILT_IN.items():
         print(f"{name:<{width}}  {what} ({spec})")
+        options = task_options_of(task_target(spec, "tasks"))
+        for line in described({k: v for k, v in options.items() if k not in CLI_KEYWORDS}):
+            print(f"{'':<{width}}    --task-arg {line}")
     return EXIT_OK
 
 
@@ -400,7 +415,14 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     config = build_config(flags, env, only=fields, backend=backend or "mint")
     if args.temperature is None:  # greedy unless asked: MINT_RL_TEMPERATURE is training's
         config = replace(config, train=replace(config.train, temperature=0.0))
-    task = load_task(config.adapter, options=task_options(_flags(args), env), note=_say)
+    options, given = task_options(_flags(args), env), given_task_args(args.task_arg)
+    if record is not None:
+        recorded_args = record.config["settings"].get("task_args") or {}
+        where = f"--model-path {record.path}"
+        task = load_recorded_task(config.adapter, "--adapter", recorded_args, given, where,
+                                  options, _say)  # fmt: skip
+    else:
+        task = load_task(config.adapter, options=options, note=_say, task_args=given)
     _preflight(task)
     return asyncio.run(sample(config, task, env, args.model_path, count, _say))
 

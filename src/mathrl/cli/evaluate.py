@@ -24,11 +24,12 @@ from typing import Any
 
 from mathrl.backend import BackendError, Sampler, Tokenizer
 from mathrl.checkpoints import step_of_checkpoint, task_of_checkpoint
-from mathrl.cli.loader import load_task
+from mathrl.cli.loader import load_recorded_task, load_task
 from mathrl.cli.parsers import BACKENDS, SAMPLE_FIELDS
 from mathrl.cli.records import eval_file_record
 from mathrl.cli.run_folder import CONFIG, EVALS, RunFolder, RunFolderError, RunRecord, read_run
 from mathrl.cli.settings import BY_FIELD, api_key, base_url, build_config, task_options
+from mathrl.cli.task_args import given_task_args
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import MAX_COMPLETIONS_PER_STEP, Config, ConfigError
 from mathrl.evaluation import evaluate, evaluation_set
@@ -91,7 +92,13 @@ def plan_eval(
     fields = [*SAMPLE_FIELDS, *(["temperature"] if args.temperature is not None else [])]
     config = build_config({**given, "temperature": args.temperature}, env, fields, backend=backend)
     source = "--adapter" if flags.get("adapter") or not record else f"{record.path / CONFIG}"
-    task = load_task(config.adapter, source=source, options=task_options(flags, env))
+    options, given_args = task_options(flags, env), given_task_args(args.task_arg)
+    if record is not None and not flags.get("adapter"):
+        recorded_args = settings.get("task_args") or {}
+        where = f"--model-path {record.path}"
+        task = load_recorded_task(config.adapter, source, recorded_args, given_args, where, options)
+    else:
+        task = load_task(config.adapter, source=source, options=options, task_args=given_args)
     weights, step = _weights(args.model_path, record, task)
     problems, warnings = _problems(task, config, record, count)
     return EvalPlan(

@@ -16,13 +16,14 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mathrl.adapter import AdapterError
+from mathrl.adapter import AdapterError, OptionError
 from mathrl.cli.settings import BY_FIELD, TaskOptions
+from mathrl.cli.task_args import FLAG, converted, task_options_of
 from mathrl.config import ConfigError
 from mathrl.resolved import Task, as_task
 from mathrl.tasks import BUILT_IN
@@ -30,6 +31,8 @@ from mathrl.text import describe, shown
 
 TASK_KEYWORDS = {"weak_sandbox": "allow_missing_layers"}
 """Each field of `TaskOptions` -> the constructor keyword of the tasks that take it."""
+CLI_KEYWORDS = frozenset(TASK_KEYWORDS.values())
+"""Constructor keywords the command line sets from its own settings, not from --task-arg."""
 
 
 def load_task(
@@ -37,6 +40,7 @@ def load_task(
     source: str = "--adapter",
     options: TaskOptions | None = None,
     note: Callable[[str], None] = lambda line: None,
+    task_args: Mapping[str, object] | None = None,
 ) -> Task[Any]:
     """Import `module:Name` and resolve it as a task; ConfigError (one line) if it cannot be.
 
@@ -46,28 +50,27 @@ def load_task(
     with no arguments but the `options` it takes, by `TASK_KEYWORDS`' names),
     an adapter instance, or a function returning one (called alike). `note`
     hears, in one line, of each option asked for that the task does not take.
+    `task_args` are the task's own options (`mathrl.cli.task_args`), as text
+    from `--task-arg` or as a run recorded them.
     """
-    spec = BUILT_IN[spec][0] if spec in BUILT_IN else spec
-    module_name, sep, attr = spec.partition(":")
-    if not (sep and module_name and attr and ":" not in attr):
-        raise ConfigError(
-            f"{source} must be {', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask "
-            f"(got {shown(spec)})"
-        )
-    module = _import(module_name, source)
-    target: Any = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise ConfigError(
-                f"{source}: module {module_name!r} has no attribute {attr!r} (got {shown(spec)})"
-            )
-        target = getattr(target, part)
+    named, target = spec, task_target(spec, source)
     made = callable(target) and not _looks_like_adapter(target)
     given = asdict(options) if options is not None else {}
     asked = {TASK_KEYWORDS[name]: value for name, value in given.items() if value}
-    keywords = {k: v for k, v in asked.items() if made and _takes(target, k)}
+    keywords: dict[str, Any] = {k: v for k, v in asked.items() if made and _takes(target, k)}
+    if task_args and not made:
+        raise ConfigError(
+            f"{FLAG}: {named} is a task already made, which takes no options (got "
+            f"{', '.join(task_args)}); give its class instead"
+        )
+    if task_args:
+        keywords.update(converted(task_options_of(target), task_args, named))
     try:
         adapter = target(**keywords) if made else target
+    except OptionError as exc:
+        message = str(exc)
+        said = message if message.startswith(exc.option) else f"{exc.option}: {message}"
+        raise ConfigError(f"{FLAG} {said}") from None
     except Exception as exc:
         raise ConfigError(
             f"{source}: {spec} could not be created ({type(exc).__name__}: {describe(exc)})"
@@ -83,6 +86,48 @@ def load_task(
                 f"note: {setting.flag} ({setting.env}) changes nothing for task {task.name!r}: "
                 f"it takes no {keyword} option"
             )
+    return task
+
+
+def task_target(spec: str, source: str) -> Any:
+    """What `spec` names: a built-in task's name, or `module:Name` (see `load_task`), imported;
+    ConfigError (one line) if it cannot be."""
+    spec = BUILT_IN[spec][0] if spec in BUILT_IN else spec
+    module_name, sep, attr = spec.partition(":")
+    if not (sep and module_name and attr and ":" not in attr):
+        raise ConfigError(
+            f"{source} must be {', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask "
+            f"(got {shown(spec)})"
+        )
+    module = _import(module_name, source)
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(
+                f"{source}: module {module_name!r} has no attribute {attr!r} (got {shown(spec)})"
+            )
+        target = getattr(target, part)
+    return target
+
+
+def load_recorded_task(
+    spec: str,
+    source: str,
+    recorded: Mapping[str, object],
+    given: Mapping[str, str],
+    where: str,
+    options: TaskOptions | None = None,
+    note: Callable[[str], None] = lambda line: None,
+) -> Task[Any]:
+    """The task a run recorded, built again with its recorded options (`recorded`); options
+    `given` now must come to the same task (ConfigError naming both otherwise)."""
+    task = load_task(spec, source, options, note, {**recorded, **given})
+    if given and dict(task.options) != dict(recorded):
+        kept = ", ".join(f"{k}={v}" for k, v in recorded.items()) or "none"
+        raise ConfigError(
+            f"{FLAG} {', '.join(f'{k}={v}' for k, v in given.items())} cannot be given with "
+            f"{where}: it records the task's options ({kept}); leave it out"
+        )
     return task
 
 

@@ -94,6 +94,16 @@ def _add_settings(
             )
 
 
+def _add_task_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--task-arg",
+        action="append",
+        metavar="NAME=VALUE",
+        help="an option of the task, repeatable (`python -m mathrl tasks` lists them); "
+        "a resumed run, sample and eval take a run folder's own",
+    )
+
+
 def train_parser() -> Parser:
     variables = "\n".join(
         [f"  {s.env:<22} {s.flag:<24} default {shown_default(s)}" for s in SETTINGS if s.env]
@@ -120,6 +130,7 @@ def train_parser() -> Parser:
         metavar="RUN_DIR",
         help="continue a stopped run from its last saved state, with its own settings",
     )
+    _add_task_args(parser)
     return parser
 
 
@@ -157,6 +168,7 @@ def sample_parser() -> Parser:
     parser.add_argument(
         "--temperature", metavar="X", help="sampling temperature (default 0: greedy)"
     )
+    _add_task_args(parser)
     return parser
 
 
@@ -204,6 +216,7 @@ def eval_parser() -> Parser:
     parser.add_argument(
         "--temperature", metavar="X", help="temperature of the samples (default 1; greedy is 0)"
     )
+    _add_task_args(parser)
     return parser
 
 
@@ -219,6 +232,7 @@ def check_parser() -> Parser:
         "--learns", action="store_true", help="also train 20 steps on the fake backend"
     )
     _add_settings(parser, ["weak_sandbox"])
+    _add_task_args(parser)
     return parser
 
 

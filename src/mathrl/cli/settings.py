@@ -119,14 +119,14 @@ _FLOAT = re.compile(
 )
 
 
-def _int(text: str) -> int:
+def parse_int(text: str) -> int:
     # Plain ASCII digits only: int() would also take "1_0" and non-Latin digits.
     if not _INT.fullmatch(text.strip()):
         raise ValueError(text)
     return int(text.strip())
 
 
-def _float(text: str) -> float:
+def parse_float(text: str) -> float:
     if not _FLOAT.fullmatch(text.strip().lower()):
         raise ValueError(text)
     return float(text.strip())
@@ -134,7 +134,7 @@ def _float(text: str) -> float:
 
 def parse_ks(text: str) -> tuple[int, ...]:
     """Comma-separated integers, e.g. `1,4,16`: sorted, each once (the rule checks range)."""
-    return tuple(sorted({_int(part) for part in text.split(",")}))
+    return tuple(sorted({parse_int(part) for part in text.split(",")}))
 
 
 def _text(text: str) -> str:
@@ -159,31 +159,32 @@ def _loss_setting(parameter: Parameter) -> Setting:
         return f"{listed(losses_taking(parameter), 'and')}: {parameter.meaning}"
 
     flag, env = "--" + parameter.field.replace("_", "-"), f"MINT_RL_{parameter.field.upper()}"
-    return Setting(parameter.field, flag, env, help_text, _float)
+    return Setting(parameter.field, flag, env, help_text, parse_float)
 
 
 # fmt: off
 SETTINGS: tuple[Setting, ...] = (
-    Setting("steps", "--steps", "MINT_RL_STEPS", "GRPO steps", _int),
-    Setting("batch", "--batch", "MINT_RL_BATCH", "problems per step", _int),
-    Setting("group", "--group", "MINT_RL_GROUP", "completions sampled per problem", _int),
-    Setting("lr", "--lr", "MINT_RL_LR", "Adam learning rate", _float),
+    Setting("steps", "--steps", "MINT_RL_STEPS", "GRPO steps", parse_int),
+    Setting("batch", "--batch", "MINT_RL_BATCH", "problems per step", parse_int),
+    Setting("group", "--group", "MINT_RL_GROUP", "completions sampled per problem", parse_int),
+    Setting("lr", "--lr", "MINT_RL_LR", "Adam learning rate", parse_float),
     Setting("max_tokens", "--max-tokens", "MINT_RL_MAX_TOKENS", "most tokens per completion",
-            _int),
-    Setting("temperature", "--temperature", "MINT_RL_TEMPERATURE", "sampling temperature", _float),
-    Setting("seed", "--seed", None, "seed for problems and sampling", _int),
+            parse_int),
+    Setting("temperature", "--temperature", "MINT_RL_TEMPERATURE", "sampling temperature",
+            parse_float),
+    Setting("seed", "--seed", None, "seed for problems and sampling", parse_int),
     Setting("max_steps_off_policy", "--max-steps-off-policy", None,
-            "0: on-policy; 1: sample step k+1 while step k trains", _int),
+            "0: on-policy; 1: sample step k+1 while step k trains", parse_int),
     Setting("eval_every", "--eval-every", "MINT_RL_EVAL_EVERY",
             "greedy held-out evaluation before training, every K steps and at the end; 0: off",
-            _int),
+            parse_int),
     Setting("eval_problems", "--eval-problems", "MINT_RL_EVAL_PROBLEMS",
-            "held-out problems per evaluation", _int),
+            "held-out problems per evaluation", parse_int),
     Setting("eval_k", "--eval-k", "MINT_RL_EVAL_K",
             "with evaluations, also sample each held-out problem K times (the largest K) and "
             "report pass@K for each K, e.g. 1,4,16", parse_ks),
     Setting("save_every", "--save-every", "MINT_RL_SAVE_EVERY",
-            "save the full training state every K steps (and at the end)", _int),
+            "save the full training state every K steps (and at the end)", parse_int),
     Setting("mask_truncated", "--mask-truncated", "MINT_RL_MASK_TRUNCATED",
             "train on no completion cut off at the token limit (its reward still counts)",
             parse_bool),
@@ -193,47 +194,47 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scale_rewards", "--scale-rewards", "MINT_RL_SCALE_REWARDS",
             "divide advantages by the reward std of each group, of the batch, or none", _text),
     Setting("substeps", "--substeps", "MINT_RL_SUBSTEPS",
-            "minibatches per step, each its own forward_backward and optim_step", _int),
+            "minibatches per step, each its own forward_backward and optim_step", parse_int),
     Setting("fill_batch", "--fill-batch", "MINT_RL_FILL_BATCH",
             "draw more problems until batch groups have unequal rewards (at most 4 x batch)",
             parse_bool),
     Setting("kl_coef", "--kl-coef", "MINT_RL_KL_COEF",
-            "weight of the KL penalty against the base model (0: none)", _float),
+            "weight of the KL penalty against the base model (0: none)", parse_float),
     Setting("adapter", "--adapter", "MINT_RL_ADAPTER",
             "the task: a built-in one's name (`python -m mathrl tasks`), or module:Class", _text),
     Setting("base_model", "--base-model", "MINT_BASE_MODEL", "base model to train a LoRA on",
             _text),
-    Setting("lora_rank", "--lora-rank", "MINT_LORA_RANK", "LoRA rank", _int),
+    Setting("lora_rank", "--lora-rank", "MINT_LORA_RANK", "LoRA rank", parse_int),
     Setting("connect_timeout", "--connect-timeout", "MINT_CONNECT_TIMEOUT",
-            "seconds to wait for the MinT service to answer", _float),
+            "seconds to wait for the MinT service to answer", parse_float),
     Setting("setup_timeout", "--setup-timeout", "MINT_SETUP_TIMEOUT",
-            "seconds MinT may take to create the LoRA client and load the tokenizer", _float),
+            "seconds MinT may take to create the LoRA client and load the tokenizer", parse_float),
     Setting("call_timeout", "--call-timeout", "MINT_CALL_TIMEOUT",
-            "seconds one sample, training or save call may take before it is retried", _float),
+            "seconds one sample, training or save call may take before it is retried", parse_float),
     Setting("retries", "--retries", "MINT_RL_RETRIES",
-            "at most this many retries of one call (besides the retry window)", _int),
+            "at most this many retries of one call (besides the retry window)", parse_int),
     Setting("retry_window", "--retry-window", "MINT_RL_RETRY_WINDOW",
-            "seconds a failing call is retried for, from its first failure", _float),
+            "seconds a failing call is retried for, from its first failure", parse_float),
     Setting("retry_delay", "--retry-delay", "MINT_RL_RETRY_DELAY",
-            "seconds before the first retry; doubles each time, with jitter", _float),
+            "seconds before the first retry; doubles each time, with jitter", parse_float),
     Setting("reward_workers", "--reward-workers", "MINT_RL_REWARD_WORKERS",
             "threads running the task's rewards and environment steps",
-            _int),
+            parse_int),
     Setting("reward_timeout", "--reward-timeout", "MINT_RL_REWARD_TIMEOUT",
-            "seconds one reward or environment step may take before the run fails", _float),
+            "seconds one reward or environment step may take before the run fails", parse_float),
     Setting("weak_sandbox", "--weak-sandbox", "MINT_RL_WEAK_SANDBOX",
             "run model-written code with the sandbox layers this machine has, instead of "
             "refusing to (a warning names what is missing)", parse_bool),
     Setting("log_dir", "--log-dir", "MINT_RL_LOG_DIR", "the run folder", _text),
     Setting("log_samples", "--log-samples", "MINT_RL_LOG_SAMPLES",
             "groups of each step whose completions go into the run folder's samples.jsonl",
-            _int),
+            parse_int),
     Setting("wandb_project", "--wandb", "MINT_RL_WANDB",
             "mirror the metrics to this Weights & Biases project (needs mathrl[wandb])", _text),
     Setting("fake_fault_rate", "--fake-fault-rate", None,
-            "share of fake calls that fail transiently (--backend fake only)", _float),
+            "share of fake calls that fail transiently (--backend fake only)", parse_float),
     Setting("fake_latency", "--fake-latency", None,
-            "seconds each fake call takes (--backend fake only)", _float),
+            "seconds each fake call takes (--backend fake only)", parse_float),
     Setting("fake_checkpoints", "--fake-checkpoints", "MINT_RL_FAKE_CHECKPOINTS",
             "the folder of the fake's checkpoint files (--backend fake only)", _text),
 )

@@ -226,7 +226,10 @@ async def train(
                 # Only now: a run that cannot start leaves no folder behind.
                 folder = plan.folder or RunFolder.create(
                     config, task.name, run_fingerprint(task, config.train), version,
-                    {**asdict(plan.fake), **asdict(plan.task_options)},
+                    {
+                        **asdict(plan.fake), **asdict(plan.task_options),
+                        "task_args": dict(task.options),
+                    },
                 )  # fmt: skip
                 where[:] = [folder.path]
                 if config.wandb_project is not None:  # before stdout: W&B may refuse to start
