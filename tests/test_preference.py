@@ -101,7 +101,8 @@ def test_the_preference_task_passes_check_adapter_and_learns_on_the_fake(tmp_pat
 def test_built_in_tasks_go_by_short_name(tmp_path: Path) -> None:
     listed = run_main(tmp_path, "tasks")
     assert listed.returncode == 0
-    assert [line.split()[0] for line in listed.stdout.splitlines()] == [
+    names = [line.split()[0] for line in listed.stdout.splitlines() if not line.startswith(" ")]
+    assert names == [
         "addition", "code", "code-feedback", "math", "preference"
     ]  # fmt: skip
     run = run_main(tmp_path, "--backend", "fake", "--adapter", "preference", "--steps", "2")
