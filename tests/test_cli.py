@@ -277,9 +277,9 @@ def test_sample_refuses_a_path_that_is_not_a_checkpoint(
     [
         (["sample", "--backend", "fake"], "--model-path"),
         (["sample", "--backend", "fake", "--model-path", "p", "--problems", "0"],
-         "--problems must be an integer from 1 to 10000 (got '0')"),
+         "--problems must be an integer from 1 to 10,000 (got '0')"),
         (["sample", "--backend", "fake", "--model-path", "p", "--problems", "10001"],
-         "--problems must be an integer from 1 to 10000 (got '10001')"),
+         "--problems must be an integer from 1 to 10,000 (got '10001')"),
         (["sample", "--backend", "fake", "--model-path", "p", "--temperature", "-1"],
          "--temperature must be a number >= 0 and <= 100 (got '-1')"),
         (["sample", "--backend", "mint", "--model-path", "/tmp/x.json"],

@@ -143,7 +143,7 @@ def test_more_samples_than_k_estimate_the_same_pass_at_k(tmp_path: Path) -> None
         (("--samples", "1000"), "--samples must be an integer from 1 to 256 (got '1000')"),
         (("--problems", "10000", "--k", "16"),
          "--problems x --samples must be at most 65,536 samples (got 10,000 x 16 = 160,000)"),
-        (("--problems", "0"), "--problems must be an integer from 1 to 10000 (got '0')"),
+        (("--problems", "0"), "--problems must be an integer from 1 to 10,000 (got '0')"),
         (("--temperature", "-1"), "--temperature must be a number >= 0 and <= 100 (got '-1')"),
         (("--model-path", "nope.json"),
          "--model-path must be a run folder or a fake sampler checkpoint a run printed as "

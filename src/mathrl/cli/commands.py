@@ -75,6 +75,7 @@ from mathrl.cli.settings import (
     build_config,
     fake_options,
     flag_values,
+    parse_count,
     task_options,
     worded,
 )
@@ -480,10 +481,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _problem_count(raw: str) -> int:
-    text = raw.strip()
-    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else 0
-    if not 1 <= value <= MAX_PROBLEMS:
-        raise ConfigError(
-            f"--problems must be an integer from 1 to {MAX_PROBLEMS} (got {shown(raw)})"
-        )
-    return value
+    return parse_count("--problems", raw, MAX_PROBLEMS)

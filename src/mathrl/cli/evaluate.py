@@ -28,7 +28,7 @@ from mathrl.cli.loader import load_recorded_task, load_task
 from mathrl.cli.parsers import BACKENDS, SAMPLE_FIELDS
 from mathrl.cli.records import eval_file_record
 from mathrl.cli.run_folder import CONFIG, EVALS, RunFolder, RunFolderError, RunRecord, read_run
-from mathrl.cli.settings import BY_FIELD, api_key, base_url, build_config, task_options
+from mathrl.cli.settings import BY_FIELD, api_key, base_url, build_config, parse_count, task_options
 from mathrl.cli.task_args import given_task_args
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import MAX_COMPLETIONS_PER_STEP, Config, ConfigError
@@ -121,13 +121,7 @@ def _ks(raw: str) -> tuple[int, ...]:
 
 
 def _samples(raw: str) -> int:
-    text = raw.strip()
-    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else 0
-    if not 1 <= value <= MAX_SAMPLES:
-        raise ConfigError(
-            f"--samples must be an integer from 1 to {MAX_SAMPLES} (got {shown(raw)})"
-        )
-    return value
+    return parse_count("--samples", raw, MAX_SAMPLES)
 
 
 def _run_folder(model_path: str | None) -> RunRecord | None:

@@ -126,6 +126,15 @@ def parse_int(text: str) -> int:
     return int(text.strip())
 
 
+def parse_count(flag: str, raw: str, most: int) -> int:
+    """A flag's whole number from 1 to `most`; ConfigError naming the flag otherwise."""
+    text = raw.strip()
+    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 6 else 0
+    if not 1 <= value <= most:
+        raise ConfigError(f"{flag} must be an integer from 1 to {most:,} (got {shown(raw)})")
+    return value
+
+
 def parse_float(text: str) -> float:
     if not _FLOAT.fullmatch(text.strip().lower()):
         raise ValueError(text)
