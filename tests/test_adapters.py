@@ -167,6 +167,16 @@ def test_an_adapter_with_only_the_five_methods_gets_documented_defaults() -> Non
     assert check_adapter(FiveMethods(), learns=True).startswith("task 'FiveMethods'")
 
 
+def test_options_and_chat_template_options_stay_apart() -> None:
+    # Both are mappings read in one pass over the adapter: each must land in its own field.
+    adapter = FiveMethods()
+    adapter.chat_template_options = {"enable_thinking": False}  # type: ignore[attr-defined]  # set on the instance, as a task's class would
+    adapter.options = {"few_shot": 2}  # type: ignore[attr-defined]  # as above
+    task = as_task(adapter)
+    assert task.chat_template_options == {"enable_thinking": False}
+    assert task.options == {"few_shot": 2}
+
+
 def test_the_math_task_declares_its_own_choices() -> None:
     task = as_task(MathAdapter())
     assert (task.name, task.stop, task.max_tokens) == ("addition", ("\n",), 8)

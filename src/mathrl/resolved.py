@@ -205,11 +205,11 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
     version = getattr(adapter, "version", None)
     if version is not None and not (isinstance(version, str) and 0 < len(version) <= 200):
         raise AdapterError(f"{label}.version must be a non-empty string (got {shown(version)})")
-    options = getattr(adapter, "chat_template_options", {})
-    if not (isinstance(options, Mapping) and all(isinstance(k, str) for k in options)):
+    template = getattr(adapter, "chat_template_options", {})
+    if not (isinstance(template, Mapping) and all(isinstance(k, str) for k in template)):
         raise AdapterError(
             f"{label}.chat_template_options must map option names to values, e.g. "
-            f"{{'enable_thinking': False}} (got {shown(options)})"
+            f"{{'enable_thinking': False}} (got {shown(template)})"
         )
     mask = getattr(adapter, "mask_truncated", False)
     if not isinstance(mask, bool):
@@ -251,7 +251,7 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         max_tokens,
         identity,
         version if version is not None else _source_hash(cls),
-        dict(options),
+        dict(template),
         mask,
         max_turns,
         episode_tokens,
