@@ -28,7 +28,7 @@ TEST_TOOLS = [
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The offline suite less `slow`, on every core, with the branch-coverage floor on src (95%)."""
-    session.install("-e", ".[plot,wandb]", *TEST_TOOLS)
+    session.install("-e", ".[plot,wandb,reasoning-gym]", *TEST_TOOLS)
     session.run(
         "pytest",
         "-n",
@@ -44,7 +44,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def slow(session: nox.Session) -> None:
     """The tests marked slow: learning runs, real signals, the whole fault matrix (no floor)."""
-    session.install("-e", ".[plot,wandb]", *TEST_TOOLS)
+    session.install("-e", ".[plot,wandb,reasoning-gym]", *TEST_TOOLS)
     session.run("pytest", "-n", "auto", "-m", "slow", *session.posargs)
 
 
@@ -59,7 +59,8 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on src and fakes, and on the tests too."""
-    session.install("-e", ".[plot,wandb]", "mypy==2.4.1", *TEST_TOOLS)  # pinned, as ruff
+    # mypy pinned, as ruff
+    session.install("-e", ".[plot,wandb,reasoning-gym]", "mypy==2.4.1", *TEST_TOOLS)
     session.run("mypy", "--strict", "src", "fakes", "tests")
 
 

@@ -195,3 +195,12 @@ words = st.lists(st.text(st.characters(categories=["L"]), min_size=1, max_size=8
 
 scales = st.sampled_from(["none", "group", "batch"])
 """How advantages are scaled."""
+
+tagless_text = st.text(st.characters(blacklist_characters="<>"), max_size=40)
+"""Text that cannot hold an `<answer>` tag, to surround one (the reasoning-gym task)."""
+
+tagged_text = st.lists(
+    st.sampled_from(["<answer>", "</answer>", "<", "answer>", " 42 ", "\n"]) | tagless_text,
+    max_size=12,
+).map("".join)
+"""Text with answer tags in any order, nested, unclosed or cut in half."""
