@@ -10,7 +10,8 @@ its default settings, runs in processes of its own with a time limit:
    two more processes with other PYTHONHASHSEEDs: the problems must be the same;
 3. `check_adapter` without learning;
 4. the slowest score of a hostile answer no longer than the task reads
-   (`answers.answer_limit`): deep brackets, long numbers, repeated references;
+   (`answers.answer_limit`): deep brackets, long numbers, repeated references; each
+   runs in the task's scoring process, so at most `task.SCORE_SECONDS` (then 0);
 5. for those that pass, a 20-step run on the fake (batch 8, group 4, greedy held-out
    evaluation of 32 problems at steps 0, 10 and 20): training accuracy at steps 1-5
    against 16-20 (check_adapter's learning rule: +10 points), held-out accuracy at
@@ -94,6 +95,7 @@ def survey_one(name: str, learn: bool) -> dict[str, Any]:
     references = [task.reference_completion(p) for p in [*train, *held]]
     out["no_answer"] = sum(p.answer is None for p in [*train, *held])
     out["longest_reference"] = max(len(r.encode()) for r in references)
+    out["max_tokens"] = task.max_tokens
     worst = 0.0
     for problem in train[:3]:
         for text, _ in hostile_answers(problem.answer, answer_limit(problem.answer)):
@@ -151,6 +153,8 @@ def _verdict(row: dict[str, Any]) -> Any:
         return "no reference answer (scored by simulation): the fake cannot learn it"
     if row["check"] != "ok":
         return "fails check_adapter: " + row["check"]
+    if row["longest_reference"] + 1 > row["max_tokens"]:
+        return f"references of up to {row['longest_reference']} bytes: past max_tokens on the fake"
     if row.get("draw_seconds", 0) > SLOW_DRAW_SECONDS or row["worst_score_ms"] > (
         SLOW_SCORE_SECONDS * 1000
     ):

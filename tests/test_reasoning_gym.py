@@ -11,13 +11,19 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import gc
 import inspect
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
@@ -31,6 +37,7 @@ from mathrl.resolved import as_task
 from mathrl.tasks import BUILT_IN
 from mathrl.tasks.reasoning_gym import ReasoningGym, answers, task
 from mathrl.tasks.reasoning_gym.answers import FORMAT, final_answer, in_asked_form
+from mathrl.tasks.reasoning_gym.scoring import ScoringProcesses
 from mathrl.tasks.reasoning_gym.settings import REFUSED, check_dataset, convert_settings
 from mathrl.tasks.reasoning_gym.task import DrawError, Item, is_heldout
 from mathrl.testing import check_adapter
@@ -178,8 +185,8 @@ def test_settings_convert_by_field_type(
         ({"delimiter": 3}, "delimiter", "delimiter of toy must be text (got 3)"),
         ({"format_style": "fancy"}, "format_style", "must be one of simple, natural (got 'fancy')"),
         ({"style": "odd"}, "style", "must be one of plain, fancy (got 'odd')"),
-        ({"operators": 3}, "operators", "must be comma-separated values (str each) (got 3)"),
-        ({"weights": "1,x"}, "weights", "must be a number (got '1,x')"),
+        ({"operators": 3}, "operators", "must be comma-separated values in one string (got 3)"),
+        ({"weights": "1,x"}, "weights", "comma-separated values, each a number (got '1,x')"),
         ({"start": "2001-01-01"}, "start", "must be a date, which task options cannot give"),
         ({"pair": "1,2"}, "pair", "must be comma-separated values"),
         ({"seed": 3}, "seed", "seed is chosen by the task for each draw, not a setting"),
@@ -358,30 +365,30 @@ def test_draws_are_prefixes_and_differ_by_seed_and_step() -> None:
     assert rg.build_dataset(3, 7, 0) == []
 
 
-DRAWS = """
-import json, sys
-from mathrl.tasks.reasoning_gym import ReasoningGym
-rg = ReasoningGym(dataset=sys.argv[1])
-items = [*rg.build_dataset(5, 2, 4), *rg.heldout_dataset(5, 4)]
-print(json.dumps([[i.question, i.answer] for i in items]))
-"""
-
-
-@pytest.mark.parametrize("name", ["word_sorting", "family_relationships"])
-def test_the_same_problems_in_every_process(name: str) -> None:
-    library()
+def draws(name: str) -> list[list[str | None]]:
+    """Questions and answers of two training draws and a held-out one of dataset `name`."""
     rg = ReasoningGym(dataset=name)
-    here = [[i.question, i.answer] for i in [*rg.build_dataset(5, 2, 4), *rg.heldout_dataset(5, 4)]]
-    for hash_seed in ("1", "2"):  # string hashing (set order) differs between these processes
-        done = subprocess.run(
-            [sys.executable, "-c", DRAWS, name],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-            env={"PYTHONHASHSEED": hash_seed, "PATH": "", "HF_HUB_OFFLINE": "1"},
-        )
-        assert json.loads(done.stdout) == here
+    drawn = [*rg.build_dataset(5, 2, 4), *rg.build_dataset(6, 1, 4), *rg.heldout_dataset(5, 4)]
+    return [[i.question, i.answer] for i in drawn]
+
+
+ACROSS = ("word_sorting", "family_relationships")
+"""Datasets drawn in two processes: the test's, and one whose strings hash otherwise."""
+CHILD = "import json, test_reasoning_gym as t; print(json.dumps([t.draws(n) for n in t.ACROSS]))"
+
+
+def test_the_same_problems_in_every_process() -> None:
+    library()
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        # This process's hash seed is random (pytest sets none); the child's is fixed.
+        env={"PYTHONHASHSEED": "0", "PYTHONPATH": str(Path(__file__).parent), "PATH": ""},
+    )
+    assert json.loads(done.stdout) == [draws(name) for name in ACROSS]
 
 
 @given(strategies.tagged_text, st.sampled_from(["stop", "end_of_turn", "length"]))
@@ -412,29 +419,72 @@ def test_rewards_worked_examples() -> None:
     assert rg.evaluate([]) == 0.0
 
 
-class Scorer:
-    """A stand-in for a dataset's scorer, returning `value` (or raising it)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def score_answer(self, answer: str, entry: Any) -> Any:
-        if isinstance(self.value, BaseException):
-            raise self.value
-        return self.value
-
-
 @pytest.mark.parametrize(
     ("value", "score"),
-    [(0.5, 0.5), (1, 1.0), (2.0, 1.0), (-1.0, 0.0), (math.nan, 0.0), (None, 0.0),
-     ("0.25", 0.25), (RecursionError("deep"), 0.0), (ValueError("bad"), 0.0)],
-)  # fmt: skip
-def test_a_scorer_that_misbehaves_gives_a_score_in_range(value: Any, score: float) -> None:
+    [(0.5, 0.5), (1, 1.0), (2.0, 1.0), (-1.0, 0.0), (math.nan, 0.0), (None, 0.0)],
+)
+def test_a_score_out_of_range_is_clipped_and_none_is_zero(value: Any, score: float) -> None:
     library()
     rg = _chain_sum()
     problem = rg.build_dataset(0, 1, 1)[0]
-    rg._scorer = Scorer(value)
+    rg._scoring = lambda answer, entry: value  # type: ignore[assignment]  # a stand-in scorer
     assert rg.compute_reward(in_asked_form("3"), problem) == {"score": score, "format": FORMAT}
+
+
+def misbehaving(answer: str, entry: Mapping[str, Any]) -> object:
+    """A scorer that does what its answer says: sleep, crash, raise, or return a value."""
+    if answer == "sleep":
+        time.sleep(600)
+    if answer == "crash":
+        os._exit(3)
+    if answer == "raise":
+        raise RecursionError("too deep")
+    if answer == "print":
+        print("a scorer's chatter")
+    return entry["value"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "entry", "score"),
+    [
+        ("value", {"value": 0.5}, 0.5),
+        ("value", {"value": "0.25"}, 0.25),  # float() reads it
+        ("value", {"value": None}, None),  # float() refuses it
+        ("value", {"value": lambda: 1}, None),  # the entry does not pickle
+        ("raise", {}, None),
+        ("crash", {}, None),
+        ("sleep", {}, None),  # past `seconds`: the child is killed
+        ("print", {"value": 1}, 1.0),
+    ],
+)
+def test_scoring_processes_give_a_number_or_none(
+    answer: str, entry: dict[str, Any], score: float | None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    scoring = ScoringProcesses(misbehaving, seconds=0.5)
+    assert scoring(answer, entry) == score
+    assert scoring("value", {"value": 1}) == 1.0  # and the next call is scored, by a new child
+    assert capfd.readouterr().out == ""  # what a scorer prints goes nowhere
+
+
+def test_each_thread_scores_in_a_child_of_its_own_and_they_end_with_the_scorer() -> None:
+    scoring = ScoringProcesses(misbehaving, seconds=30)
+    with ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(scoring, ["value"] * 12, [{"value": i} for i in range(12)]))
+    assert got == [float(i) for i in range(12)]
+    children = list(scoring._children)
+    assert 1 <= len(children) <= 3
+    del scoring
+    gc.collect()
+    assert not any(child.process.is_alive() for child in children)
+
+
+def test_a_scorer_that_would_hang_the_trainer_scores_zero_in_time() -> None:
+    library()
+    rg = ReasoningGym(dataset="coin_flip")
+    problem = rg.build_dataset(0, 1, 1)[0]
+    rg._scoring.seconds = 1.0  # coin_flip reads 1e999999999 as a Fraction: 10**999999999
+    assert rg.compute_reward(in_asked_form("1e999999999"), problem) == {"score": 0.0, "format": 0.1}
+    assert rg.compute_reward(rg.reference_completion(problem), problem)["score"] == 1.0
 
 
 class Generator:

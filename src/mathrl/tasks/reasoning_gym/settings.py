@@ -116,8 +116,11 @@ def _convert(value: OptionValue, hint: Any) -> tuple[Any, OptionValue]:
     if origin in (list, tuple, Sequence) or hint in (list, tuple):
         element = args[0] if args else str
         if not isinstance(value, str) or (args[1:] and args[1] is not Ellipsis):
-            raise _Refused(f"comma-separated values ({_describe(element)} each)")
-        items = [_scalar(part.strip(), element) for part in value.split(",")] if value else []
+            raise _Refused("comma-separated values in one string")
+        try:
+            items = [_scalar(part.strip(), element) for part in value.split(",")] if value else []
+        except _Refused as exc:
+            raise _Refused(f"comma-separated values, each {exc}") from None
         made = list(items) if origin is list or hint is list else tuple(items)
         return made, ",".join(str(_recorded(item)) for item in items)
     converted = _scalar(value, hint)

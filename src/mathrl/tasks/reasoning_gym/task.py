@@ -17,8 +17,9 @@ Reward. The prompt (a conversation) asks for the final answer between `<answer>`
 `</answer>` (`answers.py`); the reward has two parts: `score`, the dataset's own
 score of that answer, and `format`, 0.1 for an answer given so. A completion without
 one, an answer longer than `answers.answer_limit`, or one spelling digits outside
-ASCII scores 0; a scorer that raises, or returns what is not a number in [0, 1],
-scores 0 too. Correct (`evaluate`) is a full score.
+ASCII scores 0. The scorer runs in a child process (`scoring.py`): one that raises,
+crashes, takes more than SCORE_SECONDS, or returns what is not a number scores 0,
+and a number outside [0, 1] is clipped. Correct (`evaluate`) is a full score.
 
 Without the library, the task is still listed and built, and `preflight` raises
 `Unavailable` saying how to install it; datasets whose scorer runs the answer as
@@ -29,7 +30,6 @@ task) or running model code (the code task's sandbox).
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import importlib
 import importlib.metadata
@@ -47,6 +47,7 @@ from mathrl.adapter import Message, OptionError, Unavailable
 from mathrl.resolved import OptionValue
 from mathrl.tasks.reasoning_gym import answers
 from mathrl.tasks.reasoning_gym.answers import FORMAT, SYSTEM, final_answer, in_asked_form
+from mathrl.tasks.reasoning_gym.scoring import ScoringProcesses
 from mathrl.tasks.reasoning_gym.settings import check_dataset, convert_settings
 from mathrl.text import describe
 
@@ -58,6 +59,8 @@ WINDOW = 64
 """Problems made per dataset created during a draw."""
 MAX_WINDOWS = 200
 """A draw gives up after this many windows without enough problems of its stream."""
+SCORE_SECONDS = 5.0
+"""The longest one score may take (in its process, see `scoring.py`): then it is 0."""
 SEEDS = 2**31 - 2**20
 """Window seeds lie below this: reasoning-gym adds the index, and some of its generators
 seed libraries that take 32-bit seeds only."""
@@ -104,8 +107,9 @@ class ReasoningGym:
 
     stop = ()
     """The answer is the assistant's turn."""
-    max_tokens = 1024
-    """Room to reason before answering; references fit in it on the fake (bytes)."""
+    max_tokens = 2048
+    """Room to reason before answering; on the fake (a token a byte) it fits the longest
+    references, ARC grids of up to about 1,800 bytes."""
 
     def __init__(self, dataset: str = DEFAULT_DATASET, **settings: OptionValue) -> None:
         """Check the options (OptionError for a bad one) and load the dataset's generator.
@@ -135,14 +139,17 @@ class ReasoningGym:
         )
         try:
             with _quiet():
-                self._scorer: Any = self._create(0, 1)
-                self._scorer[0]
+                scorer = self._create(0, 1)
+                scorer[0]
         except Exception as exc:
             raise OptionError(
                 ",".join(sorted(recorded)) or "dataset",
                 f"reasoning-gym's {dataset} cannot make problems with "
                 f"{_shown_settings(recorded)}: {type(exc).__name__}: {describe(exc, 200)}",
             ) from None
+        self._scoring = ScoringProcesses(
+            lambda answer, entry: scorer.score_answer(answer=answer, entry=entry), SCORE_SECONDS
+        )
 
     def preflight(self) -> str:
         """The library and dataset this task relies on; Unavailable if it is not installed."""
@@ -230,12 +237,10 @@ class ReasoningGym:
         """The dataset's score of `answer`, in [0, 1]; 0 where it cannot give one."""
         if answers.has_lookalike_digits(answer):
             return 0.0
-        try:
-            value = self._scorer.score_answer(answer=answer, entry=copy.deepcopy(problem.entry))
-            number = float(value)
-        except Exception:  # the scorer's own failure on this answer: no credit
+        number = self._scoring(answer, problem.entry)
+        if number is None or not math.isfinite(number):
             return 0.0
-        return min(max(number, 0.0), 1.0) if math.isfinite(number) else 0.0
+        return min(max(number, 0.0), 1.0)
 
 
 def _quiet() -> contextlib.AbstractContextManager[Any]:
@@ -271,7 +276,8 @@ def _source_version(library_version: str) -> str:
     """A hash of this package's source and the library's version: problems and scores
     change with either, so checkpoint names do too."""
     package = sys.modules[__name__.rpartition(".")[0]]
-    modules = [package, answers, sys.modules[convert_settings.__module__], sys.modules[__name__]]
+    modules = [package, answers, sys.modules[convert_settings.__module__]]
+    modules += [sys.modules[ScoringProcesses.__module__], sys.modules[__name__]]
     sources = [inspect.getsource(m) for m in modules]
     text = "\n".join([*sources, f"reasoning-gym {library_version}"])
     return hashlib.blake2b(text.encode(), digest_size=4).hexdigest()

@@ -1,0 +1,118 @@
+"""A dataset's scorer, run in a child process with a time limit.
+
+For: the reasoning-gym task's reward. A scorer is third-party code fed the model's
+text, and some do unbounded work on a short answer: `coin_flip` reads
+`<answer>1e999999999</answer>` as a `Fraction` and computes 10**999999999 in one C
+call that holds the interpreter's lock, so in the trainer's process every thread
+would stop (the worker pool's watchdog too). Here each thread that scores keeps a
+child process, forked once (so the scorer and the library are there already), which
+scores one answer at a time; an answer not scored within `seconds` kills the child
+and scores None, and the thread's next call forks a fresh one. A call costs a
+round trip through a pipe, not a fork. Not for: running model output as code (the
+task refuses datasets whose scorer does; see `settings.REFUSED`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+Score = Callable[[str, Mapping[str, Any]], object]
+"""A scorer: (answer, entry) -> what the dataset's `score_answer` returns."""
+_FORKING = threading.Lock()
+"""Held from a pipe's creation to the closing of the child's ends in this process, so no
+other child forked meanwhile holds them (its end of file would never come)."""
+
+
+@dataclass(slots=True)
+class _Child:
+    process: BaseProcess
+    connection: Connection
+
+
+class ScoringProcesses:
+    """`score(answer, entry)` in a child process per calling thread, within `seconds`."""
+
+    def __init__(self, score: Score, seconds: float) -> None:
+        self._score, self.seconds = score, seconds
+        self._local = threading.local()
+        self._children: list[_Child] = []
+        # Children end with the scorer (and, as daemons, with this process).
+        weakref.finalize(self, _stop_all, self._children)
+
+    def __call__(self, answer: str, entry: Mapping[str, Any]) -> float | None:
+        """The score as a number, or None: not a number, raised, too slow, or crashed."""
+        child: _Child | None = getattr(self._local, "child", None)
+        if child is None or not child.process.is_alive():
+            child = self._local.child = self._start()
+        try:
+            child.connection.send((answer, entry))
+            if child.connection.poll(self.seconds):
+                result: float | None = child.connection.recv()
+                return result
+        except Exception:  # the pipe broke (the child died), or the entry does not pickle
+            pass
+        _stop(child, wait=0.0)  # it may be stuck: no waiting
+        self._children.remove(child)
+        self._local.child = None
+        return None
+
+    def _start(self) -> _Child:
+        context = multiprocessing.get_context("fork")
+        with _FORKING:
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_serve, args=(self._score, theirs), daemon=True)
+            process.start()
+            theirs.close()
+        child = _Child(process, ours)
+        self._children.append(child)
+        return child
+
+
+def _serve(score: Score, connection: Connection) -> None:  # pragma: no cover  (in the child only)
+    """In the child: score each (answer, entry) received, until the pipe closes.
+
+    Coverage is not saved from children killed or ended at exit; the tests drive
+    each of its paths (a number, a failure, a crash, a hang) from the parent.
+    """
+    # The trainer's signal handling is not the child's (as in mathrl.workers.in_process).
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A scorer that prints stays off the run's output; the file lives as long as the child.
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    while True:
+        try:
+            answer, entry = connection.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            value: Any = score(answer, entry)  # anything: float() decides
+            result: float | None = float(value)
+        except Exception:  # the scorer's own failure on this answer
+            result = None
+        connection.send(result)
+
+
+def _stop(child: _Child, wait: float) -> None:
+    """Close the child's pipe, which ends it; kill it if it has not ended within `wait` s."""
+    child.connection.close()
+    child.process.join(wait)
+    if child.process.is_alive():
+        child.process.kill()
+        child.process.join()
+
+
+def _stop_all(children: list[_Child]) -> None:
+    for child in children:
+        _stop(child, wait=1.0)
+    children.clear()
