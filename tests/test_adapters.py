@@ -109,7 +109,8 @@ BROKEN = {
 
 
 MUST_BE = (
-    "--adapter must be addition, code, code-feedback, preference or module:Class, e.g. mymod:MyTask"
+    "--adapter must be addition, code, code-feedback, preference, reasoning-gym or module:Class, "
+    "e.g. mymod:MyTask"
 )
 
 

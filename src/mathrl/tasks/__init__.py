@@ -18,13 +18,13 @@ BUILT_IN: dict[str, tuple[str, str]] = {
         "mathrl.tasks.code.feedback:CodeFeedbackAdapter",
         "the code task in two turns: a failing test's details, then a second try (0.5)",
     ),
-    "reasoning-gym": (
-        "mathrl.tasks.reasoning_gym:ReasoningGym",
-        "a reasoning-gym dataset (dataset=NAME, and its settings); reward: its own score_answer",
-    ),
     "preference": (
         "mathrl.tasks.preference:PreferenceChat",
         "answer a question in a chat; reward: win rate against the group and a baseline",
+    ),
+    "reasoning-gym": (
+        "mathrl.tasks.reasoning_gym:ReasoningGym",
+        "a reasoning-gym dataset (dataset=NAME, and its settings); reward: its own score_answer",
     ),
 }
 """Short name -> (module:Class, one line on what it is)."""

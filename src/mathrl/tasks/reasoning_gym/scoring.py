@@ -9,7 +9,7 @@ child process, forked once (so the scorer and the library are there already), wh
 scores one answer at a time; an answer not scored within `seconds` kills the child
 and scores None, and the thread's next call forks a fresh one. A call costs a
 round trip through a pipe, not a fork. Not for: running model output as code (the
-task refuses datasets whose scorer does; see `settings.REFUSED`).
+task refuses datasets whose scorer does; see `settings.RUNS_THE_ANSWER`).
 """
 
 from __future__ import annotations

@@ -25,10 +25,11 @@ from mathrl.adapter import OptionError
 from mathrl.resolved import OptionValue
 from mathrl.text import shown
 
-REFUSED: dict[str, str] = {
+RUNS_THE_ANSWER: dict[str, str] = {
     **dict.fromkeys(
         ("binary_matrix", "n_queens", "spiral_matrix", "string_insertion"),
-        "its score_answer runs the model's answer as Python with eval()",
+        "its score_answer runs the model's answer as Python with eval(), and model output "
+        "never runs in the trainer's process",
     ),
     **dict.fromkeys(
         (
@@ -38,12 +39,26 @@ REFUSED: dict[str, str] = {
             "puzzle24",
             "simple_integration",
         ),
-        "its score_answer runs the model's answer as Python through sympy's parse_expr",
+        "its score_answer runs the model's answer as Python through sympy's parse_expr, and "
+        "model output never runs in the trainer's process",
     ),
 }
-"""Datasets the task refuses, and why (read from reasoning-gym 0.1.25's source, and
-checked against it by tests/test_reasoning_gym.py): model output never runs in the
-trainer's process."""
+"""Datasets whose scorer runs model output as code: read from reasoning-gym 0.1.25's
+source, and checked against the installed library's by tests/test_reasoning_gym.py."""
+NOT_REPEATABLE: dict[str, str] = {
+    **dict.fromkeys(
+        ("isomorphic_strings", "ransom_note"),
+        "its questions depend on the order of a set of letters, which changes from one "
+        "process to the next (PYTHONHASHSEED), so a resumed run would not draw the same ones",
+    ),
+    "codeio": "its generator runs sample programs from its data file in the trainer's "
+    "process, some of which draw from numpy's global random state or the clock, so its "
+    "problems change from one draw to the next",
+}
+"""Datasets whose problems are not a function of the seed: found by
+tests/survey_reasoning_gym.py (draws digested in three processes)."""
+REFUSED = RUNS_THE_ANSWER | NOT_REPEATABLE
+"""Every dataset the task refuses, and why."""
 RUN_SET = frozenset({"seed", "size"})
 """Config fields the task sets itself, per draw."""
 _INTEGER = re.compile(r"-?[0-9]{1,30}")
@@ -60,9 +75,7 @@ def check_dataset(name: str, known: Collection[str]) -> None:
     """Raise OptionError unless `name` is one of `known` and not refused (`REFUSED`)."""
     if name in REFUSED:
         raise OptionError(
-            "dataset",
-            f"dataset {name!r} cannot be used: {REFUSED[name]}, and mathrl never runs model "
-            "output in the trainer's process; choose another dataset",
+            "dataset", f"dataset {name!r} cannot be used: {REFUSED[name]}; choose another one"
         )
     if name not in known:
         close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)

@@ -22,8 +22,9 @@ crashes, takes more than SCORE_SECONDS, or returns what is not a number scores 0
 and a number outside [0, 1] is clipped. Correct (`evaluate`) is a full score.
 
 Without the library, the task is still listed and built, and `preflight` raises
-`Unavailable` saying how to install it; datasets whose scorer runs the answer as
-Python are refused (`settings.REFUSED`). Not for: grading free-form math (the math
+`Unavailable` saying how to install it. Datasets whose scorer runs the answer as
+Python, or whose problems are not a function of the seed, are refused, each with its
+reason (`settings.REFUSED`). Not for: grading free-form math (the math
 task) or running model code (the code task's sandbox).
 """
 
@@ -36,9 +37,10 @@ import importlib.metadata
 import inspect
 import io
 import math
+import random
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -138,7 +140,7 @@ class ReasoningGym:
             dataset, seed=seed, size=size, **kwargs
         )
         try:
-            with _quiet():
+            with _quiet(), _own_random(0):
                 scorer = self._create(0, 1)
                 scorer[0]
         except Exception as exc:
@@ -207,11 +209,12 @@ class ReasoningGym:
         if size <= 0:
             return items
         for window in range(MAX_WINDOWS):
-            with _quiet():
-                source = self._create(window_seed(self.dataset, stream, seed, step, window), WINDOW)
+            first = window_seed(self.dataset, stream, seed, step, window)
+            with _quiet(), _own_random(first):
+                source = self._create(first, WINDOW)
             for index in range(WINDOW):
                 try:
-                    with _quiet():
+                    with _quiet(), _own_random(first + index):
                         entry = source[index]
                     item = Item(str(entry["question"]), _text(entry["answer"]), entry)
                 except Exception:  # the generator's own failure: skip this problem
@@ -241,6 +244,22 @@ class ReasoningGym:
         if number is None or not math.isfinite(number):
             return 0.0
         return min(max(number, 0.0), 1.0)
+
+
+@contextlib.contextmanager
+def _own_random(seed: int) -> Iterator[None]:
+    """The `random` module seeded with `seed` meanwhile, and given back as it was after.
+
+    Some generators draw from it (list_functions, and codeio's sample programs): so
+    their problems are a function of the problem's seed too, and the caller's random
+    state is untouched (as the Adapter contract asks).
+    """
+    saved = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(saved)
 
 
 def _quiet() -> contextlib.AbstractContextManager[Any]:
