@@ -141,7 +141,8 @@ def verdict(row: dict[str, Any]) -> str:
 
 def _verdict(row: dict[str, Any]) -> Any:
     if "refused" in row:
-        return "refused: " + row["refused"].split(": ", 1)[-1].split(", and mathrl")[0]
+        why = row["refused"].split("cannot be used: ", 1)[-1].removesuffix("; choose another one")
+        return f"refused: {why}"
     if "timeout" in row:
         return f"too slow: no result within {row['timeout']} s"
     if "crash" in row:

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -481,12 +482,26 @@ def test_each_thread_scores_in_a_child_of_its_own_and_they_end_with_the_scorer()
     scoring = ScoringProcesses(misbehaving, seconds=30)
     with ThreadPoolExecutor(3) as pool:
         got = list(pool.map(scoring, ["value"] * 12, [{"value": i} for i in range(12)]))
+        children = list(scoring._children)  # while the pool's threads live
     assert got == [float(i) for i in range(12)]
-    children = list(scoring._children)
     assert 1 <= len(children) <= 3
+    scoring("value", {"value": 1})  # and one for this thread
+    children += scoring._children
     del scoring
     gc.collect()
     assert not any(child.process.is_alive() for child in children)
+
+
+def test_a_thread_that_ends_takes_its_child_with_it() -> None:
+    # The worker pool replaces a thread whose call ran too long: its child must not linger.
+    scoring = ScoringProcesses(misbehaving, seconds=30)
+    thread = threading.Thread(target=scoring, args=("value", {"value": 1}))
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert scoring._children == []
+    assert scoring("value", {"value": 2}) == 2.0  # this thread's own child
+    assert len(scoring._children) == 1
 
 
 def test_a_scorer_that_would_hang_the_trainer_scores_zero_in_time() -> None:

@@ -14,6 +14,7 @@ task refuses datasets whose scorer does; see `settings.RUNS_THE_ANSWER`).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -39,6 +40,17 @@ class _Child:
     connection: Connection
 
 
+class _Seat:
+    """One thread's place at a scorer: `box[0]` is its child, if it has one. When the
+    thread ends, its seat goes with it, and so does the child (see `_release`)."""
+
+    __slots__ = ("__weakref__", "box")
+
+    def __init__(self, children: list[_Child]) -> None:
+        self.box: list[_Child | None] = [None]
+        weakref.finalize(self, _release, self.box, children)
+
+
 class ScoringProcesses:
     """`score(answer, entry)` in a child process per calling thread, within `seconds`."""
 
@@ -46,14 +58,19 @@ class ScoringProcesses:
         self._score, self.seconds = score, seconds
         self._local = threading.local()
         self._children: list[_Child] = []
-        # Children end with the scorer (and, as daemons, with this process).
+        """Every child alive: each thread's, stopped with the scorer (or with this process:
+        they are daemons)."""
         weakref.finalize(self, _stop_all, self._children)
 
     def __call__(self, answer: str, entry: Mapping[str, Any]) -> float | None:
         """The score as a number, or None: not a number, raised, too slow, or crashed."""
-        child: _Child | None = getattr(self._local, "child", None)
+        seat: _Seat | None = getattr(self._local, "seat", None)
+        if seat is None:
+            seat = self._local.seat = _Seat(self._children)
+        child = seat.box[0]
         if child is None or not child.process.is_alive():
-            child = self._local.child = self._start()
+            _release(seat.box, self._children)
+            child = seat.box[0] = self._start()
         try:
             child.connection.send((answer, entry))
             if child.connection.poll(self.seconds):
@@ -61,9 +78,7 @@ class ScoringProcesses:
                 return result
         except Exception:  # the pipe broke (the child died), or the entry does not pickle
             pass
-        _stop(child, wait=0.0)  # it may be stuck: no waiting
-        self._children.remove(child)
-        self._local.child = None
+        _release(seat.box, self._children, wait=0.0)  # it may be stuck: no waiting
         return None
 
     def _start(self) -> _Child:
@@ -112,7 +127,16 @@ def _stop(child: _Child, wait: float) -> None:
         child.process.join()
 
 
+def _release(box: list[_Child | None], children: list[_Child], wait: float = 1.0) -> None:
+    """Stop a seat's child, if it has one, and forget it."""
+    child, box[0] = box[0], None
+    if child is not None:
+        _stop(child, wait)
+        with contextlib.suppress(ValueError):  # the scorer's own end may have taken it
+            children.remove(child)
+
+
 def _stop_all(children: list[_Child]) -> None:
-    for child in children:
+    for child in list(children):  # a seat's finalizer may be removing one meanwhile
         _stop(child, wait=1.0)
     children.clear()

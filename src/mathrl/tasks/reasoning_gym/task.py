@@ -10,8 +10,12 @@ problems, each window seeded by a hash of all four, and keeps the problems of it
 stream: one in HELDOUT_EVERY questions, chosen by a hash of its text, is held out,
 and training keeps the others. So a held-out question is never a training question,
 at any seed or step, even where the generator repeats itself; and the problems are a
-function of the arguments alone, the same in every process and after a resume. A
-problem the generator fails to make is skipped.
+function of the arguments alone, the same in every process and after a resume
+(generators that draw from the `random` module get it seeded by the problem, and
+restored after). A problem the generator fails to make is skipped.
+
+Options. The task's name is `reasoning-gym.<dataset>`, so checkpoint names say which
+dataset; `options` holds the dataset (unless it is the default) and each setting given.
 
 Reward. The prompt (a conversation) asks for the final answer between `<answer>` and
 `</answer>` (`answers.py`); the reward has two parts: `score`, the dataset's own
@@ -24,8 +28,8 @@ and a number outside [0, 1] is clipped. Correct (`evaluate`) is a full score.
 Without the library, the task is still listed and built, and `preflight` raises
 `Unavailable` saying how to install it. Datasets whose scorer runs the answer as
 Python, or whose problems are not a function of the seed, are refused, each with its
-reason (`settings.REFUSED`). Not for: grading free-form math (the math
-task) or running model code (the code task's sandbox).
+reason (`settings.REFUSED`). Not for: grading free-form math (the math task) or
+running model code (the code task's sandbox).
 """
 
 from __future__ import annotations
