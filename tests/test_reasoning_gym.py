@@ -37,6 +37,7 @@ from mathrl.adapter import OptionError, Response, Unavailable
 from mathrl.resolved import as_task
 from mathrl.tasks import BUILT_IN
 from mathrl.tasks.reasoning_gym import ReasoningGym, answers, task
+from mathrl.tasks.reasoning_gym import scoring as scoring_module
 from mathrl.tasks.reasoning_gym.answers import FORMAT, final_answer, in_asked_form
 from mathrl.tasks.reasoning_gym.scoring import ScoringProcesses
 from mathrl.tasks.reasoning_gym.settings import (
@@ -502,6 +503,35 @@ def test_a_thread_that_ends_takes_its_child_with_it() -> None:
     assert scoring._children == []
     assert scoring("value", {"value": 2}) == 2.0  # this thread's own child
     assert len(scoring._children) == 1
+
+
+def test_scoring_children_end_when_their_pipe_closes(capfd: pytest.CaptureFixture[str]) -> None:
+    # Each child closes its copies of the other children's pipes (forked from another
+    # thread, it holds them too), so closing a pipe here ends its child, unkilled.
+    scoring = ScoringProcesses(misbehaving, seconds=30)
+    assert scoring("value", {"value": 1}) == 1.0
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(scoring, "value", {"value": 2}).result() == 2.0
+        children = list(scoring._children)
+    del scoring
+    gc.collect()
+    # Ended, not killed (a child forked from a thread other than the main one may end with
+    # 1: Python's own shutdown of such a fork, after its last answer).
+    assert all(child.process.exitcode in (0, 1) for child in children)
+    assert capfd.readouterr().err == ""
+
+
+def test_a_fork_never_stops_scoring_children_it_did_not_start() -> None:
+    # A fork of the trainer inherits its threads' seats, whose finalizers may fire there.
+    scoring = ScoringProcesses(misbehaving, seconds=30)
+    assert scoring("value", {"value": 1}) == 1.0
+    [child] = scoring._children
+    child.owner += 1  # as a fork of this process sees it
+    scoring_module._stop(child, wait=0.0)
+    assert child.process.is_alive()  # neither killed nor joined: only its pipe closed
+    child.owner -= 1
+    scoring_module._stop(child, wait=5.0)
+    assert child.process.exitcode == 0  # its pipe closed here: it ended
 
 
 def test_a_scorer_that_would_hang_the_trainer_scores_zero_in_time() -> None:

@@ -38,6 +38,9 @@ other child forked meanwhile holds them (its end of file would never come)."""
 class _Child:
     process: BaseProcess
     connection: Connection
+    owner: int
+    """The process that forked it: only that one may stop it. (A fork of the owner
+    inherits its seats and their finalizers, which fire there when the threads go.)"""
 
 
 class _Seat:
@@ -85,15 +88,22 @@ class ScoringProcesses:
         context = multiprocessing.get_context("fork")
         with _FORKING:
             ours, theirs = context.Pipe()
-            process = context.Process(target=_serve, args=(self._score, theirs), daemon=True)
+            # The child's copies of this end, and of its siblings' pipes, would keep each
+            # pipe open after this process closes it: the child closes them first.
+            inherited = [ours, *(c.connection for c in self._children)]
+            process = context.Process(
+                target=_serve, args=(self._score, theirs, inherited), daemon=True
+            )
             process.start()
             theirs.close()
-        child = _Child(process, ours)
+        child = _Child(process, ours, os.getpid())
         self._children.append(child)
         return child
 
 
-def _serve(score: Score, connection: Connection) -> None:  # pragma: no cover  (in the child only)
+def _serve(  # pragma: no cover  (in the child only)
+    score: Score, connection: Connection, inherited: list[Connection]
+) -> None:
     """In the child: score each (answer, entry) received, until the pipe closes.
 
     Coverage is not saved from children killed or ended at exit; the tests drive
@@ -103,6 +113,8 @@ def _serve(score: Score, connection: Connection) -> None:  # pragma: no cover  (
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for other in inherited:
+        other.close()
     # A scorer that prints stays off the run's output; the file lives as long as the child.
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     while True:
@@ -121,6 +133,8 @@ def _serve(score: Score, connection: Connection) -> None:  # pragma: no cover  (
 def _stop(child: _Child, wait: float) -> None:
     """Close the child's pipe, which ends it; kill it if it has not ended within `wait` s."""
     child.connection.close()
+    if os.getpid() != child.owner:  # a fork of the owner: its copy of the pipe is all it has
+        return
     child.process.join(wait)
     if child.process.is_alive():
         child.process.kill()
