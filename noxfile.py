@@ -16,7 +16,7 @@ nox.options.sessions = ["tests", "slow", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = None  # the interpreter running nox; pyproject.toml requires >= 3.11
-WITH_EXTRAS = ".[plot,wandb,math,datasets]"
+WITH_EXTRAS = ".[plot,wandb,math,datasets,reasoning-gym]"
 """mathrl and the extras its tests use for real (math-verify, datasets): the suites that
 skip without them would skip in CI too."""
 TEST_TOOLS = [

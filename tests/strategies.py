@@ -260,3 +260,13 @@ def voted_samples(draw: st.DrawFn, max_n: int = 8) -> tuple[list[str | None], li
     fail one sample and pass another that names the same answer)."""
     answers = draw(st.lists(st.sampled_from([None, "7", "5", "-3"]), min_size=1, max_size=max_n))
     return answers, draw(st.lists(st.booleans(), min_size=len(answers), max_size=len(answers)))
+
+
+tagless_text = st.text(st.characters(blacklist_characters="<>"), max_size=40)
+"""Text that cannot hold an `<answer>` tag, to surround one (the reasoning-gym task)."""
+
+tagged_text = st.lists(
+    st.sampled_from(["<answer>", "</answer>", "<", "answer>", " 42 ", "\n"]) | tagless_text,
+    max_size=12,
+).map("".join)
+"""Text with answer tags in any order, nested, unclosed or cut in half."""

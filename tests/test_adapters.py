@@ -115,7 +115,8 @@ BROKEN = {
 
 
 MUST_BE = (
-    "--adapter must be addition, code, code-feedback, math, preference or module:Class, "
+    "--adapter must be addition, code, code-feedback, math, preference, reasoning-gym or "
+    "module:Class, "
     "e.g. mymod:MyTask"
 )
 

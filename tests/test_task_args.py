@@ -234,3 +234,20 @@ def test_options_reach_the_task_and_its_record() -> None:
     task = as_task(Offset(offset=-3, strict=True))
     assert task.options == {"offset": -3, "strict": True}
     assert as_task(Offset()).options == {}
+
+
+def test_a_task_that_takes_any_more_keywords_reads_them_itself() -> None:
+    def made(size: int = 1, **settings: str) -> MathAdapter:
+        """Make a task.
+
+        Args:
+            size: how many.
+            **settings: the generator's own, as text.
+        """
+        return MathAdapter()
+
+    options = task_options_of(made)
+    assert described(options) == ["size=1  how many.", "NAME=VALUE  the generator's own, as text."]
+    # A declared option is read by its type; any other passes on as given, text or recorded.
+    given = {"size": "2", "depth": "3", "wide": True}
+    assert converted(options, given, "made") == {"size": 2, "depth": "3", "wide": True}

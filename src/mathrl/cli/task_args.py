@@ -34,6 +34,9 @@ KINDS: dict[type, tuple[str, Callable[[str], OptionValue]]] = {
 }
 """Each type an option may have: how a message names it, and how its text is read."""
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MORE = "**"
+"""The options of a task whose constructor takes any more keywords (`**settings`): each is
+passed on as it was given, for the task to read and check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,9 @@ def task_options_of(target: Callable[..., Any]) -> dict[str, TaskOption]:
     options = {}
     for name, parameter in parameters.items():
         kind = hints.get(name)
+        if parameter.kind == parameter.VAR_KEYWORD:  # any more, given as text: the task reads
+            options[MORE] = TaskOption(MORE, str, "", helps.get(f"**{name}", ""))
+            continue
         if (
             parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
             and parameter.default is not parameter.empty
@@ -106,7 +112,7 @@ def _arg_lines(doc: str) -> dict[str, str]:
             continue
         if line and not line.startswith(" "):  # the next section
             break
-        found = re.match(r"\s{2,8}(\w+)(?: \([^)]*\))?: (.*)", line)
+        found = re.match(r"\s{2,8}((?:\*\*)?\w+)(?: \([^)]*\))?: (.*)", line)
         if found and not line.startswith(" " * 9):
             name = found[1]
             helps[name] = found[2].strip()
@@ -124,6 +130,9 @@ def converted(
     values: dict[str, OptionValue] = {}
     for name, value in given.items():
         option = options.get(name)
+        if option is None and MORE in options:  # the task takes more, and reads them itself
+            values[name] = value if isinstance(value, str | int | float | bool) else str(value)
+            continue
         if option is None:
             takes = f"its options: {listed(sorted(options), 'and')}" if options else "it has none"
             raise ConfigError(f"{FLAG} {name}: task {task} takes no option {name} ({takes})")
@@ -146,7 +155,8 @@ def converted(
 def described(options: Mapping[str, TaskOption]) -> list[str]:
     """One line an option, for `tasks`: its name, default and what it is."""
     return [
-        f"{o.name}={_default(o.default)}" + (f"  {o.help}" if o.help else "")
+        ("NAME=VALUE" if o.name == MORE else f"{o.name}={_default(o.default)}")
+        + (f"  {o.help}" if o.help else "")
         for o in options.values()
     ]
 

@@ -26,5 +26,9 @@ BUILT_IN: dict[str, tuple[str, str]] = {
         "mathrl.tasks.preference:PreferenceChat",
         "answer a question in a chat; reward: win rate against the group and a baseline",
     ),
+    "reasoning-gym": (
+        "mathrl.tasks.reasoning_gym:ReasoningGym",
+        "a reasoning-gym dataset (dataset=NAME, and its settings); reward: its own score_answer",
+    ),
 }
 """Short name -> (module:Class, one line on what it is)."""
