@@ -2,7 +2,7 @@
 
 The pure pieces (`answers`, `settings`) and the missing-extra path are tested without
 reasoning-gym; the rest needs it (`pip install 'mathrl[reasoning-gym]'`, which CI's
-nox sessions install) and skips without it, saying so. tests/survey_reasoning_gym.py
+nox sessions install) and skips without it, saying so. tests/bench/survey_reasoning_gym.py
 runs every dataset; this file checks five that pass and learn.
 """
 

@@ -9,6 +9,8 @@
   KL (`nox -s ablation`, or `python tests/bench/ablation.py --help`).
 - `math_grading`: the math task's grading cost per completion, fast path and
   math-verify (`python tests/bench/math_grading.py`; needs `mathrl[math]`).
+- `survey_reasoning_gym`: every reasoning-gym dataset through the reasoning-gym
+  task, which can be used and why not (`python tests/bench/survey_reasoning_gym.py`).
 
 pytest collects nothing here.
 """

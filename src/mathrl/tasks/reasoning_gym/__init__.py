@@ -1,6 +1,6 @@
 """Procedural reasoning tasks from reasoning-gym (an optional extra): see `task.py`.
 
-What works, as tests/survey_reasoning_gym.py found it for reasoning-gym 0.1.25 (each
+What works, as tests/bench/survey_reasoning_gym.py found it for reasoning-gym 0.1.25 (each
 dataset at its default settings): 88 of the 106 datasets pass `check_adapter` and
 learn on the fake (training accuracy up 25 to 55 points in 20 steps). The task
 refuses 12 (`settings.REFUSED`: 9 whose scorer runs the answer as Python, 3 whose

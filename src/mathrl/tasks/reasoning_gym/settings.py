@@ -56,7 +56,7 @@ NOT_REPEATABLE: dict[str, str] = {
     "problems change from one draw to the next",
 }
 """Datasets whose problems are not a function of the seed: found by
-tests/survey_reasoning_gym.py (draws digested in three processes)."""
+tests/bench/survey_reasoning_gym.py (draws digested in three processes)."""
 REFUSED = RUNS_THE_ANSWER | NOT_REPEATABLE
 """Every dataset the task refuses, and why."""
 RUN_SET = frozenset({"seed", "size"})

@@ -1,6 +1,6 @@
 """Every reasoning-gym dataset through the reasoning-gym task: which can be used, and why not.
 
-    python tests/survey_reasoning_gym.py [--jobs 2] [--timeout 900] [--rows FILE] [NAME ...]
+    python tests/bench/survey_reasoning_gym.py [--jobs 2] [--timeout 900] [--rows FILE] [NAME ...]
 
 Not part of any test suite: it takes most of an hour on two cores. Each dataset, with
 its default settings, runs in processes of its own with a time limit:
