@@ -62,18 +62,22 @@ def test_the_readme_task_passes_its_check_and_learns(task_folder: Path) -> None:
     assert 25 <= len((task_folder / "subtraction.py").read_text().splitlines()) <= 40
 
 
-def test_the_readme_python_snippets_run(
+def test_the_python_snippets_run(
     task_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(task_folder)
     monkeypatch.syspath_prepend(str(task_folder))
     monkeypatch.setattr(tempfile, "tempdir", str(task_folder))  # the fake's checkpoints
-    names: dict[str, Any] = {}
-    exec(compile(block_after("From a test suite:", "python"), "README.md", "exec"), names)
-    names["test_subtraction_meets_the_contract"]()  # check_adapter raises on any violation
+    # check_adapter raises on any violation.
+    exec(compile(block_after("From a test suite:", "python"), "README.md", "exec"), {})
     assert capsys.readouterr().out == ""
 
-    exec(compile(block_after("### From Python\n", "python"), "README.md", "exec"), {})
+    # The README points at mathrl's docstring for a run from Python.
+    assert "`help(mathrl)` shows a run from Python" in README
+    doc = mathrl.__doc__ or ""
+    code = doc.split("(`Subtraction` is the README's task):\n", 1)[1]
+    snippet = textwrap.dedent(code.split("\nThe fake's checkpoints", 1)[0])
+    exec(compile(snippet, "mathrl/__init__.py", "exec"), {})
     printed = capsys.readouterr().out
     # The same run, made here: its 20 accuracies, then the step-20 checkpoint in the temp folder.
     from subtraction import Subtraction  # type: ignore[import-not-found]
@@ -94,7 +98,7 @@ def test_the_asyncio_snippet_trains_over_mint(
     task_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The README points at the mint backend's docstring for it.
-    assert "`mathrl.service.mint_backend` shows the same in asyncio" in README
+    assert "`help(mathrl.service.mint_backend)`\nthe same on MinT, in asyncio" in README
     doc = mathrl.service.mint_backend.__doc__ or ""
     snippet = textwrap.dedent(doc.split("(`Subtraction` is the README's task):\n", 1)[1])
     monkeypatch.syspath_prepend(str(task_folder))
@@ -142,3 +146,11 @@ def test_the_installed_version_is_the_changelogs_newest() -> None:
     assert heading is not None, "the README's changelog has no version heading"
     newest, unreleased = heading[1], heading[2] is not None
     assert mathrl.__version__ == (f"{newest}.dev0" if unreleased else newest)
+
+
+def test_each_test_the_seed_table_names_exists() -> None:
+    table = README.split("## What the seed script got wrong", 1)[1]
+    named = set(re.findall(r"`(test_\w+)`", table))
+    assert len(named) >= 10
+    sources = "\n".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
+    assert {name for name in named if f"def {name}(" not in sources} == set()

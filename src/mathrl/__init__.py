@@ -4,6 +4,24 @@ The pure core (problems, answer parsing, reward, advantages, datums) sits
 behind the `Backend` protocol; `run_grpo` drives it for any task that meets
 the `Adapter` contract, which `mathrl.testing.check_adapter` checks. See
 README.md.
+
+A run from Python, on the fake backend (`Subtraction` is the README's task):
+
+    from mathrl import TrainConfig, run_grpo, run_problems
+    from mathrl_fakes import FakeBackend
+    from subtraction import Subtraction
+
+    config = TrainConfig(steps=20, eval_every=5)
+    # The fake is told every problem the run draws, and learns their references.
+    backend = FakeBackend.for_run(Subtraction(), run_problems(Subtraction(), config))
+    result = run_grpo(backend, Subtraction(), config)
+    print([m.accuracy for m in result.steps], result.saved_path)
+
+The fake's checkpoints go to `mathrl-fake` in the temp folder (`checkpoint_dir=`
+puts them elsewhere). Pass an `Observer` (`mathrl.report`) to see each step,
+evaluation and checkpoint as it happens, or `RunFolder.for_python(path, task,
+config)` (`mathrl.cli.run_folder`) to keep a run folder that `plot` draws. On
+MinT, `mathrl.service.mint_backend` shows the same in asyncio.
 """
 
 # First: on a Python older than 3.11, one line saying so, before anything else fails.

@@ -1,9 +1,18 @@
 """`python -m mathrl`: turn flags and the environment into a run, a sample, a check or a plot.
 
 Commands: training (the default; `--resume RUN_DIR` continues one), `sample`,
-`eval`, `check-adapter` and `plot`. stdout carries exactly the seed demo's lines
-(`Model: ...`, `Step N: ...`, `Saved: ...`; with `--eval-every`, also
-`Eval step N: ...`). Warnings, progress and advice go to stderr.
+`eval`, `check-adapter`, `tasks` and `plot`. Warnings, progress and advice go
+to stderr; a training run's stdout carries exactly the seed demo's lines:
+
+    Model: <base model>, Vocab: <size>    first; the fake adds ", Backend: fake"
+    Eval step N: accuracy=XX.X% (k/M)     with --eval-every: greedy accuracy on M
+                                          held-out problems after step N (0: before
+                                          training), k the count it stands for
+    Step N: accuracy=XX.X%, datums=D      one a step: the task's accuracy over the
+                                          step's samples, at the sampling temperature
+                                          as the seed reports it; D the completions
+                                          trained on (of groups whose rewards differed)
+    Saved: <path>                         last: the latest weights to sample from
 
 Exit codes: 0 success; 1 the service or the run failed; 2 a user's mistake
 (one line naming the setting, what it must be and what it got); 130 and 143
