@@ -16,7 +16,7 @@ from mathrl.adapter import Feedback, Response
 from mathrl.config import Config, TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.rollout import run_problems
-from mathrl.service.mint_backend import open_backend
+from mathrl.service.mint_backend import Endpoint, open_backend
 from mathrl.tasks.code.feedback import SECOND_TRY, CodeFeedbackAdapter, first_failure
 from mathrl.tasks.code.task import ALL, CodeAdapter, CodeProblem, code_of
 from mathrl_fakes import FakeBackend, references_for
@@ -90,8 +90,7 @@ def test_code_feedback_learns_over_the_mint_sdk(tmp_path: Path) -> None:
     config = Config(TrainConfig(steps=20), adapter="code-feedback")
 
     async def train() -> list[float]:
-        env = {"MINT_API_KEY": "sk-x"}
-        backend = await open_backend(config, env, service_client=server.connect())
+        backend = await open_backend(config, Endpoint("sk-x"), service_client=server.connect())
         result = await run_grpo_async(backend, adapter, config.train)
         return [m.accuracy for m in result.steps]
 

@@ -45,6 +45,7 @@ from mathrl.losses import Loss
 from mathrl.resolved import as_task
 from mathrl.service.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl.service.mint_backend import (
+    Endpoint,
     MintBackend,
     MintSampler,
     clipped_fraction,
@@ -58,7 +59,7 @@ from mathrl_fakes import RecordingBackend
 from mathrl_fakes.policy import EOS
 
 KEY = "sk-test-SECRET123"
-ENV = {"MINT_API_KEY": KEY, "MINT_BASE_URL": "http://127.0.0.1:9"}
+ENDPOINT = Endpoint(KEY, "http://127.0.0.1:9")
 PROMPT = MathAdapter().make_prompt(AdditionProblem(12, 30))
 ServerFactory = Callable[..., FakeMintServer]
 TRAINING_CALLS = ("forward_backward", "optim_step", "save_weights_for_sampler")
@@ -103,7 +104,7 @@ def test_open_backend_with_an_injected_service_passes_the_contract(
 ) -> None:
     server = make_server()
     config = Config(base_model="fake/base", lora_rank=4)
-    check_backend(lambda: run(open_backend(config, ENV, service_client=server.connect())))
+    check_backend(lambda: run(open_backend(config, ENDPOINT, service_client=server.connect())))
     assert server.log.kinds()[:3] == ["connect", "create_lora_training_client", "get_tokenizer"]
 
 
@@ -124,7 +125,7 @@ def test_a_tokenizer_without_eos_is_refused(make_server: ServerFactory) -> None:
     training.get_tokenizer = NoEos  # type: ignore[method-assign]
     client.create_lora_training_client = lambda *a, **k: training  # type: ignore[method-assign]
     with pytest.raises(BackendError, match=r"^the model's tokenizer has no EOS token"):
-        run(open_backend(Config(), ENV, service_client=client))
+        run(open_backend(Config(), ENDPOINT, service_client=client))
 
 
 # -- sampling -----------------------------------------------------------------
@@ -460,9 +461,9 @@ def test_a_service_that_never_answers_is_unreachable_by_the_deadline(
     async def go() -> BackendError:
         start = time.monotonic()
         opening = (
-            open_backend(config, ENV, service_factory=server.connect, probe=None)
+            open_backend(config, ENDPOINT, service_factory=server.connect, probe=None)
             if opener == "backend"
-            else open_sampler(config, ENV, "ckpt", service_factory=server.connect, probe=None)
+            else open_sampler(config, ENDPOINT, "ckpt", service_factory=server.connect, probe=None)
         )
         with pytest.raises(BackendUnreachable) as excinfo:
             await opening
@@ -488,7 +489,7 @@ def test_the_deadline_message_names_the_default_url(make_server: ServerFactory) 
         asyncio.run(
             open_backend(
                 Config(connect_timeout=0.1),
-                {"MINT_API_KEY": KEY},
+                Endpoint(KEY),  # and no base_url: the default
                 service_factory=server.connect,
                 probe=None,
             )
@@ -501,14 +502,15 @@ def test_a_rejected_key_is_credentials_rejected_without_the_key(
 ) -> None:
     server = make_server(reject_key=True)
     opening = (
-        open_backend(Config(), ENV, service_factory=server.connect, probe=None)
+        open_backend(Config(), ENDPOINT, service_factory=server.connect, probe=None)
         if opener == "backend"
-        else open_sampler(Config(), ENV, "ckpt", service_factory=server.connect, probe=None)
+        else open_sampler(Config(), ENDPOINT, "ckpt", service_factory=server.connect, probe=None)
     )
     with pytest.raises(CredentialsRejected) as excinfo:
         run(opening)
     message = str(excinfo.value)
-    assert message.startswith("MinT rejected the API key (MINT_API_KEY)")
+    assert message.startswith("MinT rejected the API key while ")
+    assert excinfo.value.settings == ("api_key",)  # the command line names its variable
     assert KEY not in message
     assert "SECRET123" not in message
 
@@ -519,7 +521,7 @@ def test_a_rejection_after_the_deadline_goes_nowhere(make_server: ServerFactory)
     async def go() -> None:
         with pytest.raises(BackendUnreachable):
             await open_backend(
-                Config(connect_timeout=0.1), ENV, service_factory=server.connect, probe=None
+                Config(connect_timeout=0.1), ENDPOINT, service_factory=server.connect, probe=None
             )
         server.release.set()
         while any(t.name == "mathrl-mint-setup" for t in threading.enumerate()):
@@ -532,13 +534,15 @@ def test_open_sampler_samples_saved_weights(make_server: ServerFactory) -> None:
     server = make_server()
     training = server.connect().create_lora_training_client("fake/base")
     path = training.save_weights_for_sampler("w").result().path
-    tokenizer, sampler = run(open_sampler(Config(), ENV, path, service_client=server.connect()))
+    tokenizer, sampler = run(
+        open_sampler(Config(), ENDPOINT, path, service_client=server.connect())
+    )
     (completion,) = asyncio.run(
         sampler.sample(tokenizer.encode(PROMPT), 1, SampleParams(8, 0.0, ("\n",)))
     )
     assert tokenizer.decode(completion.tokens) == " 42\n"
     with pytest.raises(BackendError, match="opening a sampler for nowhere failed: "):
-        run(open_sampler(Config(), ENV, "nowhere", service_client=server.connect()))
+        run(open_sampler(Config(), ENDPOINT, "nowhere", service_client=server.connect()))
 
 
 def test_other_setup_failures_are_one_line_backend_errors(make_server: ServerFactory) -> None:
@@ -552,7 +556,7 @@ def test_other_setup_failures_are_one_line_backend_errors(make_server: ServerFac
     training.get_tokenizer = offline  # type: ignore[method-assign]
     client.create_lora_training_client = lambda *a, **k: training  # type: ignore[method-assign]
     with pytest.raises(BackendError) as excinfo:
-        run(open_backend(Config(), ENV, service_client=client))
+        run(open_backend(Config(), ENDPOINT, service_client=client))
     assert str(excinfo.value) == (
         "loading the tokenizer failed: OSError: cannot reach huggingface.co with ***"
     )
@@ -560,8 +564,9 @@ def test_other_setup_failures_are_one_line_backend_errors(make_server: ServerFac
 
 def test_no_key_is_refused_before_any_connection(make_server: ServerFactory) -> None:
     server = make_server()
-    with pytest.raises(BackendError, match="MINT_API_KEY"):
-        run(open_backend(Config(), {}, service_factory=server.connect, probe=None))
+    with pytest.raises(BackendError, match=r"^MinT needs an API key \(got none\)$") as refused:
+        run(open_backend(Config(), Endpoint(), service_factory=server.connect, probe=None))
+    assert refused.value.settings == ("api_key",)
     assert server.log.calls == []
 
 
@@ -727,7 +732,11 @@ def test_set_up_says_what_it_waits_on_and_for_how_long(make_server: ServerFactor
     server = make_server()
     heard: list[str] = []
     config = Config(connect_timeout=7, setup_timeout=90, base_model="Qwen/Qwen3-0.6B")
-    run(open_backend(config, ENV, service_factory=server.connect, probe=None, waiting=heard.append))
+    run(
+        open_backend(
+            config, ENDPOINT, service_factory=server.connect, probe=None, waiting=heard.append
+        )
+    )
     assert heard == [
         "connecting to MinT at http://127.0.0.1:9 (up to 7 s)",
         "creating a LoRA training client for Qwen/Qwen3-0.6B (up to 90 s)",

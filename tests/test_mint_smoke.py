@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 import pytest
 
@@ -39,13 +40,21 @@ def smoke_config() -> Config:
     return Config(train=TrainConfig(steps=1, batch=2, group=2))
 
 
+def endpoint() -> Any:
+    """The service and key this machine's environment names, as the command line reads them."""
+    from mathrl.cli.settings import api_key, base_url
+    from mathrl.service.mint_backend import Endpoint
+
+    return Endpoint(api_key(os.environ), base_url(os.environ))
+
+
 def test_one_real_step() -> None:
     from mathrl.service.mint_backend import open_backend
 
     config = smoke_config()
 
     async def step() -> RunResult:
-        backend = await open_backend(config, os.environ)
+        backend = await open_backend(config, endpoint())
         assert backend.tokenizer.vocab_size > 0
         return await run_grpo_async(backend, MathAdapter(), config.train)
 
@@ -57,4 +66,4 @@ def test_one_real_step() -> None:
 def test_the_real_backend_passes_the_contract() -> None:
     from mathrl.service.mint_backend import open_backend
 
-    check_backend(lambda: asyncio.run(open_backend(smoke_config(), os.environ)))
+    check_backend(lambda: asyncio.run(open_backend(smoke_config(), endpoint())))

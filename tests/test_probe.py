@@ -104,7 +104,7 @@ def test_a_healthy_endpoint_is_asked_what_the_sdk_asks_first(
     ("status", "error", "message"),
     [
         (401, CredentialsRejected,
-         "MinT rejected the API key (MINT_API_KEY): {url} answered HTTP 401 at set-up"),
+         "MinT rejected the API key: {url} answered HTTP 401 at set-up"),
         (403, CredentialsRejected, "answered HTTP 403 at set-up"),
         (404, BackendError,
          "MinT at {url} answered HTTP 404 at set-up, which a retry will not change"),

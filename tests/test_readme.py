@@ -20,6 +20,7 @@ from mathrl import TrainConfig, run_grpo, run_problems
 from mathrl.checkpoints import checkpoint_name
 from mathrl.cli.settings import SETTINGS, default_of
 from mathrl.resolved import as_task
+from mathrl.service.mint_backend import Endpoint
 from mathrl.tasks import BUILT_IN
 from mathrl_fakes import FakeBackend, references_for
 
@@ -110,7 +111,7 @@ def test_the_asyncio_snippet_trains_over_mint(
     real_open = mathrl.service.mint_backend.open_backend
 
     async def open_on_the_fake(config: Any, env: Any) -> Any:
-        return await real_open(config, {"MINT_API_KEY": "sk-x"}, service_client=server.connect())
+        return await real_open(config, Endpoint("sk-x"), service_client=server.connect())
 
     monkeypatch.setattr(mathrl.service.mint_backend, "open_backend", open_on_the_fake)
     exec(compile(snippet, "README.md", "exec"), {"__name__": "__main__"})

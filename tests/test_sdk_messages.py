@@ -21,7 +21,7 @@ from conftest import math_references
 from doubles.fake_mint_http import FakeMintHTTP, Json
 from mathrl.backend import BackendError
 from mathrl.config import Config
-from mathrl.service.mint_backend import open_backend
+from mathrl.service.mint_backend import Endpoint, open_backend
 from mathrl.service.sdk_messages import TRANSLATED, translation
 
 pytestmark = [
@@ -62,9 +62,8 @@ def test_the_sdk_raises_the_message_and_mathrl_says_what_it_means(
     service.answers.update(SERVICES[says])
     known = translation(says)
     assert known is not None
-    env = {"MINT_API_KEY": KEY, "MINT_BASE_URL": service.url}
     with pytest.raises(BackendError) as failed:
-        asyncio.run(open_backend(Config(connect_timeout=30), env))
+        asyncio.run(open_backend(Config(connect_timeout=30), Endpoint(KEY, service.url)))
     assert str(failed.value) == (
         f"connecting to MinT at {service.url} failed: {known.means} "
         f"(tinker {tinker.__version__} said: {says})"

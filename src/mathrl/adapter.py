@@ -47,7 +47,7 @@ class OptionError(ValueError):
 
     `option` names the option; the message is one line saying what it must
     be and what it got, e.g. `few_shot must be an integer from 0 to 8 (got 12)`.
-    The command line adds how the option was given (`--task-arg`).
+    The command line adds how the option was given.
     """
 
     def __init__(self, option: str, message: str) -> None:
@@ -164,7 +164,7 @@ class Adapter(Protocol[ProblemT]):
       checks them there (raising `OptionError`), and keeps those it was given
       (or all of them) here. They go into the run record and the checkpoint
       names' fingerprint, and a resumed run builds the task again with them;
-      the command line gives them as `--task-arg NAME=VALUE`. Default: none.
+      the command line gives them as `NAME=VALUE` texts. Default: none.
     - `preflight() -> str | None`: check, once before training (and in
       `check_adapter`), that this machine can run the task as it promises:
       return one line saying what the task relies on (the command line prints

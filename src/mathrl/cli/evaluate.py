@@ -244,16 +244,16 @@ async def _open(
     config = plan.config
     if config.backend == "fake":
         return await _fake_sampler(plan)
-    api_key(env)
-    base_url(env)
+    endpoint_key, endpoint_url = api_key(env), base_url(env)
     if plan.weights is not None and not plan.weights.startswith("tinker://"):
         raise ConfigError(
             f"--model-path must be a run folder or a tinker:// path a run printed as `Saved:` "
             f"(got {shown(plan.weights, 200)})"
         )
-    from mathrl.service.mint_backend import open_sampler
+    from mathrl.service.mint_backend import Endpoint, open_sampler
 
-    tokenizer, sampler = await open_sampler(config, env, plan.weights)
+    endpoint = Endpoint(endpoint_key, endpoint_url)
+    tokenizer, sampler = await open_sampler(config, endpoint, plan.weights)
     return tokenizer, RetryingSampler(sampler, Retrier(retry_policy(config), say))
 
 

@@ -43,16 +43,16 @@ async def sample(
     if config.backend == "fake":
         tokenizer, sampler = await _fake_sampler(config, task, problems, model_path)
     else:
-        api_key(env)
-        base_url(env)
+        endpoint_key, endpoint_url = api_key(env), base_url(env)
         if not model_path.startswith("tinker://"):
             raise ConfigError(
                 f"--model-path must be a tinker:// path a run printed as `Saved:` "
                 f"(got {shown(model_path, 200)})"
             )
-        from mathrl.service.mint_backend import open_sampler
+        from mathrl.service.mint_backend import Endpoint, open_sampler
 
-        tokenizer, sampler = await open_sampler(config, env, model_path)
+        endpoint = Endpoint(endpoint_key, endpoint_url)
+        tokenizer, sampler = await open_sampler(config, endpoint, model_path)
         sampler = RetryingSampler(sampler, Retrier(retry_policy(config), say))
     print(model_line(config, tokenizer.vocab_size), flush=True)
     greedy = config.train.temperature == 0

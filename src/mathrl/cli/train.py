@@ -25,7 +25,7 @@ from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
-from mathrl.cli.settings import FakeOptions, TaskOptions, worded
+from mathrl.cli.settings import FakeOptions, TaskOptions, api_key, base_url, worded
 from mathrl.cli.wandb_mirror import WandbMirror
 from mathrl.config import Config, ConfigError
 from mathrl.loop import run_grpo_async
@@ -155,9 +155,11 @@ async def open_backend(
             checkpoint_dir=plan.fake.checkpoint_folder,
         )
     else:
+        from mathrl.service.mint_backend import Endpoint
         from mathrl.service.mint_backend import open_backend as open_mint
 
-        inner = await open_mint(config, env, waiting=waiting)
+        endpoint = Endpoint(api_key(env), base_url(env))
+        inner = await open_mint(config, endpoint, waiting=waiting)
     return RetryingBackend(inner, retry_policy(config), say)
 
 

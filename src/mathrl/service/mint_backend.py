@@ -16,16 +16,16 @@ Training on MinT from Python, in asyncio code, with the command line's
 deadlines and retries (`Subtraction` is the README's task):
 
     import asyncio
-    import os
 
     from mathrl import Config, RetryingBackend, RetryPolicy, TrainConfig, run_grpo_async
-    from mathrl.service.mint_backend import open_backend
+    from mathrl.service.mint_backend import Endpoint, open_backend
     from subtraction import Subtraction
 
 
     async def main() -> None:
         config = Config(train=TrainConfig(steps=20, max_tokens=8))
-        backend = RetryingBackend(await open_backend(config, os.environ), RetryPolicy())
+        endpoint = Endpoint(api_key="sk-...")  # and base_url=, for another service
+        backend = RetryingBackend(await open_backend(config, endpoint), RetryPolicy())
         result = await run_grpo_async(backend, Subtraction(), config.train)
         print(result.saved_path)
 
@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 
@@ -343,7 +344,7 @@ def translate_error(exc: tinker.TinkerError, what: str, secret: str | None) -> B
     detail = _one_line(exc, secret)
     if isinstance(exc, tinker.AuthenticationError | tinker.PermissionDeniedError):
         return CredentialsRejected(
-            f"MinT rejected the API key (MINT_API_KEY) while {what}: {detail}"
+            f"MinT rejected the API key while {what}: {detail}", settings=("api_key",)
         )
     known = translation(str(exc))
     if known is not None:
@@ -386,9 +387,17 @@ def _one_line(exc: BaseException, secret: str | None) -> str:
     return one_line(text) or type(exc).__name__
 
 
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where the MinT service is, and the key to it (never shown in a message)."""
+
+    api_key: str = field(default="", repr=False)
+    base_url: str = DEFAULT_BASE_URL
+
+
 async def open_backend(
     config: Config,
-    env: Mapping[str, str],
+    endpoint: Endpoint,
     *,
     service_client: ServiceClientLike | None = None,
     service_factory: Callable[..., ServiceClientLike] = tinker.ServiceClient,
@@ -399,7 +408,7 @@ async def open_backend(
 
     `service_client` injects a ready client; otherwise `probe` looks at the
     endpoint, then `service_factory` (`mint.ServiceClient`) is called with the
-    key and URL from `env`.
+    endpoint's key and URL.
     """
 
     def build(service: ServiceClientLike, phase: list[str]) -> MintBackend:
@@ -408,14 +417,14 @@ async def open_backend(
             config.base_model, rank=config.lora_rank, seed=config.train.seed
         )
         phase.append("loading the tokenizer")
-        return MintBackend(training, training.get_tokenizer(), env.get("MINT_API_KEY"))
+        return MintBackend(training, training.get_tokenizer(), endpoint.api_key)
 
-    return await _connect(config, env, build, service_client, service_factory, probe, waiting)
+    return await _connect(config, endpoint, build, service_client, service_factory, probe, waiting)
 
 
 async def open_sampler(
     config: Config,
-    env: Mapping[str, str],
+    endpoint: Endpoint,
     model_path: str | None,
     *,
     service_client: ServiceClientLike | None = None,
@@ -438,28 +447,27 @@ async def open_sampler(
             client = service.create_sampling_client(model_path=model_path)
         phase.append("loading the tokenizer")
         tokenizer = HFTokenizer(client.get_tokenizer())
-        return tokenizer, MintSampler(client, tokenizer, env.get("MINT_API_KEY"))
+        return tokenizer, MintSampler(client, tokenizer, endpoint.api_key)
 
-    return await _connect(config, env, build, service_client, service_factory, probe)
+    return await _connect(config, endpoint, build, service_client, service_factory, probe)
 
 
 async def _connect(
     config: Config,
-    env: Mapping[str, str],
+    endpoint: Endpoint,
     build: Callable[[ServiceClientLike, list[str]], T],
     service_client: ServiceClientLike | None,
     service_factory: Callable[..., ServiceClientLike],
     probe: Probe | None,
     waiting: Callable[[str], None] | None = None,
 ) -> T:
-    key = env.get("MINT_API_KEY") or ""
-    url = env.get("MINT_BASE_URL") or DEFAULT_BASE_URL
+    key, url = endpoint.api_key, endpoint.base_url
     phase = _Phases(f"connecting to MinT at {url}", config, waiting)
     if service_client is None and not key:
-        raise BackendError("MINT_API_KEY must be set to a MinT API key (got nothing)")
+        raise BackendError("MinT needs an API key (got none)", settings=("api_key",))
 
     def connect() -> ServiceClientLike:
-        # Explicit arguments: mint copies MINT_* into TINKER_* only at import time.
+        # Explicit arguments: mint copies its variables into tinker's only at import time.
         return service_factory(api_key=key, base_url=url)
 
     try:

@@ -75,7 +75,8 @@ def probe_service(
         except socket.gaierror as exc:
             raise BackendUnreachable(
                 f"could not reach MinT at {url}: its host {host!r} could not be resolved "
-                f"({exc.strerror or exc}); check MINT_BASE_URL and the network"
+                f"({exc.strerror or exc}); check the address and the network",
+                settings=("base_url",),
             ) from None
         except TimeoutError:
             raise BackendUnreachable(
@@ -93,13 +94,14 @@ def probe_service(
                 return
             if status in (401, 403):
                 raise CredentialsRejected(
-                    f"MinT rejected the API key (MINT_API_KEY): {url} answered HTTP {status} "
-                    "at set-up"
+                    f"MinT rejected the API key: {url} answered HTTP {status} at set-up",
+                    settings=("api_key",),
                 )
             if not retryable_status(status):
                 raise BackendError(
                     f"MinT at {url} answered HTTP {status} at set-up, which a retry will not "
-                    "change: check MINT_BASE_URL"
+                    "change: check the address",
+                    settings=("base_url",),
                 )
             problem = f"HTTP {status}"
         finally:
@@ -111,7 +113,8 @@ def probe_service(
     if problem == "refused":
         raise BackendUnreachable(
             f"could not reach MinT at {url}: the connection was refused ({tries} tries in "
-            f"{elapsed:.0f} s), so nothing listens there; check MINT_BASE_URL"
+            f"{elapsed:.0f} s), so nothing listens there; check the address",
+            settings=("base_url",),
         )
     if problem.startswith("HTTP "):
         raise TransientBackendError(

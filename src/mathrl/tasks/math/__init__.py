@@ -1,4 +1,4 @@
-"""The math dataset task (`--adapter math`): problems from a file or a dataset, a real grader.
+"""The math dataset task (built-in as `math`): problems from a file or a dataset, a real grader.
 
 - `task`: `MathDatasetAdapter`, its options and rewards;
 - `sources`: reading JSONL, JSON, CSV, Parquet, shipped fixtures and Hugging Face datasets;
