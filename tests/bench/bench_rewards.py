@@ -1,6 +1,7 @@
 """Benchmark, part of `tests/bench/benchmark.py`: reward work against sampling, on the real clock.
 
-The code task at 32 problems x 8 samples with the fake backend's round trip
+The code task, then the math task (`Subject`: each with a variant whose reward
+costs nothing), at 32 problems x 8 samples with the fake backend's round trip
 L. Steps 1-3 from one sampler (so every variant samples the same
 completions):
 
@@ -42,6 +43,7 @@ import itertools
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,8 @@ from mathrl.rollout import Rollout, run_problems
 from mathrl.step import sample_and_score
 from mathrl.tasks.code.sandbox import WARM_SANDBOXES, call_function, warm_of
 from mathrl.tasks.code.task import LIMITS, CodeAdapter, CodeProblem, code_of, run
+from mathrl.tasks.math import MathDatasetAdapter, MathProblem
+from mathrl.tasks.math.grading import verdict
 from mathrl.workers import Workers, default_size, in_process
 from mathrl_fakes import FakeBackend
 
@@ -71,21 +75,46 @@ class FreeRewards(CodeAdapter):
         return 1.0 if code_of(completion) == problem.reference() else 0.0
 
 
+class FreeMath(MathDatasetAdapter):
+    """The math task with a reward that costs nothing: the reference's text or not."""
+
+    def compute_reward(self, completion: str, problem: MathProblem) -> dict[str, float]:
+        return {"correct": 1.0 if completion == self.reference_completion(problem) else 0.0}
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A task whose reward work is measured against sampling: the task, the same task with a
+    reward that costs nothing, and how to forget what its reward has cached."""
+
+    name: str
+    task: Any
+    free: Any
+    forget: Callable[[], None]
+
+
+CODE = Subject("the code task", CodeAdapter(), FreeRewards(), run.cache_clear)
+MATH = Subject("the math task", MathDatasetAdapter(), FreeMath(), verdict.cache_clear)
+
+
 async def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     result = await fn()
     return time.perf_counter() - started, result
 
 
-async def one_latency(latency: float, folder: Path, cores: int) -> list[tuple[float, ...]]:
+async def one_latency(
+    subject: Subject, latency: float, folder: Path, cores: int
+) -> list[tuple[float, ...]]:
     """(sampling only, serial rewards, step) seconds for each of STEPS at `latency`."""
     config = TrainConfig(steps=max(STEPS), batch=BATCH, group=GROUP)
+    as_task(subject.task).preflight()  # as the command line does, before training
     backend = FakeBackend.for_run(
-        CodeAdapter(), run_problems(CodeAdapter(), config), latency=latency, checkpoint_dir=folder
+        subject.task, run_problems(subject.task, config), latency=latency, checkpoint_dir=folder
     )
     path = await (await backend.submit_save_for_sampler("bench"))
     sampler = await backend.create_sampler(path)
-    code, free = as_task(CodeAdapter()), as_task(FreeRewards())
+    code, free = as_task(subject.task), as_task(subject.free)
     rows: list[tuple[float, ...]] = []
     with Workers(cores) as workers:
         for step in STEPS:
@@ -95,17 +124,17 @@ async def one_latency(latency: float, folder: Path, cores: int) -> list[tuple[fl
                 return lambda: sample_and_score(tokenizer, sampler, task, config, step, pool)
 
             sampling, _ = await timed(go(free, Workers(size=0)))
-            run.cache_clear()
+            subject.forget()
             stepped, batch = await timed(go(code, workers))
-            run.cache_clear()
+            subject.forget()
             serial = serial_rewards(code, config, step, batch)
             rows.append((sampling, serial, stepped))
     return rows
 
 
 def serial_rewards(task: Task[Any], config: TrainConfig, step: int, batch: Rollout) -> float:
-    """The step's rewards one after another, on this thread (the code task scores each
-    completion alone: `compute_reward`, once per distinct response, as the rollout does)."""
+    """The step's rewards one after another, on this thread (each completion alone:
+    `compute_reward`, once per distinct response, as the rollout does)."""
     problems = task.adapter.build_dataset(config.seed, step, config.batch)
     responses: list[list[Response]] = batch.responses_P_G
     started = time.perf_counter()
@@ -115,14 +144,19 @@ def serial_rewards(task: Task[Any], config: TrainConfig, step: int, batch: Rollo
 
 
 async def loop_step(
-    adapter: CodeAdapter, latency: float, off_policy: int, folder: Path, cores: int
+    adapter: Any,
+    latency: float,
+    off_policy: int,
+    folder: Path,
+    cores: int,
+    forget: Callable[[], None] = run.cache_clear,
 ) -> float:
     """The mean time of steps 2-4 of a 4-step run."""
     config = TrainConfig(steps=4, batch=BATCH, group=GROUP, max_steps_off_policy=off_policy)
     backend = FakeBackend.for_run(
         adapter, run_problems(adapter, config), latency=latency, checkpoint_dir=folder
     )
-    run.cache_clear()
+    forget()
     with Workers(cores) as workers:
         result = await run_grpo_async(backend, adapter, config, workers=workers)
     return statistics.mean(m.seconds for m in result.steps[1:])
@@ -207,11 +241,13 @@ def gil_line(cores: int, calls: int = 32, seconds: float = 0.05) -> str:
     )
 
 
-def reward_overlap_table(root: Path) -> tuple[list[str], list[tuple[str, float, float]]]:
+def reward_overlap_table(
+    root: Path, subject: Subject = CODE, latencies: Sequence[float] = LATENCIES
+) -> tuple[list[str], list[tuple[str, float, float]]]:
     """The tables' rows, and (what, measured, limit) for each target."""
     cores = default_size()
     rows = [
-        f"Reward work against sampling: the code task at {BATCH} x {GROUP}, real clock, "
+        f"Reward work against sampling: {subject.name} at {BATCH} x {GROUP}, real clock, "
         f"{cores} cores (seconds a step; target 1.25 x max(sampling only, serial / cores) "
         f"+ 0.5 s):",
         "",
@@ -221,13 +257,18 @@ def reward_overlap_table(root: Path) -> tuple[list[str], list[tuple[str, float, 
     ]
     targets = []
     folders = (root / f"rewards{i}" for i in itertools.count())
-    for latency in LATENCIES:
-        runs = asyncio.run(one_latency(latency, next(folders), cores))
+    for latency in latencies:
+        runs = asyncio.run(one_latency(subject, latency, next(folders), cores))
         sampling, serial, rolled = (statistics.mean(column) for column in zip(*runs, strict=True))
         schedules = [("rollout (steps 1-3)", sampling, rolled, True)]
         for off_policy in (0, 1):
-            free = asyncio.run(loop_step(FreeRewards(), latency, off_policy, next(folders), cores))
-            real = asyncio.run(loop_step(CodeAdapter(), latency, off_policy, next(folders), cores))
+            given = (latency, off_policy)
+            free = asyncio.run(
+                loop_step(subject.free, *given, next(folders), cores, subject.forget)
+            )
+            real = asyncio.run(
+                loop_step(subject.task, *given, next(folders), cores, subject.forget)
+            )
             label = "off-policy 1 step" if off_policy else "on-policy step"
             schedules.append((label, free, real, latency == 0 or bool(off_policy)))
         for label, alone, measured, targeted in schedules:
@@ -237,7 +278,9 @@ def reward_overlap_table(root: Path) -> tuple[list[str], list[tuple[str, float, 
                 f"| {alone + serial:.2f} | {measured:.2f} | {f'{limit:.2f}' if targeted else '—'} |"
             )
             if targeted:
-                targets.append((f"code task {label} at L = {latency:g} s", measured, limit))
+                targets.append((f"{subject.name}: {label} at L = {latency:g} s", measured, limit))
+    if subject is not CODE:
+        return rows, targets
     alone, shared = sandbox_costs(cores)
     rows += [
         "",

@@ -61,7 +61,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mathrl_fakes.fake_backend as fake_module
-from bench.bench_rewards import reward_overlap_table
+from bench.bench_rewards import CODE, MATH, reward_overlap_table
 from mathrl.backend import Datum, check_train_step
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
@@ -646,9 +646,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not args.skip_eval:
             sections.append(heldout_table(fakes, CURVE_SEEDS))
         if not args.skip_rewards:
-            rows, measured = reward_overlap_table(Path(scratch))
-            sections.append(rows)
-            TARGETS.extend(Target(what, value, limit, "s") for what, value, limit in measured)
+            for subject in (CODE, MATH):
+                rows, measured = reward_overlap_table(Path(scratch) / subject.task.name, subject)
+                sections.append(rows)
+                TARGETS.extend(Target(what, value, limit, "s") for what, value, limit in measured)
     sections.append(targets_table())
     print("\n\n".join("\n".join(rows) for rows in sections))
     if not all(t.met for t in TARGETS):

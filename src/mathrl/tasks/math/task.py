@@ -25,7 +25,7 @@ from typing import TypeGuard
 from mathrl.adapter import Message, OptionError, Response, Unavailable
 from mathrl.tasks.math import prompts
 from mathrl.tasks.math.answers import boxed_answer, final_answer, wrong_answer
-from mathrl.tasks.math.grading import DEFAULT_TIMEOUT, Grader, math_verify_version
+from mathrl.tasks.math.grading import DEFAULT_TIMEOUT, Grader, math_verify_version, warm
 from mathrl.tasks.math.problems import (
     MathProblem,
     epoch_draw,
@@ -149,7 +149,8 @@ class MathDatasetAdapter:
         return [f"{lead}{prompts.reference(MathProblem('', wrong, ''))}", lead + wrong]
 
     def preflight(self) -> str:
-        """The problems and the grader; Unavailable when math-verify is asked for but absent."""
+        """The problems and the grader; Unavailable when math-verify is asked for but absent.
+        math-verify is loaded here, once, before any reward needs it."""
         if self.grader.math_verify:
             version = math_verify_version()
             if version is None:
@@ -157,6 +158,9 @@ class MathDatasetAdapter:
                     "the math task's grader=math-verify needs math-verify, which is not "
                     "installed: pip install 'mathrl[math]' (or grader=exact: exact numbers only)"
                 )
+            # Its import and first gradings cost seconds: paid now, before training, not by
+            # the first step's rewards (and every grading child starts with it loaded).
+            warm()
             how = (
                 f"exact numbers, then math-verify {version} in a child process "
                 f"({self.grader.timeout:g} s limit each)"
