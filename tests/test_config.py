@@ -21,7 +21,7 @@ from mathrl.cli.settings import (
 )
 from mathrl.config import DEFAULTS, LOSS_FIELDS, TRAIN_FIELDS, Config, ConfigError, TrainConfig
 from mathrl.losses import PARAMETERS, Loss
-from mathrl.text import listed, shown
+from mathrl.text import listed, one_line, shown
 
 NO_FLAGS: dict[str, str | None] = {}
 
@@ -112,6 +112,19 @@ def test_shown_is_one_printable_line_near_its_limit(text: str, limit: int) -> No
     assert "\ufffd" not in line
     note = f"... ({len(text):,} characters)"
     assert len(line) <= limit + 2 + len(note)  # the quotes, and the length of what was cut
+
+
+@given(st_.unicode_text, st.integers(min_value=0, max_value=60))
+def test_shown_keeps_the_longest_start_that_fits(text: str, limit: int) -> None:
+    # The naive rule, escaping every start of the text in turn: `shown` escapes only the
+    # first `limit + 2` characters once runs of spaces are one, and must agree with it.
+    starts = [text[:n] for n in range(len(text), -1, -1)]
+    fits = [s for s in starts if len(one_line(repr(s), 10 * len(text) + 2)) <= limit + 2]
+    if fits and fits[0] == text:
+        assert shown(text, limit) == one_line(repr(text), 10 * len(text) + 2)
+    else:
+        kept = one_line(repr(fits[0]), 10 * len(text) + 2)
+        assert shown(text, limit) == f"{kept}... ({len(text):,} characters)"
 
 
 @given(st_.words)

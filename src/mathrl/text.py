@@ -16,17 +16,21 @@ names in a message reads as a sentence would list them (`listed`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 REPLACEMENT = "\ufffd"
 """What a decoder puts for bytes that are not text."""
 ELIDED_BARE = 16
 """The shortest text `elided` looks for unquoted."""
+_SPACES = re.compile(" +")
 
 
 def one_line(text: str, limit: int = 200) -> str:
     """`text` as one printable line: at most `limit` characters, then a length note."""
-    line = "".join(_escaped(c) for c in " ".join(text.split()))
+    line = " ".join(text.split())
+    if not line.isprintable() or REPLACEMENT in line:  # most text is printable as it is
+        line = "".join(_escaped(c) for c in line)
     return line if len(line) <= limit else f"{line[:limit]}... ({len(line):,} characters)"
 
 
@@ -46,17 +50,23 @@ def shown(value: object, limit: int = 40) -> str:
     its quotes stay whole: as much of it as fits in `limit` characters once escaped."""
     if not isinstance(value, str):
         return one_line(repr(value), limit)
-    whole = one_line(repr(value), len(value) * 10 + 2)  # an escape is at most 10 characters
-    if len(whole) <= limit + 2:
+    # In a repr the only whitespace left is the space, whose runs `one_line` makes one; once
+    # they are, every character shows as one or more, so what fits is within the first
+    # `limit + 2` and the rest need not be escaped at all.
+    squeezed = _SPACES.sub(" ", value)
+    head = squeezed[: limit + 3]
+    most = len(head) * 10 + 2  # an escape is at most 10 characters
+    whole = one_line(repr(head), most)
+    if head == squeezed and len(whole) <= limit + 2:
         return whole
-    low, high = 0, len(value)  # the longest start of `value` that fits, once escaped
+    low, high = 0, len(head)  # the longest start of `value` that fits, once escaped
     while low < high:
         middle = (low + high + 1) // 2
-        if len(one_line(repr(value[:middle]), len(whole))) <= limit + 2:
+        if len(one_line(repr(head[:middle]), most)) <= limit + 2:
             low = middle
         else:
             high = middle - 1
-    return f"{one_line(repr(value[:low]), len(whole))}... ({len(value):,} characters)"
+    return f"{one_line(repr(head[:low]), most)}... ({len(value):,} characters)"
 
 
 def listed(words: Iterable[str], conjunction: str) -> str:
