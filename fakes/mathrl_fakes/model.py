@@ -30,8 +30,8 @@ from mathrl_fakes.policy import (
     Target,
     draw,
     logprob,
-    make_target,
     position_at,
+    target_for,
     uniforms,
 )
 from mathrl_fakes.references import PromptKey, Reference
@@ -94,8 +94,8 @@ class FakeModel:
             prompt_T = tuple(self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
             answer_T = self.tokenizer.encode(ref.answer)
             end_T = [*self.tokenizer.encode(ref.stop), self.tokenizer.eos_token_id]
-            wrong_T = [[*self.tokenizer.encode(w), *end_T] for w in ref.wrong]
-            targets[prompt_T] = make_target(prompt_T, [*answer_T, *end_T], len(answer_T), wrong_T)
+            wrong_T = tuple((*self.tokenizer.encode(w), *end_T) for w in ref.wrong)
+            targets[prompt_T] = target_for(prompt_T, (*answer_T, *end_T), len(answer_T), wrong_T)
             if ref.then is not None:
                 self._then[prompt_T] = ref.then
         self.table.add(targets, earlier)
