@@ -46,9 +46,19 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def slow(session: nox.Session) -> None:
-    """The tests marked slow: learning runs, real signals, the whole fault matrix (no floor)."""
+    """The tests marked slow (learning runs, real signals, the whole fault and sandbox
+    matrices), and every property again, the expensive ones with all their examples (no floor).
+    """
     session.install("-e", WITH_EXTRAS, *TEST_TOOLS)
-    session.run("pytest", "-n", "auto", "-m", "slow", *session.posargs)
+    session.run(
+        "pytest",
+        "-n",
+        "auto",
+        "-m",
+        "slow or hypothesis",
+        *session.posargs,
+        env={"MATHRL_HYPOTHESIS": "thorough"},
+    )
 
 
 @nox.session(python=PYTHON)

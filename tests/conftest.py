@@ -1,5 +1,6 @@
 """Shared fixtures (a private temp folder for the session, a FakeBackend factory), the
-addition task's references, and `checks_passed`, which reads `check_adapter`'s summary."""
+addition task's references, `checks_passed`, which reads `check_adapter`'s summary, and
+`examples`, the hypothesis example counts of the fast suite and of `nox -s slow`."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 # No deadline: these machines are shared, and timing is the benchmark's business, not a test's.
 settings.register_profile("mathrl", database=None, deadline=None)
 settings.load_profile("mathrl")
+THOROUGH = os.environ.get("MATHRL_HYPOTHESIS") == "thorough"
+"""Set by `nox -s slow`, which runs every property (`-m "slow or hypothesis"`) again: the ones
+whose examples cost a second or more get their full count there (`examples`)."""
+
+
+def examples(fast: int, thorough: int) -> int:
+    """`max_examples` for a property whose single example is expensive (a training run, a
+    sandbox or a process each): `fast` in the fast suite, `thorough` in `nox -s slow`."""
+    return thorough if THOROUGH else fast
 
 
 @pytest.fixture(autouse=True, scope="session")
