@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import checks_passed
+from conftest import checks_passed, examples
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
 from mathrl.resolved import as_task
@@ -41,7 +41,7 @@ def test_held_out_problems_are_never_training_problems() -> None:
     assert set(CodeAdapter().heldout_dataset(0, 100)) <= set(HELDOUT_POOL)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(3, 10), deadline=None)  # two sandboxes each
 @given(st.sampled_from(ALL))
 def test_every_reference_passes_all_its_tests(problem: CodeProblem) -> None:
     adapter = CodeAdapter()

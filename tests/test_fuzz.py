@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import mathrl.cli.commands
 import mathrl.cli.plot  # matplotlib whole, before import_module is refused below
+from conftest import examples
 from mathrl.cli.commands import main
 from mathrl.cli.parsers import SAMPLE_FIELDS
 from mathrl.cli.settings import SETTINGS
@@ -87,7 +88,9 @@ def refuse_imports(name: str, package: str | None = None) -> Any:
 
 
 @settings(
-    max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(100, 500),  # 5 s in all: the thorough session takes all 500
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(case=st.sampled_from(CASES), value=values)
 def test_any_value_is_accepted_or_refused_in_one_line(

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import strategies as st_
-from conftest import math_references
+from conftest import examples, math_references
 from mathrl.backend import BackendError, Datum, SampleParams
 from mathrl.config import TrainConfig
 from mathrl.grpo import build_datum
@@ -130,7 +130,7 @@ class Steps(Observer):
         self.shown.append((m.step, m.accuracy, m.datums, m.loss))
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(2, 6), deadline=None)  # two training runs each
 @given(rate=st_.fault_rates, seed=st.integers(0, 50))
 def test_a_run_under_a_fault_rate_trains_exactly_as_without_one(rate: float, seed: int) -> None:
     config = TrainConfig(steps=6, batch=4, seed=seed, save_every=2)
