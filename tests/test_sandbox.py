@@ -30,11 +30,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from mathrl.tasks.code import sandbox
 from mathrl.tasks.code.kernel import NOBODY, WAITER, kernel_layers
 from mathrl.tasks.code.sandbox import (
@@ -165,6 +167,19 @@ def warm_box(box: Box, monkeypatch: pytest.MonkeyPatch) -> Box:
     return replace(box, warm=True)
 
 
+def alone(*which: str) -> list[Any]:
+    """Configurations of a layer alone (or the kernel layers without Landlock, "identity"):
+    in the slow suite, where the fast one runs the same payload with every layer."""
+    return [pytest.param(name, marks=pytest.mark.slow) for name in which]
+
+
+WARM_IS_SLOW = pytest.mark.parametrize(
+    "any_box", ["fresh", pytest.param("warm", marks=pytest.mark.slow)], indirect=True
+)
+"""For a limit that stops the code: the fresh sandbox here, one started ahead in the slow suite
+(`test_a_kill_is_reported_alike_by_either_sandbox` keeps how a waiting one reports a kill)."""
+
+
 # What the machine offers the kernel layers is asked here, not of the sandbox: a layer that
 # breaks must fail its tests, not skip them.
 
@@ -178,7 +193,7 @@ def landlock_and_seccomp() -> bool:
     return int(abi) >= 1 and "Seccomp:" in Path("/proc/self/status").read_text()
 
 
-@pytest.fixture(params=["both", "hook", "kernel"])
+@pytest.fixture(params=["both", *alone("hook", "kernel")])
 def layers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The production set-up, then each optional layer on its own."""
     return use_layers(str(request.param), monkeypatch)
@@ -330,7 +345,7 @@ def test_bad_arguments_from_the_programmer_are_value_errors() -> None:
         Limits(memory_bytes=1.5)  # type: ignore[arg-type]
 
 
-@settings(max_examples=10, deadline=None, database=None)
+@settings(max_examples=examples(3, 10), deadline=None, database=None)  # a sandbox each
 @given(source=st.text())
 def test_any_text_as_source_gives_an_outcome(source: str) -> None:
     outcome = call_function(source, "f", [[1]], FAST)
@@ -342,12 +357,14 @@ def test_any_text_as_source_gives_an_outcome(source: str) -> None:
 # --- hostile code that the limits stop, whatever the layers ----------------------------------
 
 
+@WARM_IS_SLOW
 def test_an_endless_loop_is_stopped_by_the_cpu_limit(any_box: Box) -> None:
     limits = Limits(cpu_seconds=1, wall_seconds=30.0)  # however busy the machine, CPU ends it
     outcome = any_box.run("def f():\n    while True:\n        pass\n", limits=limits)
     assert outcome == Outcome("timeout", (None,), "cpu limit of 1 s exceeded")
 
 
+@WARM_IS_SLOW
 def test_an_idle_wait_is_stopped_by_the_wall_clock(any_box: Box) -> None:
     limits = Limits(cpu_seconds=1, wall_seconds=1.0)
     outcome = any_box.run(
@@ -356,6 +373,7 @@ def test_an_idle_wait_is_stopped_by_the_wall_clock(any_box: Box) -> None:
     assert outcome == Outcome("timeout", (None,), "killed after 1 s (wall-clock limit)")
 
 
+@WARM_IS_SLOW
 @pytest.mark.parametrize(
     "body",
     [
@@ -597,11 +615,22 @@ ESCAPES = {
 }
 
 
+KEPT_FAST = ("os.fork", "absolute write")
+"""The escapes the fast suite runs in every configuration (the others: with every layer)."""
+
+
 @pytest.mark.parametrize(
     ("name", "which"),
-    # The production set-up, and each layer that is meant to stop the escape on its own.
+    # The production set-up, and each layer that is meant to stop the escape on its own: each
+    # layer alone in the slow suite, but for a process escape and a file escape (seccomp's and
+    # Landlock's evidence), which stay here with the production set-up of every payload.
     [
-        pytest.param(name, which, id=f"{name}-{which}-{escape.stopper(which)[0]}")
+        pytest.param(
+            name,
+            which,
+            id=f"{name}-{which}-{escape.stopper(which)[0]}",
+            marks=[pytest.mark.slow] if which != "both" and name not in KEPT_FAST else [],
+        )
         for name, escape in ESCAPES.items()
         for which in ("both", *["hook"][: bool(escape.hook)], *["kernel"][: bool(escape.kernel)])
     ],
@@ -615,7 +644,7 @@ def test_each_escape_is_stopped_by_the_layer_named_for_it(
     stopped_with(box.run(escape.source()), error, box.world)
 
 
-@pytest.mark.parametrize("which", ["both", "hook"])
+@pytest.mark.parametrize("which", ["both", *alone("hook")])
 def test_whatever_the_code_leaves_in_its_folder_is_removed(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
@@ -672,7 +701,7 @@ def layers_or_identity(box: Box, monkeypatch: pytest.MonkeyPatch, which: str) ->
     return replace(box, allow_missing_layers=True)
 
 
-@pytest.mark.parametrize("which", ["both", "kernel", "identity"])  # not the hook's to stop
+@pytest.mark.parametrize("which", ["both", *alone("kernel", "identity")])  # not the hook's to stop
 def test_files_of_other_users_stay_unreadable(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
@@ -688,7 +717,7 @@ def test_files_of_other_users_stay_unreadable(
     stopped_with(outcome, denied("WORLD/private.txt"), box.world)
 
 
-@pytest.mark.parametrize("which", ["both", "kernel", "identity"])  # not the hook's to stop
+@pytest.mark.parametrize("which", ["both", *alone("kernel", "identity")])  # not the hook's to stop
 def test_the_child_is_never_real_root(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
@@ -721,7 +750,7 @@ def test_the_child_is_never_real_root(
     assert ids[3] in ([], [ids[2]]), ids  # no supplementary groups but its own
 
 
-@pytest.mark.parametrize("which", ["both", "kernel"])  # reads are not the hook's to stop
+@pytest.mark.parametrize("which", ["both", *alone("kernel")])  # reads are not the hook's to stop
 def test_the_child_reads_nothing_outside_the_system_folders(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
@@ -790,7 +819,11 @@ STARTED_AHEAD = (  # one call, then its pool's sandboxes wait, started ahead, ma
 )
 
 
-@pytest.mark.parametrize(("script", "running"), [(IN_FLIGHT, 1), (STARTED_AHEAD, 2)])
+@pytest.mark.parametrize(
+    ("script", "running"),
+    # A killed trainer whose sandboxes wait, started ahead: the same end, in the slow suite.
+    [(IN_FLIGHT, 1), pytest.param(STARTED_AHEAD, 2, marks=pytest.mark.slow)],
+)
 def test_the_sandboxes_end_when_the_trainer_is_killed(
     tmp_path: Path, script: str, running: int
 ) -> None:
@@ -811,7 +844,7 @@ def test_the_sandboxes_end_when_the_trainer_is_killed(
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("which", ["both", "kernel"])
+@pytest.mark.parametrize("which", ["both", *alone("kernel")])
 def test_the_child_sees_only_its_own_process(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
@@ -860,7 +893,7 @@ def test_a_process_the_child_starts_ends_with_it(box: Box, monkeypatch: pytest.M
             assert marker.encode() not in (entry / "cmdline").read_bytes(), entry
 
 
-@pytest.mark.parametrize("which", ["both", "kernel"])
+@pytest.mark.parametrize("which", ["both", *alone("kernel")])
 def test_the_child_has_no_capabilities_and_none_to_gain(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
@@ -875,7 +908,8 @@ def test_the_child_has_no_capabilities_and_none_to_gain(
     assert box.run(source).results == (["0" * 16] * 5 + ["1", seccomp],)
 
 
-@pytest.mark.parametrize("which", ["both", "kernel"])  # disk space is not the hook's to limit
+# Disk space is not the hook's to limit.
+@pytest.mark.parametrize("which", ["both", *alone("kernel")])
 def test_the_folder_holds_at_most_file_bytes(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
@@ -931,7 +965,7 @@ def interpreter_with_posixsubprocess_built_in() -> str | None:
     return None
 
 
-@pytest.mark.parametrize("which", ["both", "hook"])
+@pytest.mark.parametrize("which", ["both", *alone("hook")])
 def test_a_banned_module_built_into_the_interpreter_is_refused(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
 ) -> None:
@@ -964,7 +998,14 @@ def test_a_sandbox_started_ahead_returns_what_a_fresh_one_does(warm_box: Box) ->
     assert warm_box.run(source, [[1], [20]]).results == (3, 41)
 
 
-@pytest.mark.parametrize("name", sorted(ESCAPES))
+@pytest.mark.parametrize(
+    "name",
+    # A process escape and a file escape here; every other in the slow suite.
+    [
+        pytest.param(name, marks=[] if name in KEPT_FAST else [pytest.mark.slow])
+        for name in sorted(ESCAPES)
+    ],
+)
 def test_a_sandbox_started_ahead_stops_every_escape(warm_box: Box, name: str) -> None:
     # Its layers were set up before the call existed, exactly as a fresh one's: the same one
     # stops each escape, with the same evidence.
