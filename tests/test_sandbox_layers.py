@@ -8,6 +8,10 @@ of every file it runs that uid 65534 can read (the checkout may sit in a private
 
 Running with missing layers is each code task's own option (`allow_missing_layers`), never
 the process's: the command line's `--weak-sandbox` reaches the task it makes, and only it.
+
+The fast suite keeps one configuration of each behaviour; the slow suite has the rest: each
+other layer refused to a whole command, the unprivileged user's payloads, and `check-adapter`
+of the code task run with a layer missing (about 70 sandboxes uncached, 5 to 15 s each).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import pytest
 
 import mathrl
 import mathrl_fakes
-from cli_process import run_cli, run_main
+from cli_process import run_main
 from mathrl.tasks.code import sandbox
 from mathrl.tasks.code.feedback import CodeFeedbackAdapter
 from mathrl.tasks.code.kernel import kernel_layers
@@ -111,7 +115,11 @@ def test_another_architecture_counts_as_missing_seccomp(monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize(
-    ("weak", "strict"), [(CodeAdapter, CodeFeedbackAdapter), (CodeFeedbackAdapter, CodeAdapter)]
+    ("weak", "strict"),
+    [
+        (CodeAdapter, CodeFeedbackAdapter),
+        pytest.param(CodeFeedbackAdapter, CodeAdapter, marks=pytest.mark.slow),  # the mirror
+    ],
 )
 def test_two_tasks_in_one_process_keep_their_own_policy(
     monkeypatch: pytest.MonkeyPatch, weak: type[CodeAdapter], strict: type[CodeAdapter]
@@ -168,16 +176,22 @@ needs_x86_64 = pytest.mark.skipif(not X86_64, reason="refuse_syscalls.py filters
 @needs_x86_64
 @pytest.mark.parametrize(
     ("refused", "says"),
+    # The fast suite refuses one layer; the others, each its own message, in the slow suite.
     [
         (UNSHARE, "no net namespace for the child (Operation not permitted)"),
-        (LANDLOCK_CREATE_RULESET, "Landlock is off"),
-        (MOUNT, "no mount namespace for the child (Operation not permitted); in a container"),
+        pytest.param(LANDLOCK_CREATE_RULESET, "Landlock is off", marks=pytest.mark.slow),
+        pytest.param(
+            MOUNT,
+            "no mount namespace for the child (Operation not permitted); in a container",
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             SETRESUID,
             "cannot switch the child to uid 65534 (Operation not permitted)",
-            marks=pytest.mark.skipif(
-                os.geteuid() != 0, reason="only root switches the child's uid"
-            ),
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.skipif(os.geteuid() != 0, reason="only root switches the child's uid"),
+            ],
         ),
     ],
 )
@@ -197,7 +211,10 @@ def test_a_run_refuses_to_start_without_a_layer(tmp_path: Path, refused: int, sa
 
 
 @needs_x86_64
-@pytest.mark.parametrize("opt_in", [("--weak-sandbox",), ("--weak-sandbox", "true")])
+@pytest.mark.parametrize(
+    "opt_in",
+    [("--weak-sandbox",), pytest.param(("--weak-sandbox", "true"), marks=pytest.mark.slow)],
+)
 def test_the_opt_in_runs_with_what_is_there_and_says_what_is_missing(
     tmp_path: Path, opt_in: tuple[str, ...]
 ) -> None:
@@ -221,6 +238,7 @@ def test_the_opt_in_runs_with_what_is_there_and_says_what_is_missing(
 
 
 @needs_x86_64
+@pytest.mark.slow  # three real runs under a seccomp filter; the fast suite has one of them
 def test_a_resumed_run_takes_the_opt_in_as_given_again(tmp_path: Path) -> None:
     # Like the reliability settings, it is the resumed session's to give (or not).
     def under_refused_unshare(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -246,6 +264,7 @@ def test_a_resumed_run_takes_the_opt_in_as_given_again(tmp_path: Path) -> None:
     assert all(missing in record["line"] for record in records)
 
 
+@pytest.mark.slow  # check-adapter of the code task without Landlock: ~70 sandboxes, uncached
 def test_the_variable_is_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     without_landlock(monkeypatch)  # in this process: check-adapter runs here
     refused = run_main(tmp_path, "check-adapter", "code")
@@ -275,6 +294,13 @@ def test_sample_takes_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert allowed.returncode == 0, allowed.stderr
     assert allowed.stderr.startswith("mathrl: warning: sandbox without landlock ")
     assert allowed.stdout.splitlines()[-1].startswith("Accuracy: ")
+    # The variable is the opt-in too (as for check-adapter, in the slow suite), and nothing of
+    # it stays behind for the next command.
+    by_variable = run_main(tmp_path, *asked, "--problems", "2", MINT_RL_WEAK_SANDBOX="1")
+    assert (by_variable.returncode, by_variable.stdout) == (0, allowed.stdout), by_variable.stderr
+    assert by_variable.stderr == allowed.stderr
+    again = run_main(tmp_path, *asked)
+    assert (again.returncode, again.stderr) == (2, refused.stderr)
 
 
 def test_a_task_without_a_sandbox_runs_the_same_with_the_opt_in(tmp_path: Path) -> None:
@@ -294,25 +320,32 @@ def test_a_task_without_a_sandbox_runs_the_same_with_the_opt_in(tmp_path: Path) 
     assert settings["weak_sandbox"] is True  # recorded as asked
 
 
+MINE = (
+    "from mathrl.adapter import Unavailable\n"
+    "from mathrl.tasks.addition import MathAdapter\n"
+    "from mathrl.tasks.code import CodeAdapter\n"
+    "def code(allow_missing_layers=False):\n"
+    "    return CodeAdapter(allow_missing_layers=allow_missing_layers)\n"
+    "class NeedsGpu(MathAdapter):\n"
+    "    def preflight(self):\n"
+    "        raise Unavailable('needs a GPU: none is visible here')\n"
+)
+"""mine.py: a task of one's own that takes the option, and one that no option makes ready."""
+
+
 def test_a_task_of_ones_own_takes_the_option_by_its_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A function (or class) whose parameters include allow_missing_layers is given it; a
     # refusal that no option lifts is said as it is, with no opt-in to suggest.
     without_landlock(monkeypatch)
-    (tmp_path / "mine.py").write_text(
-        "from mathrl.adapter import Unavailable\n"
-        "from mathrl.tasks.addition import MathAdapter\n"
-        "from mathrl.tasks.code import CodeAdapter\n"
-        "def code(allow_missing_layers=False):\n"
-        "    return CodeAdapter(allow_missing_layers=allow_missing_layers)\n"
-        "class NeedsGpu(MathAdapter):\n"
-        "    def preflight(self):\n"
-        "        raise Unavailable('needs a GPU: none is visible here')\n"
-    )
-    allowed = run_main(tmp_path, "check-adapter", "mine:code", "--weak-sandbox")
+    (tmp_path / "mine.py").write_text(MINE)
+    mine = ("--backend", "fake", "--adapter", "mine:code", *CODE_RUN[4:])
+    allowed = run_main(tmp_path, *mine, "--weak-sandbox")
     assert allowed.returncode == 0, allowed.stderr
-    assert "; warning: sandbox without landlock (missing layers allowed): " in allowed.stdout
+    assert "mathrl: warning: sandbox without landlock (missing layers allowed): " in (
+        allowed.stderr
+    )
     refused = run_main(tmp_path, "check-adapter", "mine:code")
     assert refused.returncode == 2
     assert refused.stderr.endswith("or run with what is there: --weak-sandbox (or "
@@ -330,6 +363,17 @@ def test_a_task_of_ones_own_takes_the_option_by_its_name(
     assert unread.stderr.startswith("mathrl: error: check-adapter: ")
 
 
+@pytest.mark.slow  # check-adapter of the code task without Landlock: ~70 sandboxes, uncached
+def test_check_adapter_of_a_task_of_ones_own_takes_the_option_by_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    without_landlock(monkeypatch)
+    (tmp_path / "mine.py").write_text(MINE)
+    allowed = run_main(tmp_path, "check-adapter", "mine:code", "--weak-sandbox")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "; warning: sandbox without landlock (missing layers allowed): " in allowed.stdout
+
+
 def _layers_but_landlock() -> str:
     who = "uid 65534, " if os.geteuid() == 0 else "user+"
     seccomp = ", seccomp x86-64" if X86_64 else ""
@@ -337,13 +381,13 @@ def _layers_but_landlock() -> str:
 
 
 def test_a_run_records_its_layers_on_stderr_and_in_its_folder(tmp_path: Path) -> None:
-    run = run_cli(tmp_path, *CODE_RUN, "--log-dir", "run")
+    run = run_main(tmp_path, *CODE_RUN, "--log-dir", "run")
     assert run.returncode == 0, run.stderr
     line = run.stderr.splitlines()[0]
     assert line == f"mathrl: {check_layers().describe()}"
     [record] = json.loads((tmp_path / "run" / "config.json").read_text())["preflight"]
     assert record["line"] == line.removeprefix("mathrl: ")
-    resumed = run_cli(tmp_path, "--resume", "run", "--steps", "2")
+    resumed = run_main(tmp_path, "--resume", "run", "--steps", "2")
     assert resumed.returncode == 0, resumed.stderr
     assert line in resumed.stderr.splitlines()
     records = json.loads((tmp_path / "run" / "config.json").read_text())["preflight"]
@@ -563,6 +607,7 @@ def as_nobody(code: Path, world: Path, refuse: int | None = None) -> dict[str, A
     return report
 
 
+@pytest.mark.slow  # as uid 65534 in real processes: the slow suite
 def test_as_an_unprivileged_user_every_payload_fails(unprivileged: tuple[Path, Path]) -> None:
     code, world = unprivileged
     before = sorted(p.name for p in world.iterdir())
@@ -592,6 +637,7 @@ def test_as_an_unprivileged_user_every_payload_fails(unprivileged: tuple[Path, P
 
 
 @needs_x86_64
+@pytest.mark.slow  # as uid 65534 in real processes: the slow suite
 def test_as_an_unprivileged_user_without_user_namespaces_the_sandbox_refuses(
     unprivileged: tuple[Path, Path],
 ) -> None:
@@ -604,6 +650,7 @@ def test_as_an_unprivileged_user_without_user_namespaces_the_sandbox_refuses(
     assert report["allowed_by"] == ALLOW_MISSING_LAYERS  # the command line words the opt-in
 
 
+@pytest.mark.slow  # as uid 65534 in real processes: the slow suite
 def test_as_an_unprivileged_user_a_run_records_its_layers(unprivileged: tuple[Path, Path]) -> None:
     code, world = unprivileged
     run = subprocess.run(
