@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import strategies as st_
 from cli_process import fresh_interpreters
+from conftest import examples
 from mathrl.adapter import EVAL_STEP
 from mathrl.backend import Datum
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
@@ -54,7 +55,8 @@ def test_constant_rewards_give_no_datums_and_no_training(fake_backend_factory: F
     assert result.saved_path.endswith(checkpoint_name(task, TrainConfig(), 0) + ".json")
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# Seeds 1 and 2: two more 20-step learning runs, in the slow suite.
+@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2))])
 def test_a_run_learns_at_the_cli_defaults(fake_backend_factory: FakeFactory, seed: int) -> None:
     config = TrainConfig(steps=20, seed=seed)
     result = run_grpo(fake_backend_factory(seed=seed), MathAdapter(), config)
@@ -65,7 +67,9 @@ def test_a_run_learns_at_the_cli_defaults(fake_backend_factory: FakeFactory, see
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(3, 15),  # a 2-step training run each
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(config=st_.small_configs())
 def test_datums_are_the_non_empty_completions_of_non_constant_groups(
@@ -93,6 +97,10 @@ def test_datums_are_the_non_empty_completions_of_non_constant_groups(
             assert len(next(trained)) == expected
 
 
+SEEDS = [0, pytest.param(7, marks=pytest.mark.slow)]
+"""A differential test's seeds: the second, the same comparison again, in the slow suite."""
+
+
 ALGORITHMS: dict[str, dict[str, Any]] = {
     "default": {},
     "fill-batch": {"fill_batch": True},
@@ -103,7 +111,7 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_the_loop_matches_the_reference_loop(
     fake_backend_factory: FakeFactory, seed: int, algorithm: str
@@ -118,7 +126,7 @@ def test_the_loop_matches_the_reference_loop(
     assert sum(map(len, by_step)) > 0
 
 
-@pytest.mark.parametrize("seed", [0, 7])
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize(("fill_batch", "kl_coef"), [(False, 0.0), (True, 0.0), (False, 0.1)])
 def test_grpo_step_is_the_reference_step(
     fake_backend_factory: FakeFactory, seed: int, fill_batch: bool, kl_coef: float
