@@ -1,8 +1,17 @@
-"""`--wandb PROJECT`: the metrics mirrored to Weights & Biases, tested in its offline mode."""
+"""`--wandb PROJECT`: the metrics mirrored to Weights & Biases, tested in its offline mode.
+
+Each real W&B run is a `python -m mathrl` of its own that imports wandb (seconds each): the
+fast suite keeps one (a run mirrored, then resumed where wandb is missing), the slow suite the
+others; the mirror's own logic runs here against stand-ins for wandb's run and module.
+"""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
+import json
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +20,12 @@ import pytest
 import mathrl.cli.wandb_mirror
 from cli_process import run_cli, run_main
 from mathrl.cli.extras import install_command
+from mathrl.config import ConfigError
 from mathrl.report import EvalMetrics, StepMetrics
 
-pytest.importorskip("wandb", reason="the wandb extra is not installed")  # nox installs it
+pytestmark = pytest.mark.skipif(  # asked, not imported: importing wandb takes a second
+    importlib.util.find_spec("wandb") is None, reason="the wandb extra is not installed"
+)  # nox installs it
 OFFLINE = {"WANDB_MODE": "offline", "MINT_API_KEY": "sk-do-not-send"}
 
 
@@ -22,6 +34,7 @@ def offline_runs(folder: Path) -> list[Path]:
     return sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))
 
 
+@pytest.mark.slow  # real W&B runs, each in a process of its own
 def test_a_run_mirrors_its_steps_and_evaluations_and_nothing_secret(tmp_path: Path) -> None:
     args = ["--backend", "fake", "--steps", "4", "--eval-every", "2", "--eval-problems", "8"]
     plain = run_cli(tmp_path, *args, "--log-dir", "plain")
@@ -41,6 +54,7 @@ def test_a_run_mirrors_its_steps_and_evaluations_and_nothing_secret(tmp_path: Pa
     assert b"mathrl-test" in logged
 
 
+@pytest.mark.slow  # real W&B runs, each in a process of its own
 def test_a_resumed_run_goes_on_in_the_same_wandb_run(tmp_path: Path) -> None:
     first = run_cli(tmp_path, "--backend", "fake", "--steps", "2", "--log-dir", "run",
                     "--wandb", "mathrl-test", **OFFLINE)  # fmt: skip
@@ -158,6 +172,7 @@ def test_a_run_mirrored_elsewhere_resumes_without_wandb_installed(
 NO_LOGIN = {"WANDB_MODE": "online", "WANDB_API_KEY": ""}  # and HOME has no .netrc
 
 
+@pytest.mark.slow  # real W&B runs, each in a process of its own
 def test_a_wandb_run_that_cannot_start_leaves_no_folder_and_no_stdout(tmp_path: Path) -> None:
     args = ["--backend", "fake", "--steps", "1", "--log-dir", "X", "--wandb", "mathrl-test"]
     refused = run_cli(tmp_path, *args, **NO_LOGIN)
@@ -177,4 +192,41 @@ def test_a_wandb_run_that_cannot_start_leaves_no_folder_and_no_stdout(tmp_path: 
     assert resumed.stderr.splitlines()[-1].endswith(
         "run `wandb login`, or set WANDB_MODE=offline; then resume with: "
         "python -m mathrl --resume X"
+    )
+
+
+def test_the_wandb_run_id_is_the_run_folders_own(tmp_path: Path) -> None:
+    # The same for every resume of a run, wherever its folder moves; another for a new run
+    # made at the same path (its creation time differs); a folder without a record has one too.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    bare = mathrl.cli.wandb_mirror.run_id(folder)
+    (folder / "config.json").write_text(json.dumps({"created": "2026-01-01T00:00:00"}))
+    first = mathrl.cli.wandb_mirror.run_id(folder)
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    folder.rename(moved)
+    assert mathrl.cli.wandb_mirror.run_id(moved) == first != bare
+    (moved / "config.json").write_text(json.dumps({"created": "2026-01-02T00:00:00"}))
+    assert mathrl.cli.wandb_mirror.run_id(moved) != first
+
+
+def test_a_wandb_run_that_cannot_start_is_one_line_saying_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # wandb.init raising, as online without a login does (the command line's part, no folder
+    # and no stdout, is in the slow suite with a real wandb).
+    def init(**settings: Any) -> None:
+        raise RuntimeError("api_key not configured (no-tty)")
+
+    stand_in = types.ModuleType("wandb")
+    stand_in.__spec__ = importlib.machinery.ModuleSpec("wandb", None)  # an installed package
+    setattr(stand_in, "init", init)  # noqa: B010  # a module's attributes, for mypy
+    setattr(stand_in, "Settings", dict)  # noqa: B010
+    monkeypatch.setitem(sys.modules, "wandb", stand_in)
+    with pytest.raises(ConfigError) as refused:
+        mathrl.cli.wandb_mirror.WandbMirror("mathrl-test", tmp_path / "run", {}, print)
+    assert str(refused.value) == (
+        "--wandb could not start a W&B run in project 'mathrl-test' (api_key not configured "
+        "(no-tty)); run `wandb login`, or set WANDB_MODE=offline"
     )
