@@ -320,7 +320,9 @@ def accuracies(stdout: str) -> list[float]:
     ("module", "source", "spec"),
     [
         ("subtraction", SUBTRACTION_TASK, "subtraction:Subtraction"),
-        ("letters", COUNT_LETTERS_TASK, "letters:CountLetters"),
+        pytest.param(  # the same task as by its file's path, below: in the slow suite
+            "letters", COUNT_LETTERS_TASK, "letters:CountLetters", marks=pytest.mark.slow
+        ),
         ("letters_file", COUNT_LETTERS_TASK, "tasks/letters_file.py:CountLetters"),
     ],
 )

@@ -69,7 +69,9 @@ def test_reward_worked_examples() -> None:
     "code",
     [
         "import os\nos._exit(0)\n",
-        "def f(x):\n    while True:\n        pass\n",
+        pytest.param(  # seconds of CPU to its limit: test_sandbox has the limit in the fast suite
+            "def f(x):\n    while True:\n        pass\n", marks=pytest.mark.slow
+        ),
         "import os\nos.fork()\ndef f(x):\n    return x * x + 3\n",
         # /var/tmp and /dev/shm: world-writable (its own /tmp is its folder, a private tmpfs)
         "open('/var/tmp/escape-from-mathrl', 'w').write('x')\ndef f(x):\n    return x * x + 3\n",

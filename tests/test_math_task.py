@@ -455,6 +455,7 @@ def test_the_default_task_passes_check_adapter() -> None:
 
 
 @needs_math_verify
+@pytest.mark.slow  # math-verify grading a file's answers; the default task's check stays fast
 def test_a_math_format_file_written_here_passes_check_adapter(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (DATA / "equivalence.jsonl").read_text().splitlines()]
     train = write(tmp_path / "math.jsonl", rows)

@@ -39,7 +39,8 @@ def accuracies(result: RunResult) -> list[float]:
 # -- learning ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# Seeds 1 and 2: four more 20-step runs, in the slow suite.
+@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2))])
 def test_off_policy_learns_and_ends_near_on_policy(
     fake_backend_factory: FakeFactory, seed: int
 ) -> None:

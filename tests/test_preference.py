@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -84,6 +85,11 @@ def test_win_rates_average_one_half_whatever_the_scores(scores: list[int]) -> No
     assert abs(sum(wins) / len(wins) - 0.5) < 1e-12
 
 
+def test_the_preference_task_passes_check_adapter() -> None:
+    checks_passed(PreferenceChat())
+
+
+@pytest.mark.slow  # two 20-step runs of the task; its contract is checked in the fast suite
 def test_the_preference_task_passes_check_adapter_and_learns_on_the_fake(tmp_path: Path) -> None:
     # One check more with learns=True: a 20-step run on the fake, which learned.
     assert checks_passed(PreferenceChat(), learns=True) == checks_passed(PreferenceChat()) + 1

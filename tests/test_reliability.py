@@ -39,8 +39,13 @@ def test_a_run_with_a_fifth_of_its_calls_failing_prints_what_a_clean_run_prints(
     assert any("forward_backward/optim_step" in line for line in retries)
     # A round's failed sample requests make one line between them.
     assert any(re.search(r"retry 1 of sample \(\d+ requests\)", line) for line in retries)
+
+
+@pytest.mark.slow  # two more 20-step runs; the fast suite has the retry window's own tests
+def test_a_run_whose_sample_request_fails_four_times_running_goes_on(tmp_path: Path) -> None:
     # At seed 0 one sample request fails four times running: the retry window carries it
     # (a count cap of 3, the old default, ended that run).
+    args = ("--backend", "fake", "--steps", "20", "--retry-delay", "0")
     clean0 = run_main(tmp_path, *args)
     faulty0 = run_main(tmp_path, *args, "--fake-fault-rate", "0.2")
     assert (faulty0.returncode, faulty0.stdout) == (0, clean0.stdout)
