@@ -5,12 +5,12 @@ from __future__ import annotations
 import random
 import re
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import strategies as st_
 from cli_process import fresh_interpreters
-from conftest import checks_passed
+from conftest import checks_passed, examples
 from mathrl.tasks.addition import (
     FEWSHOT,
     AdditionProblem,
@@ -111,6 +111,7 @@ def test_prompt_is_the_seed_prompt(problem: AdditionProblem) -> None:
     assert prompt == f"{FEWSHOT}Q: What is {problem.a} + {problem.b}?\nA:"
 
 
+@settings(max_examples=examples(25, 100))  # long texts: 50 ms an example under coverage
 @given(st_.any_text)
 def test_parse_answer_reads_the_first_integer_of_any_text(text: str) -> None:
     # Never raises, and gives the value of the first "-?digits" run, in ASCII digits only.

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import strategies as st_
+from conftest import examples
 from mathrl.cli.settings import (
     BY_FIELD,
     SETTINGS,
@@ -55,6 +56,7 @@ def _build_from(setting_index: int, raw: str) -> Config:
     return build_config({setting.field: raw}, {}, backend="fake")
 
 
+@settings(max_examples=examples(25, 100))  # long texts: 50 ms an example under coverage
 @given(st_.setting_indices, st_.raw_setting_values)
 def test_a_bad_value_names_its_source_and_never_escapes_as_another_error(
     index: int, raw: str

@@ -80,6 +80,15 @@ def make_server(tmp_path: Path) -> Iterator[ServerFactory]:
         server.release.set()
 
 
+@pytest.fixture(scope="module")
+def refusing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeMintServer]:
+    """One FakeMintServer for the tests of what it refuses, which change nothing in it: each
+    server learns 10,000 references as it is made."""
+    server = FakeMintServer(math_references(), checkpoint_dir=tmp_path_factory.mktemp("mint"))
+    yield server
+    server.release.set()
+
+
 def backend_on(server: FakeMintServer) -> MintBackend:
     training = server.connect(api_key=KEY).create_lora_training_client("fake/base", rank=4)
     return MintBackend(training, training.get_tokenizer(), secret=KEY)
@@ -612,9 +621,9 @@ def mint_datum(**inputs: types.TensorData) -> types.Datum:
     ],
 )
 def test_the_fake_refuses_bad_forward_backward(
-    make_server: ServerFactory, data: list[Any], loss_fn: str, message: str
+    refusing_server: FakeMintServer, data: list[Any], loss_fn: str, message: str
 ) -> None:
-    training = make_server().connect().create_lora_training_client("fake/base")
+    training = refusing_server.connect().create_lora_training_client("fake/base")
     with pytest.raises(tinker.RequestFailedError, match=message):
         training.forward_backward(data, loss_fn).result()
 
@@ -645,9 +654,9 @@ def test_the_fake_refuses_bad_optim_steps_and_names(make_server: ServerFactory) 
     ],
 )
 def test_the_fake_refuses_bad_sampling_params(
-    make_server: ServerFactory, params: Any, message: str
+    refusing_server: FakeMintServer, params: Any, message: str
 ) -> None:
-    server = make_server()
+    server = refusing_server
     training = server.connect().create_lora_training_client("fake/base")
     path = training.save_weights_for_sampler("w").result().path
     client = server.connect().create_sampling_client(model_path=path)
