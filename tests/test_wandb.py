@@ -1,8 +1,9 @@
 """`--wandb PROJECT`: the metrics mirrored to Weights & Biases, tested in its offline mode.
 
-Each real W&B run is a `python -m mathrl` of its own that imports wandb (seconds each): the
-fast suite keeps one (a run mirrored, then resumed where wandb is missing), the slow suite the
-others; the mirror's own logic runs here against stand-ins for wandb's run and module.
+Each real W&B run is a `python -m mathrl` of its own that imports wandb (seconds each): those
+are the slow suite's. The fast suite runs the same commands in this process against a
+stand-in for the wandb module (`StandInWandb`: `init` makes a run that keeps what it is told),
+and the mirror's own logic against stand-ins for wandb's run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import pytest
 import mathrl.cli.wandb_mirror
 from cli_process import run_cli, run_main
 from mathrl.cli.extras import install_command
-from mathrl.config import ConfigError
 from mathrl.report import EvalMetrics, StepMetrics
 
 pytestmark = pytest.mark.skipif(  # asked, not imported: importing wandb takes a second
@@ -149,6 +149,7 @@ def test_wandb_failing_mid_run_stops_the_mirror_with_one_warning_not_the_run() -
     ]
 
 
+@pytest.mark.slow  # real W&B runs, each in a process of its own
 def test_a_run_mirrored_elsewhere_resumes_without_wandb_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -211,22 +212,125 @@ def test_the_wandb_run_id_is_the_run_folders_own(tmp_path: Path) -> None:
     assert mathrl.cli.wandb_mirror.run_id(moved) != first
 
 
-def test_a_wandb_run_that_cannot_start_is_one_line_saying_what_to_do(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # wandb.init raising, as online without a login does (the command line's part, no folder
-    # and no stdout, is in the slow suite with a real wandb).
-    def init(**settings: Any) -> None:
-        raise RuntimeError("api_key not configured (no-tty)")
+class StandInRun:
+    """A W&B run, offline, for the fast suite: keeps what it is told."""
 
-    stand_in = types.ModuleType("wandb")
-    stand_in.__spec__ = importlib.machinery.ModuleSpec("wandb", None)  # an installed package
-    setattr(stand_in, "init", init)  # noqa: B010  # a module's attributes, for mypy
-    setattr(stand_in, "Settings", dict)  # noqa: B010
-    monkeypatch.setitem(sys.modules, "wandb", stand_in)
-    with pytest.raises(ConfigError) as refused:
-        mathrl.cli.wandb_mirror.WandbMirror("mathrl-test", tmp_path / "run", {}, print)
-    assert str(refused.value) == (
-        "--wandb could not start a W&B run in project 'mathrl-test' (api_key not configured "
-        "(no-tty)); run `wandb login`, or set WANDB_MODE=offline"
+    offline = True
+    url = None
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+        self.dir = str(Path(settings["dir"]) / "wandb" / "stand-in")
+        self.defined: list[str] = []
+        self.logged: list[dict[str, float]] = []
+        self.finished = False
+
+    def define_metric(self, name: str, step_metric: str | None = None) -> None:
+        self.defined.append(name)
+
+    def log(self, data: dict[str, float]) -> None:
+        self.logged.append(dict(data))
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+class StandInWandb:
+    """The wandb module as mathrl uses it (`init`, `Settings`), without importing wandb: each
+    `init` makes a StandInRun, or raises `refusal` if one is set, as online without a login."""
+
+    def __init__(self) -> None:
+        self.runs: list[StandInRun] = []
+        self.refusal: Exception | None = None
+
+    def init(self, **settings: Any) -> StandInRun:
+        if self.refusal is not None:
+            raise self.refusal
+        self.runs.append(StandInRun(**settings))
+        return self.runs[-1]
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> StandInWandb:
+    wandb = StandInWandb()
+    module = types.ModuleType("wandb")
+    module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)  # an installed package
+    setattr(module, "init", wandb.init)  # noqa: B010  # a module's attributes, for mypy
+    setattr(module, "Settings", dict)  # noqa: B010
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    return wandb
+
+
+def test_a_run_mirrors_its_steps_and_evaluations_to_one_wandb_run(
+    tmp_path: Path, stand_in: StandInWandb
+) -> None:
+    # The real W&B run's files, and W&B's chatter kept off the terminal: in the slow suite.
+    args = ["--backend", "fake", "--steps", "4", "--eval-every", "2", "--eval-problems", "8"]
+    plain = run_main(tmp_path, *args, "--log-dir", "plain")
+    mirrored = run_main(tmp_path, *args, "--log-dir", "run", "--wandb", "mathrl-test",
+                        MINT_API_KEY="sk-do-not-send")  # fmt: skip
+    assert mirrored.returncode == 0, mirrored.stderr
+    assert mirrored.stdout.splitlines()[:-1] == plain.stdout.splitlines()[:-1]
+    [run] = stand_in.runs
+    assert f"mathrl: mirroring metrics to W&B: {run.dir}" in mirrored.stderr
+    assert (run.settings["project"], run.settings["name"]) == ("mathrl-test", "run")
+    assert run.settings["id"] == mathrl.cli.wandb_mirror.run_id(tmp_path / "run")
+    assert run.settings["resume"] == "allow"
+    assert "sk-do-not-send" not in repr(run.settings)  # its config is the settings, no key
+    assert run.defined == ["train/step", "train/*", "eval/step", "eval/*"]
+    assert [m["train/step"] for m in run.logged if "train/step" in m] == [1, 2, 3, 4]
+    assert [m["eval/step"] for m in run.logged if "eval/step" in m] == [0, 2, 4]
+    assert all("train/loss" in m for m in run.logged if "train/step" in m)
+    assert run.finished
+
+
+def test_a_resumed_run_goes_on_in_the_same_wandb_run_and_without_wandb_says_so(
+    tmp_path: Path, stand_in: StandInWandb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = run_main(tmp_path, "--backend", "fake", "--steps", "2", "--log-dir", "run",
+                     "--wandb", "mathrl-test")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    resumed = run_main(tmp_path, "--resume", "run", "--steps", "3")
+    assert resumed.returncode == 0, resumed.stderr
+    same = mathrl.cli.wandb_mirror.run_id(tmp_path / "run")
+    assert [run.settings["id"] for run in stand_in.runs] == [same, same]  # one W&B run for both
+    assert stand_in.runs[1].settings["project"] == "mathrl-test"  # recorded, not asked again
+    # Resumed where wandb is missing: a warning, and the run goes on unmirrored.
+    real = importlib.util.find_spec
+
+    def missing(name: str, *args: Any) -> Any:
+        return None if name == "wandb" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    elsewhere = run_main(tmp_path, "--resume", "run", "--steps", "4")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert "mathrl: not mirroring to W&B project 'mathrl-test': wandb is not installed here" in (
+        elsewhere.stderr
     )
+    assert elsewhere.stdout.splitlines()[1].startswith("Step 4:")
+    assert len(stand_in.runs) == 2
+
+
+def test_a_wandb_run_that_cannot_start_leaves_no_new_folder_and_says_how_to_go_on(
+    tmp_path: Path, stand_in: StandInWandb
+) -> None:
+    args = ["--backend", "fake", "--steps", "1", "--log-dir", "X", "--wandb", "mathrl-test"]
+    stand_in.refusal = RuntimeError("api_key not configured (no-tty)")
+    refused = run_main(tmp_path, *args)
+    assert (refused.returncode, refused.stdout) == (2, "")  # not even the `Model:` line
+    assert refused.stderr.splitlines()[-1] == (
+        "mathrl: error: --wandb could not start a W&B run in project 'mathrl-test' (api_key not "
+        "configured (no-tty)); run `wandb login`, or set WANDB_MODE=offline"
+    )
+    assert not (tmp_path / "X").exists()
+    stand_in.refusal = None
+    assert run_main(tmp_path, *args).returncode == 0
+    # A resumed run keeps its folder, and the error says how to go on.
+    stand_in.refusal = RuntimeError("api_key not configured (no-tty)")
+    resumed = run_main(tmp_path, "--resume", "X", "--steps", "2", "--wandb", "other")
+    assert (resumed.returncode, resumed.stdout) == (2, "")
+    assert resumed.stderr.splitlines()[-1].endswith(
+        "run `wandb login`, or set WANDB_MODE=offline; then resume with: "
+        "python -m mathrl --resume X"
+    )
+    assert (tmp_path / "X" / "config.json").exists()
