@@ -8,6 +8,8 @@ import atexit
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
@@ -24,9 +26,14 @@ from mathrl.testing import check_adapter
 from mathrl_fakes import FakeBackend, PromptKey, Reference, references_for
 
 # Nothing of hypothesis's in the checkout (no example database, no caches):
-# tests write only to temporary folders, and remove them.
-_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="mathrl-hypothesis-")
-atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
+# tests write only to temporary folders, and remove them. One folder for the session: xdist's
+# workers inherit it from the process that starts them, which removes it.
+_HYPOTHESIS_HOME = os.environ.get("MATHRL_HYPOTHESIS_HOME", "")
+if not _HYPOTHESIS_HOME:
+    _HYPOTHESIS_HOME = os.environ["MATHRL_HYPOTHESIS_HOME"] = tempfile.mkdtemp(
+        prefix="mathrl-hypothesis-"
+    )
+    atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
 set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 # No deadline: these machines are shared, and timing is the benchmark's business, not a test's.
 settings.register_profile("mathrl", database=None, deadline=None)
@@ -34,6 +41,25 @@ settings.load_profile("mathrl")
 THOROUGH = os.environ.get("MATHRL_HYPOTHESIS") == "thorough"
 """Set by `nox -s slow`, which runs every property (`-m "slow or hypothesis"`) again: the ones
 whose examples cost a second or more get their full count there (`examples`)."""
+
+
+WARM_UP = (
+    "import sys\n"
+    "from hypothesis.configuration import set_hypothesis_home_dir\n"
+    "set_hypothesis_home_dir(sys.argv[1])\n"
+    "from hypothesis import find, strategies as st\n"
+    "find(st.text(min_size=1), bool)\n"
+)
+"""Makes hypothesis write down which characters UTF-8 encodes, the table behind every text
+strategy, which it computes once per home folder: 1.5 s, or 5 s under coverage's tracer."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before xdist starts its workers, which share the home folder: the table, written once
+    for all of them by an interpreter that coverage does not trace."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        untraced = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
+        subprocess.run([sys.executable, "-c", WARM_UP, _HYPOTHESIS_HOME], env=untraced, check=True)
 
 
 def examples(fast: int, thorough: int) -> int:
