@@ -66,6 +66,7 @@ def test_the_reward_names_which_try_passed() -> None:
     assert adapter.evaluate([1.0, SECOND_TRY, 0.0]) == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow  # ~75 sandboxes, 10-20 s; the checks run on the other tasks in the fast suite
 def test_code_feedback_passes_check_adapter() -> None:
     # The code task's checks, and its episodes' on top (the sandbox's line ends both summaries).
     assert checks_passed(CodeFeedbackAdapter()) > checks_passed(CodeAdapter())

@@ -84,7 +84,7 @@ def test_code_that_misbehaves_scores_nothing(code: str) -> None:
     assert not Path("/dev/shm/escape-from-mathrl").exists()
 
 
-@pytest.mark.slow  # the same check runs in test_code_feedback's, in the fast suite
+@pytest.mark.slow  # ~75 sandboxes, 10-20 s; the checks run on the other tasks in the fast suite
 def test_the_code_task_passes_check_adapter() -> None:
     # Its summary names the task and ends with the sandbox's own line (its preflight).
     checks_passed(CodeAdapter())
