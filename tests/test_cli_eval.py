@@ -106,6 +106,7 @@ def test_eval_of_a_run_folder_beats_the_base_model_and_is_recorded(trained: Path
     assert all("pass@1" not in r for r in records(trained / "run" / "metrics.jsonl"))
 
 
+@pytest.mark.slow
 def test_eval_of_a_checkpoint_path_is_the_run_folders_without_the_record(trained: Path) -> None:
     saved = last_sampler(trained / "run")
     by_path = run_main(trained, "eval", "--backend", "fake", "--model-path", saved["path"])
@@ -319,6 +320,7 @@ class Overlapping(MathAdapter):
 """
 
 
+@pytest.mark.slow
 def test_eval_of_a_run_folder_leaves_out_what_its_run_trained_on(tmp_path: Path) -> None:
     (tmp_path / "overlapping.py").write_text(OVERLAPPING)
     train = run_main(tmp_path, "--backend", "fake", "--adapter", "overlapping:Overlapping",

@@ -259,6 +259,7 @@ def test_a_rejected_key_exits_1_and_never_shows_the_key(
         assert leak not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_real_run_keeps_irrelevant_library_advice_off_stderr(tmp_path: Path) -> None:
     # transformers announces on import that PyTorch is missing; the tokenizer does not need it.
     script = "import mathrl.service.mint_backend, transformers; print('loaded')"

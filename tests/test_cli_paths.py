@@ -43,6 +43,7 @@ class Overlapping:
 '''
 
 
+@pytest.mark.slow
 def test_a_service_that_fails_mid_run_leaves_a_run_that_resumes_to_the_same_end(
     tmp_path: Path,
 ) -> None:

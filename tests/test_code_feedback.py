@@ -99,6 +99,7 @@ def test_code_feedback_learns_over_the_mint_sdk(tmp_path: Path) -> None:
     assert statistics.mean(accuracy[15:]) >= statistics.mean(accuracy[:5]) + 0.20
 
 
+@pytest.mark.slow
 def test_the_run_folder_records_each_episodes_earlier_turns(tmp_path: Path) -> None:
     # One step of 4 groups has episodes of either length (three of 8 recorded were rescued).
     run = run_main(tmp_path, "--backend", "fake", "--adapter", "code-feedback", "--log-dir", "run",

@@ -296,6 +296,7 @@ def test_unknown_prompts_get_the_uniform_policy_only_when_asked(tmp_path: Path) 
     asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_sampling_is_deterministic_across_processes(tmp_path: Path) -> None:
     code = (
         "import asyncio, sys, pathlib\n"

@@ -111,8 +111,18 @@ ALGORITHMS: dict[str, dict[str, Any]] = {
 }
 
 
+FAST_ALGORITHMS = ("default", "dro, 2 substeps", "KL 0.1, 2 substeps")
+"""The settings the fast suite compares (every branch of the step); `nox -s slow` all of them."""
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        pytest.param(name, marks=[] if name in FAST_ALGORITHMS else [pytest.mark.slow])
+        for name in ALGORITHMS
+    ],
+)
 def test_the_loop_matches_the_reference_loop(
     fake_backend_factory: FakeFactory, seed: int, algorithm: str
 ) -> None:

@@ -233,6 +233,7 @@ def test_a_json_file_must_hold_a_list_of_objects(tmp_path: Path) -> None:
         MathDatasetAdapter(train=str(tmp_path / "t.json"))
 
 
+@pytest.mark.slow
 @needs_pyarrow
 def test_a_broken_parquet_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "t.parquet").write_bytes(b"not parquet")
@@ -404,6 +405,7 @@ def test_reward_worked_examples(completion: str, parts: tuple[float, float]) -> 
     assert (reward["correct"], reward["format"]) == parts
 
 
+@pytest.mark.slow
 @needs_math_verify
 def test_a_latex_bomb_in_the_box_scores_the_format_alone() -> None:
     task = MathDatasetAdapter(grading_timeout=1.0)

@@ -452,12 +452,28 @@ def test_the_default_base_url_is_mints() -> None:
 
 @pytest.mark.parametrize(
     ("hang_at", "opener", "phase"),
+    # Every phase has its deadline; two of them here, every one in the slow suite.
     [
         ("connect", "backend", "could not reach MinT at http://127.0.0.1:9 within 0.2 s"),
-        ("create_lora_training_client", "backend", "did not finish creating a LoRA training"),
+        pytest.param(
+            "create_lora_training_client",
+            "backend",
+            "did not finish creating a LoRA training",
+            marks=pytest.mark.slow,
+        ),
         ("get_tokenizer", "backend", "did not finish loading the tokenizer within 0.3 s"),
-        ("create_sampling_client", "sampler", "did not finish opening a sampler for ckpt"),
-        ("connect", "sampler", "could not reach MinT at http://127.0.0.1:9 within 0.2 s"),
+        pytest.param(
+            "create_sampling_client",
+            "sampler",
+            "did not finish opening a sampler for ckpt",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "connect",
+            "sampler",
+            "could not reach MinT at http://127.0.0.1:9 within 0.2 s",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_a_service_that_never_answers_is_unreachable_by_the_deadline(

@@ -156,6 +156,7 @@ def test_maj_at_k_worked_examples() -> None:
     assert majority_at_k(["7", "7", "5"], [True, False, False], 3) == 1.0
 
 
+@pytest.mark.slow
 def test_maj_at_k_on_many_samples_is_quick_enough_to_be_exact() -> None:
     # 256 samples over 30 answers, k = 128: the count takes well under a second.
     answers: list[str | None] = [str(i % 30) for i in range(MAX_SAMPLES)]

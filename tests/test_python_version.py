@@ -54,6 +54,7 @@ def older_pythons() -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_importing_mathrl_on_an_older_python_says_so_in_one_line() -> None:
     pythons = older_pythons()
     if not pythons:

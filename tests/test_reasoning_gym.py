@@ -29,11 +29,11 @@ from types import ModuleType
 from typing import Any, Literal
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import strategies
-from conftest import checks_passed
+from conftest import checks_passed, examples
 from mathrl.adapter import OptionError, Response, Unavailable
 from mathrl.resolved import as_task
 from mathrl.tasks import BUILT_IN
@@ -391,6 +391,7 @@ ACROSS = ("word_sorting", "family_relationships")
 CHILD = "import json, test_reasoning_gym as t; print(json.dumps([t.draws(n) for n in t.ACROSS]))"
 
 
+@pytest.mark.slow
 def test_the_same_problems_in_every_process() -> None:
     library()
     done = subprocess.run(
@@ -405,6 +406,7 @@ def test_the_same_problems_in_every_process() -> None:
     assert json.loads(done.stdout) == [draws(name) for name in ACROSS]
 
 
+@settings(max_examples=examples(25, 100))  # each scores in a child process
 @given(strategies.tagged_text, st.sampled_from(["stop", "end_of_turn", "length"]))
 def test_rewards_are_two_finite_parts_in_range(text: str, ended: Any) -> None:
     library()
@@ -480,6 +482,7 @@ def test_scoring_processes_give_a_number_or_none(
     assert capfd.readouterr().out == ""  # what a scorer prints goes nowhere
 
 
+@pytest.mark.slow
 def test_each_thread_scores_in_a_child_of_its_own_and_they_end_with_the_scorer() -> None:
     scoring = ScoringProcesses(misbehaving, seconds=30)
     with ThreadPoolExecutor(3) as pool:

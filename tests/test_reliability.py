@@ -26,6 +26,7 @@ from test_cli_mint import SilentServer
 # -- faults -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_run_with_a_fifth_of_its_calls_failing_prints_what_a_clean_run_prints(
     tmp_path: Path,
 ) -> None:
@@ -51,6 +52,7 @@ def test_a_run_whose_sample_request_fails_four_times_running_goes_on(tmp_path: P
     assert (faulty0.returncode, faulty0.stdout) == (0, clean0.stdout)
 
 
+@pytest.mark.slow
 def test_a_run_whose_every_call_fails_ends_after_the_retry_window(tmp_path: Path) -> None:
     started = time.monotonic()
     done = run_main(tmp_path, "--backend", "fake", "--fake-fault-rate", "1",
@@ -353,6 +355,7 @@ def test_resume_with_more_steps_extends_a_finished_run_as_if_it_had_asked_for_th
     assert [r["step"] for r in read_run(tmp_path / "X").steps] == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_ends_the_run_quietly_and_resumably(tmp_path: Path) -> None:
     with start(tmp_path, "--backend", "fake", "--steps", "40", "--fake-latency", "0.05",
                "--log-dir", "X") as child:  # fmt: skip

@@ -248,6 +248,7 @@ def test_a_training_fault_with_no_saved_state_says_so(fake_backend_factory: Fake
         asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_a_failed_restore_is_itself_retried(fake_backend_factory: FakeFactory) -> None:
     config = TrainConfig(steps=4)
     clean_backend = fake_backend_factory()

@@ -418,6 +418,7 @@ class AnswerInItsProcess(MathAdapter):
         return named_answer(completion)
 
 
+@pytest.mark.slow
 def test_a_final_answer_whose_process_dies_is_a_task_error(
     fake_backend_factory: FakeFactory,
 ) -> None:

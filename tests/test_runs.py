@@ -169,6 +169,7 @@ def test_greedy_held_out_accuracy_starts_low_and_rises(
     assert after >= before + 0.15
 
 
+@pytest.mark.slow
 def test_evaluation_asks_held_out_problems_greedily_and_adds_no_save(
     fake_backend_factory: FakeFactory,
 ) -> None:
@@ -349,6 +350,7 @@ def test_progress_shows_on_a_terminal_and_never_touches_stdout(tmp_path: Path) -
     assert "run folder:" in text
 
 
+@pytest.mark.slow
 def test_no_bar_when_stdout_is_a_pipe_whose_reader_may_share_the_screen(tmp_path: Path) -> None:
     # `| tee log` writes our stdout lines onto the terminal whenever it likes: a live bar
     # there would draw over them, so there is none.

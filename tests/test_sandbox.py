@@ -782,6 +782,7 @@ def processes_limited_to(open_files: int) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_child_that_leaves_its_process_group_still_ends_with_the_call(
     box: Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1080,6 +1081,7 @@ def test_each_sandbox_started_ahead_serves_one_call(
     assert no_children_left()
 
 
+@pytest.mark.slow
 def test_a_sandbox_that_died_waiting_is_passed_over(
     box: Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1097,6 +1099,7 @@ def test_a_sandbox_that_died_waiting_is_passed_over(
     assert no_children_left()
 
 
+@pytest.mark.slow
 def test_a_call_of_another_kind_starts_its_own(box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
     # Other limits: the sandboxes waiting have the wrong ones, so they go, and it starts its own.
     monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 2)
@@ -1134,6 +1137,7 @@ def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
     assert no_children_left()
 
 
+@pytest.mark.slow
 def test_a_call_in_flight_when_the_pool_closes_still_finishes(
     box: Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1157,6 +1161,7 @@ def test_a_call_in_flight_when_the_pool_closes_still_finishes(
     assert no_children_left()
 
 
+@pytest.mark.slow
 def test_a_fork_of_the_trainer_does_not_hold_up_a_sandbox_started_before_it(
     box: Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1182,6 +1187,7 @@ def test_a_fork_of_the_trainer_does_not_hold_up_a_sandbox_started_before_it(
     assert outcome.results == (2,), outcome
 
 
+@pytest.mark.slow
 def test_a_fork_of_the_trainer_that_calls_the_sandbox_leaves_the_pools_alone(
     box: Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -139,6 +139,7 @@ def test_two_tasks_in_one_process_keep_their_own_policy(
     assert allowing.compute_reward(code + "# again\n", problem) == passed  # nor the other way
 
 
+@pytest.mark.slow
 def test_the_option_reaches_the_sandboxes_started_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     # A sandbox started ahead for a task that refuses missing layers stops at its set-up and
     # is passed over; one started for a task that allows them serves its call.
@@ -282,6 +283,7 @@ def test_the_variable_is_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.Monk
     assert again.stderr.startswith("mathrl: error: sandbox: Landlock is off")
 
 
+@pytest.mark.slow
 def test_sample_takes_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trained = run_main(tmp_path, *CODE_RUN, "--log-dir", "run")
     assert trained.returncode == 0, trained.stderr

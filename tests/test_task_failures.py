@@ -81,6 +81,7 @@ HANGS_AT_STEP_3 = (
 )
 
 
+@pytest.mark.slow
 def test_a_reward_past_the_timeout_ends_the_run_in_one_line_and_resumes_with_more_time(
     tmp_path: Path,
 ) -> None:
