@@ -36,11 +36,14 @@ if not _HYPOTHESIS_HOME:
     atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
 set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 # No deadline: these machines are shared, and timing is the benchmark's business, not a test's.
-settings.register_profile("mathrl", database=None, deadline=None)
-settings.load_profile("mathrl")
 THOROUGH = os.environ.get("MATHRL_HYPOTHESIS") == "thorough"
-"""Set by `nox -s slow`, which runs every property (`-m "slow or hypothesis"`) again: the ones
-whose examples cost a second or more get their full count there (`examples`)."""
+"""Set by `nox -s slow`, which runs every property (`-m "slow or hypothesis"`) again with
+hypothesis's full 100 examples, and the ones whose examples cost a second or more with their
+full count (`examples`); the fast suite tries 25 of each."""
+settings.register_profile(
+    "mathrl", database=None, deadline=None, max_examples=100 if THOROUGH else 25
+)
+settings.load_profile("mathrl")
 
 
 WARM_UP = (

@@ -50,6 +50,7 @@ def service(tmp_path: Path) -> Iterator[FakeMintHTTP]:
     server.close()
 
 
+@pytest.mark.slow
 def test_eval_of_the_base_model_over_the_sdk_sends_every_request_at_once(
     tmp_path: Path, service: FakeMintHTTP
 ) -> None:

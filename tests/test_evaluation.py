@@ -107,7 +107,7 @@ def without_times(m: StepMetrics) -> StepMetrics:
     return replace(m, seconds=0.0, sampling_seconds=0.0, training_seconds=0.0, sampler_path=weights)
 
 
-@pytest.mark.parametrize("off_policy", [0, 1])
+@pytest.mark.parametrize("off_policy", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_eval_k_adds_pass_at_k_to_each_evaluation_and_changes_nothing_else(
     fake_backend_factory: FakeFactory, off_policy: int
 ) -> None:

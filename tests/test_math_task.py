@@ -450,6 +450,7 @@ def _not_installed(name: str) -> str:
     raise importlib.metadata.PackageNotFoundError(name)
 
 
+@pytest.mark.slow
 @needs_math_verify
 def test_the_default_task_passes_check_adapter() -> None:
     assert checks_passed(MathDatasetAdapter()) >= 300  # the grader's preflight line included

@@ -110,7 +110,9 @@ def shown(result: RunResult) -> list[tuple[int, float, int, float | None]]:
     return [(m.step, m.accuracy, m.datums, m.loss) for m in result.steps]
 
 
-@pytest.mark.parametrize(("off_policy", "stop_after"), [(0, 5), (0, 7), (1, 7)])
+@pytest.mark.parametrize(
+    ("off_policy", "stop_after"), [(0, 5), pytest.param(0, 7, marks=pytest.mark.slow), (1, 7)]
+)
 def test_a_stopped_run_resumes_exactly_where_it_stopped(
     tmp_path: Path, off_policy: int, stop_after: int
 ) -> None:

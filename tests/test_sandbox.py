@@ -1113,7 +1113,10 @@ def test_a_call_of_another_kind_starts_its_own(box: Box, monkeypatch: pytest.Mon
     assert no_children_left()
 
 
-@pytest.mark.parametrize("error", [OSError("no more processes"), RuntimeError("a bug")])
+@pytest.mark.parametrize(
+    "error",
+    [OSError("no more processes"), pytest.param(RuntimeError("a bug"), marks=pytest.mark.slow)],
+)
 def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
     box: Box, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
@@ -1215,6 +1218,7 @@ def test_a_fork_of_the_trainer_that_calls_the_sandbox_leaves_the_pools_alone(
     assert no_children_left()
 
 
+@pytest.mark.slow
 def test_calls_that_may_start_processes_are_never_started_ahead(
     box: Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1229,6 +1233,7 @@ def test_calls_that_may_start_processes_are_never_started_ahead(
         assert (warm.ready, warm.taken) == (0, 0)
 
 
+@pytest.mark.slow
 def test_a_sandbox_waiting_for_its_call_holds_none_of_the_trainers_memory(
     box: Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -335,6 +335,7 @@ MINE = (
 """mine.py: a task of one's own that takes the option, and one that no option makes ready."""
 
 
+@pytest.mark.slow
 def test_a_task_of_ones_own_takes_the_option_by_its_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -382,6 +383,7 @@ def _layers_but_landlock() -> str:
     return f"{who}pid+net+ipc+mount namespaces, tmpfs 1 MiB, no capabilities{seccomp}"
 
 
+@pytest.mark.slow
 def test_a_run_records_its_layers_on_stderr_and_in_its_folder(tmp_path: Path) -> None:
     run = run_main(tmp_path, *CODE_RUN, "--log-dir", "run")
     assert run.returncode == 0, run.stderr

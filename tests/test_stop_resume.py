@@ -54,7 +54,7 @@ async def within_an_hour(run: Awaitable[RunResult]) -> RunResult:
     return await asyncio.wait_for(run, timeout=3600)
 
 
-@pytest.mark.parametrize("off_policy", [0, 1])
+@pytest.mark.parametrize("off_policy", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_a_stop_that_never_comes_changes_nothing(
     fake_backend_factory: FakeFactory, off_policy: int
 ) -> None:
