@@ -46,6 +46,8 @@ def tests(session: nox.Session) -> None:
         "pytest",
         "-n",
         "auto",
+        "--dist",
+        "worksteal",  # an idle worker takes tests from a busy one: no long tail on one core
         "--cov=mathrl",
         "--cov-branch",
         "--cov-report=term-missing:skip-covered",

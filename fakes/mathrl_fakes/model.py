@@ -11,6 +11,7 @@ public methods.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -30,11 +31,11 @@ from mathrl_fakes.policy import (
     Target,
     draw,
     logprob,
+    make_target,
     position_at,
-    target_for,
     uniforms,
 )
-from mathrl_fakes.references import PromptKey, Reference
+from mathrl_fakes.references import TOKENIZER, PromptKey, Reference
 
 P = TypeVar("P")
 ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.95, 1e-12
@@ -51,6 +52,20 @@ class AdamState:
     m: list[float] = field(default_factory=lambda: [0.0] * POSITIONS)
     v: list[float] = field(default_factory=lambda: [0.0] * POSITIONS)
     t: int = 0
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def target_of_reference(
+    prompt: PromptKey, answer: str, stop: str, wrong: tuple[str, ...]
+) -> tuple[tuple[int, ...], Target]:
+    """A prompt's tokens and its target: the reference's answer, its stop, then EOS. Kept,
+    for each fake a process makes learns the same task's references again (every problem of
+    a task, a few thousand): building them was most of a short fake run's time."""
+    prompt_T = tuple(TOKENIZER.encode(prompt) if isinstance(prompt, str) else prompt)
+    answer_T = TOKENIZER.encode(answer)
+    end_T = (*TOKENIZER.encode(stop), TOKENIZER.eos_token_id)
+    wrong_T = [(*TOKENIZER.encode(w), *end_T) for w in wrong]
+    return prompt_T, make_target(prompt_T, (*answer_T, *end_T), len(answer_T), wrong_T)
 
 
 class FakeModel:
@@ -91,11 +106,9 @@ class FakeModel:
         """Add prompts' targets: the reference, its stop, then EOS (`earlier`: see the table)."""
         targets: dict[tuple[int, ...], Target] = {}
         for prompt, ref in references.items():
-            prompt_T = tuple(self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
-            answer_T = self.tokenizer.encode(ref.answer)
-            end_T = [*self.tokenizer.encode(ref.stop), self.tokenizer.eos_token_id]
-            wrong_T = tuple((*self.tokenizer.encode(w), *end_T) for w in ref.wrong)
-            targets[prompt_T] = target_for(prompt_T, (*answer_T, *end_T), len(answer_T), wrong_T)
+            prompt_T, targets[prompt_T] = target_of_reference(
+                prompt, ref.answer, ref.stop, tuple(ref.wrong)
+            )
             if ref.then is not None:
                 self._then[prompt_T] = ref.then
         self.table.add(targets, earlier)

@@ -39,7 +39,6 @@ WIDTH * lr = 0.2 a step: about 4 in 20 steps, which is DECISION_DEPTH.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import struct
@@ -129,18 +128,6 @@ def make_target(
         distractors[apart] = alternative[apart]
         kept.append(alternative)
     return Target(tokens, tuple(biases), tuple(distractors), tuple(kept))
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def target_for(
-    prompt: tuple[int, ...],
-    tokens: tuple[int, ...],
-    answer_length: int,
-    alternatives: tuple[tuple[int, ...], ...] = (),
-) -> Target:
-    """`make_target`, kept: each fake a process makes builds the same run's targets again (a
-    task's every problem, a few thousand), and building them was most of a short run's time."""
-    return make_target(prompt, tokens, answer_length, alternatives)
 
 
 def prompt_bytes(tokens: Sequence[int]) -> list[int]:
