@@ -35,6 +35,7 @@ from mathrl_fakes import (
     references_for,
 )
 from mathrl_fakes.policy import (
+    DECISION_CAP,
     DECISION_DEPTH,
     EOS,
     FULL_TARGET_PROB,
@@ -151,7 +152,9 @@ def test_each_target_has_one_decision_position_and_distractors_that_are_not_it(
     easy = easy_bias(len(tokens))
     lowered = [j for j, b in enumerate(target.biases) if b != easy]
     assert len(lowered) <= 1
-    assert all(j < answer and easy - DECISION_DEPTH < target.biases[j] for j in lowered)
+    # The decision starts at most at DECISION_CAP (a six-token target's), then `depth` lower.
+    start = min(easy, DECISION_CAP)
+    assert all(j < answer and start - DECISION_DEPTH < target.biases[j] <= start for j in lowered)
     assert all(d != t and 0 <= d < 256 for d, t in zip(target.distractors, tokens, strict=True))
 
 

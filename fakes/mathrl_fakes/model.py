@@ -56,16 +56,20 @@ class AdamState:
 
 @functools.lru_cache(maxsize=1 << 16)
 def target_of_reference(
-    prompt: PromptKey, answer: str, stop: str, wrong: tuple[str, ...]
+    prompt: PromptKey, answer: str, stop: str, wrong: tuple[str, ...], first: tuple[int, ...] = ()
 ) -> tuple[tuple[int, ...], Target]:
-    """A prompt's tokens and its target: the reference's answer, its stop, then EOS. Kept,
-    for each fake a process makes learns the same task's references again (every problem of
-    a task, a few thousand): building them was most of a short fake run's time."""
+    """A prompt's tokens and its target: the reference's answer, its stop, then EOS. `first`,
+    for an episode's later turn, is the episode's first prompt, whose difficulty the turn
+    keeps (a problem hard to get right at first stays hard on a second try).
+
+    Kept, for each fake a process makes learns the same task's references again (every
+    problem of a task, a few thousand): building them was most of a short fake run's time."""
     prompt_T = tuple(TOKENIZER.encode(prompt) if isinstance(prompt, str) else prompt)
     answer_T = TOKENIZER.encode(answer)
     end_T = (*TOKENIZER.encode(stop), TOKENIZER.eos_token_id)
     wrong_T = [(*TOKENIZER.encode(w), *end_T) for w in wrong]
-    return prompt_T, make_target(prompt_T, (*answer_T, *end_T), len(answer_T), wrong_T)
+    target = make_target(first or prompt_T, (*answer_T, *end_T), len(answer_T), wrong_T)
+    return prompt_T, target
 
 
 class FakeModel:
@@ -102,12 +106,18 @@ class FakeModel:
 
     # -- looking up what a prompt should get --------------------------------------
 
-    def learn(self, references: Mapping[PromptKey, Reference], earlier: int = 0) -> None:
-        """Add prompts' targets: the reference, its stop, then EOS (`earlier`: see the table)."""
+    def learn(
+        self,
+        references: Mapping[PromptKey, Reference],
+        earlier: int = 0,
+        first: tuple[int, ...] = (),
+    ) -> None:
+        """Add prompts' targets: the reference, its stop, then EOS (`earlier`: see the table;
+        `first`: see `target_of_reference`)."""
         targets: dict[tuple[int, ...], Target] = {}
         for prompt, ref in references.items():
             prompt_T, targets[prompt_T] = target_of_reference(
-                prompt, ref.answer, ref.stop, tuple(ref.wrong)
+                prompt, ref.answer, ref.stop, tuple(ref.wrong), first
             )
             if ref.then is not None:
                 self._then[prompt_T] = ref.then
@@ -131,7 +141,8 @@ class FakeModel:
         length, response = max(read, key=lambda pair: pair[0])
         if length == len(rest):  # no reply after it: not a next turn
             return False
-        self.learn({tuple(context): then(response)}, earlier=n)
+        first = self.table.turns(context[:n])[0][0]  # the episode's first prompt's length
+        self.learn({tuple(context): then(response)}, earlier=n, first=tuple(context[:first]))
         return True
 
     def target_of(self, context: Sequence[int], *, exact: bool) -> tuple[int, Target | None]:

@@ -26,7 +26,11 @@ The bias makes accuracy mean something, greedy accuracy included:
   puts it below the distractor's 0, greedy decoding writes the distractor,
   and sampling mostly does; only training, which lifts the shared
   parameters, carries it over. So untrained greedy accuracy is well below
-  100%, and it rises as theta does.
+  100%, and it rises as theta does. The decision's logit starts from at most
+  a six-token target's (DECISION_CAP): a long target's other tokens start
+  higher, but its decision is as hard as a short answer's, so a task whose
+  references are long (a function, a paragraph) starts as low as addition.
+  An episode's later turn keeps the difficulty of its first prompt.
 
 Why lr 1e-4 moves it visibly: a real LoRA adapter shifts a logit through
 millions of parameters moving in concert. Here each `theta[k]` stands for a
@@ -81,6 +85,13 @@ def easy_bias(length: int) -> float:
     return math.log(p * (1 + NOISE_MASS) / (1 - p))
 
 
+DECISION_CAP = easy_bias(6)
+"""The most a decision position's logit starts at before its depth: a six-token target's (the
+longest answer of the addition task, ` 198` with its newline and EOS). A longer target's
+other positions start higher, so its whole comes out with FULL_TARGET_PROB, but its decision
+is as hard as a short one's: greedy decoding writes the distractor there about as often."""
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """What the policy should write after one prompt, and how hard that is."""
@@ -112,8 +123,9 @@ def make_target(
     biases = [easy_bias(len(tokens))] * len(tokens)
     digest = hashlib.blake2b(bytes(prompt_bytes(prompt)), digest_size=64, person=b"policy").digest()
     u_where, u_depth = (w / 2.0**64 for w in struct.unpack("<2Q", digest[:16]))
-    if answer_length > 0:
-        biases[int(u_where * answer_length)] -= DECISION_DEPTH * u_depth
+    if answer_length > 0:  # as hard for a long target as for a short one: see DECISION_CAP
+        decision = int(u_where * answer_length)
+        biases[decision] = min(biases[decision], DECISION_CAP) - DECISION_DEPTH * u_depth
     # A shift of 1..255 bytes: never the target itself.
     shifts = [1 + int(u * 255) for u in uniforms(digest.hex(), len(tokens))]
     distractors = [(t + k) % 256 for t, k in zip(tokens, shifts, strict=True)]
