@@ -15,9 +15,12 @@ from conftest import checks_passed
 from mathrl.adapter import Response, Reward
 from mathrl.backend import Backend, Datum, TrainResult
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
+from mathrl.resolved import prompt_key
 from mathrl.rollout import RunProblems
-from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl.tasks.addition import AdditionProblem, MathAdapter, parse_answer
 from mathrl.testing import WRONG, check_adapter, random_texts
+from mathrl.testing.checker import problem_name
+from mathrl.text import shown
 from mathrl_fakes import FakeBackend, RecordingBackend
 
 
@@ -251,8 +254,8 @@ class OneAnswer:
                             r"reference's reward 0\.5 on .*: it cannot tell right from wrong"),
         (BeatsTheReference(), r"^compute_reward\(10,000 characters, .*\) beats the reference "
                               r"completion: the reference must earn the most"),
-        (ReturnsBool(), r"^compute_reward\(the reference, .*\) returned \[True, .*\]: a reward "
-                        r"must be a finite number or a mapping of names to finite numbers"),
+        (ReturnsBool(), r"^compute_reward\(the reference, .*\) returned True: a reward must be "
+                        r"a finite number or a mapping of names to finite numbers"),
         (RaisingReference(), r"^reference_completion\(.*\) raised ValueError: odd \(\d times\)$"),
         (TooLongForItsBudget(), r"^reference_completion\(.*\) ended as the task asks takes \d "
                                 r"tokens on ByteTokenizer, more than max_tokens=2"),
@@ -273,6 +276,184 @@ class OneAnswer:
 def test_each_check_names_what_it_found(adapter: Any, expected: str) -> None:
     found = violations(adapter)
     assert any(re.search(expected, line) for line in found), found
+
+
+# -- what the checker once missed (issue 26): one broken task a check -----------------------
+
+
+def first_problem(adapter: Any) -> str:
+    """How the checker names the first problem it scores (build_dataset(0, 1, 8)'s first)."""
+    return problem_name(adapter.make_prompt(adapter.build_dataset(0, 1, 8)[0]))
+
+
+def found_once(adapter: Any, expected: str) -> None:
+    """`expected` is one of the adapter's violations, word for word (with its count, if any)."""
+    found = violations(adapter)
+    assert any(re.fullmatch(re.escape(expected) + r"( \(\d+ times\))?", v) for v in found), found
+
+
+class IgnoresItsSentinel(NeedsItsSentinel):
+    """Full marks for the right answer, whether it ended at its stop or ran out of tokens."""
+
+    def compute_reward(  # type: ignore[override]  # a Response, as the contract gives it
+        self, completion: Response, problem: AdditionProblem
+    ) -> Reward:
+        right = MathAdapter.compute_reward(self, completion, problem) == 1.0
+        return {"correct": 1.0 if right else 0.0, "format": 0.5 if completion.strip() else 0.0}
+
+
+def test_a_reward_that_pays_a_cut_off_reference_in_full_is_warned_of() -> None:
+    summary = check_adapter(IgnoresItsSentinel())
+    line, warning = summary.splitlines()
+    assert line.startswith("task 'NeedsItsSentinel' (")  # passed: the task's intent is its own
+    assert warning == (
+        "warning: compute_reward pays the reference cut off at the token limit "
+        f"(ended='length') 1.5, as much as the reference ended as the task asks, on "
+        f"{first_problem(IgnoresItsSentinel())}: a completion that ran out of tokens earns full "
+        "reward; if the task needs its ending, pay less when completion.ended == 'length'"
+    )
+    # The task that pays a cut-off answer only its format part is not warned of.
+    assert "warning" not in check_adapter(NeedsItsSentinel())
+
+
+class WrongAsGoodAsRight(MathAdapter):
+    """Its wrong completion (the answer plus one) earns full marks."""
+
+    def wrong_completions(self, problem: AdditionProblem) -> list[str]:
+        return [f" {problem.answer + 1}"]
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        return 1.0 if parse_answer(completion) in (problem.answer, problem.answer + 1) else 0.0
+
+
+def test_wrong_completions_must_earn_less_than_the_reference() -> None:
+    task = WrongAsGoodAsRight()
+    wrong = task.wrong_completions(task.build_dataset(0, 1, 8)[0])[0]
+    found_once(
+        task,
+        f"compute_reward gives wrong_completions' {wrong!r} 1, as much as the "
+        f"reference on {first_problem(task)}: the task's wrong_completions must earn less "
+        "than the reference",
+    )
+
+
+class DropsRepeats(LongerWins):
+    """Scores each distinct completion once: fewer rewards than completions when they repeat."""
+
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        return super().compute_group_rewards(list(dict.fromkeys(responses)), problem)
+
+
+class FirstOfEqualsWins(LongerWins):
+    """Breaks ties by position: of equal completions, the first wins."""
+
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        rewards = super().compute_group_rewards(responses, problem)
+        first = {r: i for i, r in reversed(list(enumerate(responses)))}
+        return [
+            r + (0.0 if first[s] == i else -0.01)
+            for i, (s, r) in enumerate(zip(responses, rewards, strict=True))
+        ]
+
+
+def test_a_group_with_repeated_completions_gets_one_reward_each_equal_for_equals() -> None:
+    where = first_problem(LongerWins())
+    # [the reference, 'zzz'] twice, then 'zzz' again: 5 completions, 2 distinct ones.
+    found_once(
+        DropsRepeats(),
+        f"compute_group_rewards(a group with repeated completions, {where}) must return 5 "
+        "rewards, one each (got [1.0, 0.0])",
+    )
+    # The reference: a tie with its twin and three wins, (0.5 + 3) / 4 = 0.875; 'zzz': two
+    # ties and two losses, (0.5 + 0.5) / 4 = 0.25; each later twin 0.01 less.
+    found_once(
+        FirstOfEqualsWins(),
+        "compute_group_rewards gave a group with repeated completions ([the reference, 'zzz'] "
+        "twice, then 'zzz' once more) [0.875, 0.25, 0.865, 0.24, 0.24]: equal completions must "
+        "earn equal rewards (swapping them leaves the group as it was)",
+    )
+
+
+class RankOnly(LongerWins):
+    """Pays only ranks in the group: a completion alone wins against nobody, and earns 0.5."""
+
+    def compute_group_rewards(
+        self, responses: Sequence[Response], problem: AdditionProblem
+    ) -> list[float]:
+        if len(responses) == 1:
+            return [0.5]
+        return super().compute_group_rewards(responses, problem)
+
+
+def test_the_reference_alone_in_its_group_must_count_as_correct() -> None:
+    found_once(
+        RankOnly(),
+        "compute_group_rewards gives the reference alone in its group 0.5, which "
+        f"evaluate([0.5]) counts as wrong (0.0) on {first_problem(RankOnly())}: held-out "
+        "evaluation scores each greedy completion in a group of one, so it would count the "
+        "reference wrong; a group of one must earn a correct completion full credit",
+    )
+
+
+class HalfAtTheEndOfSequence(MathAdapter):
+    """Half marks for the right answer ended at end-of-sequence rather than its newline, and
+    the mean reward as its accuracy: only that ending shows the partial credit."""
+
+    def compute_reward(  # type: ignore[override]  # a Response, as the contract gives it
+        self, completion: Response, problem: AdditionProblem
+    ) -> float:
+        right = super().compute_reward(completion, problem)
+        if completion.ended == "end_of_sequence":
+            return right / 2
+        return right if completion.ended == "stop" else 0.0
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+def test_evaluate_is_given_the_rewards_every_ending_earns() -> None:
+    found = violations(HalfAtTheEndOfSequence())
+    assert any(
+        re.fullmatch(
+            r"evaluate does not count correct completions: for single rewards it gives "
+            r"\{0\.0: 0\.0, 0\.5: 0\.5, 1\.0: 1\.0\}, and for all 3 at once 0\.5; each "
+            r"completion is correct \(1\) or not \(0\), and the accuracy is their mean, never "
+            r"the mean reward",
+            v,
+        )
+        for v in found
+    ), found
+
+
+class EmptyBreaksTheJudge(LongerWins):
+    """A judge that reads the first word of each completion: an empty one has none."""
+
+    def _score(self, completion: str, problem: AdditionProblem) -> float:
+        return len(completion.split()[0]) + super()._score(completion, problem)
+
+
+def test_a_group_reward_failure_names_the_completion_that_fails() -> None:
+    found_once(
+        EmptyBreaksTheJudge(),
+        "compute_group_rewards(a group holding the empty completion, "
+        f"{first_problem(EmptyBreaksTheJudge())}) raised IndexError: list index out of range",
+    )
+
+
+def test_a_chat_problem_is_named_by_its_last_user_message() -> None:
+    conversation = [
+        {"role": "system", "content": "You convert numbers to English words."},
+        {"role": "user", "content": "Write 12 in words."},
+        {"role": "assistant", "content": "twelve"},
+        {"role": "user", "content": "Write 40 in words."},
+    ]
+    assert problem_name(conversation) == "'Write 40 in words.'"
+    assert problem_name(conversation[:1]) == shown(prompt_key(conversation[:1]), 40)
+    assert problem_name("Q: What is 2 + 2?") == "'Q: What is 2 + 2?'"
 
 
 def test_a_reward_that_fails_on_many_texts_is_one_violation_with_a_count() -> None:

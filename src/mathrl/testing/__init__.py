@@ -54,6 +54,8 @@ from mathrl.rollout import RunProblems, run_problems
 from mathrl.testing.answer_checks import check_final_answer
 from mathrl.testing.checker import Checker
 from mathrl.testing.episode_checks import EpisodeChecks
+from mathrl.testing.evaluate_checks import check_evaluate
+from mathrl.testing.group_checks import check_group_laws
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.testing.reward_checks import RewardChecks
 from mathrl.text import one_line, shown
@@ -103,22 +105,26 @@ def check_adapter(
     held = checker.heldout(seeds[0], heldout_size, guard_steps, size) if train else []
     tokenizer = tokenizer or ByteTokenizer()
     rewards = RewardChecks(checker, tokenizer)
-    rewards.run([*train[:2], *held[:1]], [*train, *held])
+    for problem in [*train[:2], *held[:1]]:
+        scored = rewards.one(problem, [*train, *held])
+        if scored is not None and task.rewards_groups:
+            check_group_laws(rewards, problem, scored[0], scored[2])
+    check_evaluate(checker, rewards.best)
     check_final_answer(checker, [*train[:2], *held[:1]])
     if task.plays_episodes:
         EpisodeChecks(checker, rewards, tokenizer).run([*train[:2], *held[:1]])
     if learns is not False and not checker.violations:
         _learning(checker, None if learns is True else learns)
+    warnings = "".join(f"\nwarning: {w}" for w in checker.warnings)
     if checker.violations:
         n = len(checker.violations)
         lines = "\n".join(f"- {v}" for v in checker.report())
         raise AssertionError(
             f"{n} violation{'s' * (n != 1)} of the Adapter contract by task "
-            f"{task.name!r} ({task.identity}):\n{lines}"
+            f"{task.name!r} ({task.identity}):\n{lines}{warnings}"
         )
-    return f"task {task.name!r} ({task.identity}) passed {checker.checks} checks" + (
-        f"; {ready}" if ready else ""
-    )
+    summary = f"task {task.name!r} ({task.identity}) passed {checker.checks} checks"
+    return summary + (f"; {ready}" if ready else "") + warnings
 
 
 def _preflight(checker: Checker) -> str | None:

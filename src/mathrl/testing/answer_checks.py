@@ -12,8 +12,7 @@ from functools import partial
 from typing import Any
 
 from mathrl.adapter import Response
-from mathrl.resolved import prompt_key
-from mathrl.testing.checker import Checker
+from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, random_texts
 from mathrl.testing.reward_checks import ended_as_asked
 from mathrl.text import shown
@@ -35,7 +34,7 @@ def check_final_answer(checker: Checker, problems: Sequence[Any]) -> None:
             continue  # reported by the reward checks
         stops, chat = checker.task.stop_for(prompt), not isinstance(prompt, str)
         reference = ended_as_asked(ref, stops, chat)
-        where = shown(prompt_key(prompt), 40)
+        where = problem_name(prompt)
         first, again = _named(checker, name, reference), _named(checker, name, reference)
         checker.expect(
             isinstance(first, str) and first == again,

@@ -32,6 +32,15 @@ def is_prompt(prompt: object) -> bool:
     )
 
 
+def problem_name(prompt: object) -> str:
+    """A problem as a message names it: its text prompt's start, or its conversation's last
+    user message (the first message is, as often as not, a system message all problems share)."""
+    if isinstance(prompt, list | tuple) and is_prompt(prompt):
+        users = [m["content"] for m in prompt if m["role"] == "user"]
+        return shown(users[-1] if users else prompt_key(prompt), 40)
+    return shown(prompt, 40)
+
+
 class Checker:
     """Runs checks on one task and keeps every violation, one sentence each."""
 
@@ -39,12 +48,15 @@ class Checker:
         self.task = task
         self.adapter = task.adapter
         self.violations: list[str] = []
+        self.warnings: list[str] = []
+        """Failed checks of what the contract cannot require (intent), one sentence each."""
         self.checks = 0
         self.seen: list[float] = []
         """Every finite reward seen, for the evaluate checks."""
         self._repeats: dict[str, int] = {}
         """How often each keyed violation recurred, by key (its sentence is listed once)."""
         self._where: dict[str, int] = {}
+        self._warned: set[str] = set()
 
     def expect(self, ok: bool, sentence: str, key: str | None = None) -> bool:
         """Record one check; a failed one with a `key` seen before only adds to its count."""
@@ -58,6 +70,14 @@ class Checker:
             self._where[key] = len(self.violations)
         self.violations.append(sentence)
         return False
+
+    def warn(self, ok: bool, sentence: str, key: str) -> bool:
+        """Record one check that, failed, is a warning rather than a violation (once a key)."""
+        self.checks += 1
+        if not ok and key not in self._warned:
+            self._warned.add(key)
+            self.warnings.append(sentence)
+        return ok
 
     def report(self) -> list[str]:
         """Every distinct violation once, with how many times it happened when more than once."""

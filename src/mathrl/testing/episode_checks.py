@@ -22,9 +22,8 @@ from typing import Any
 from mathrl.adapter import Ending, Feedback, Prompt, Response
 from mathrl.backend import Tokenizer
 from mathrl.episodes import reply_tokens, text_tokens
-from mathrl.resolved import prompt_key
 from mathrl.rewards import reward_total
-from mathrl.testing.checker import Checker
+from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, WRONG
 from mathrl.testing.reward_checks import RewardChecks, ended_as_asked
 from mathrl.text import shown
@@ -57,7 +56,7 @@ class EpisodeChecks:
         ok, prompt = self.c.call("make_prompt", lambda: self.adapter.make_prompt(problem))
         if not ok:
             return
-        where = shown(prompt_key(prompt), 40)
+        where = problem_name(prompt)
         reference = self.play(problem, prompt, where, "the reference episode")
         recovery = self.play(problem, prompt, where, "the recovery episode", RECOVERING_FROM)
         wrong = self.play(problem, prompt, where, "the wrong episode", RECOVERING_FROM, True)
@@ -69,7 +68,12 @@ class EpisodeChecks:
             return
         played = [reference, recovery, wrong, *(o for o in others if o is not None)]
         # The episodes' last turns scored together (one group, for a task that scores groups).
-        ends = self.rewards.score([p.final for p in played], problem, f"episodes of {where}")
+        ends = self.rewards.score(
+            [p.final for p in played],
+            problem,
+            where,
+            [f"the last turn of {p.label}" for p in played],
+        )
         if ends is None:
             return
         # Added as the loop adds them (`math.fsum`), so no rounding tells them apart.

@@ -1,12 +1,14 @@
-"""The reward's half of `check_adapter`: the reference wins, nothing raises, evaluate agrees.
+"""The reward's half of `check_adapter`: the reference wins, and nothing raises.
 
 For each problem it scores the reference completion, ended the way the task
-asks, against wrong answers, adversarial text and the reference written
-with look-alike digits, through the task's own reward: `compute_reward`, or
-`compute_group_rewards` on groups (which must also be deterministic and
-permutation-equivariant). It checks that the reference fits the task's
-`max_tokens` on the tokenizer in use, and that `evaluate` counts correct
-completions rather than averaging rewards.
+asks, against wrong answers (the task's `wrong_completions` among them),
+adversarial text and the reference written with look-alike digits, through
+the task's own reward: `compute_reward`, or `compute_group_rewards` on
+groups (whose own laws are `group_checks`). It scores the reference and the
+wrong completions with every ending sampling can give them, so that partial
+credit shows to the evaluate checks (`evaluate_checks`), and warns when the
+reference cut off at the token limit earns as much as the finished one. It
+checks that the reference fits the task's `max_tokens` on the tokenizer in use.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-import random
 import threading
 from collections.abc import Sequence
 from functools import partial
@@ -22,14 +23,15 @@ from typing import Any
 
 from mathrl.adapter import Ending, Response
 from mathrl.backend import Tokenizer
-from mathrl.resolved import prompt_key
 from mathrl.rewards import reward_total
-from mathrl.testing.checker import Checker
+from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
-from mathrl.text import shown
+from mathrl.text import describe, shown
 
 FULL_WIDTH = str.maketrans("0123456789", "".join(chr(0xFF10 + d) for d in range(10)))
 """ASCII digits to their full-width look-alikes, which int() and str.isdigit() accept."""
+ENDINGS: tuple[Ending, ...] = ("end_of_turn", "end_of_sequence", "length")
+"""The endings sampling can give any completion, besides a stop sequence."""
 
 
 def ended_as_asked(text: str, stops: Sequence[str], chat: bool) -> Response:
@@ -40,8 +42,13 @@ def ended_as_asked(text: str, stops: Sequence[str], chat: bool) -> Response:
     return Response(text, ending)
 
 
+def wrong_name(text: str) -> str:
+    """How a message names one of the wrong texts every task is given (`WRONG`)."""
+    return "the empty completion" if not text else shown(text, 30)
+
+
 class RewardChecks:
-    """Checks one task's reward and evaluate, recording into a `Checker`."""
+    """Checks one task's reward, recording into a `Checker`."""
 
     def __init__(self, checker: Checker, tokenizer: Tokenizer) -> None:
         self.c = checker
@@ -51,18 +58,17 @@ class RewardChecks:
         self.method = "compute_group_rewards" if self.task.rewards_groups else "compute_reward"
         self._cache: dict[tuple[int, str, str, str | None, int], object] = {}
         """compute_reward's answers so far (rewards are pure): the reference is scored once."""
+        self.best: list[float] = []
+        """The reward of each problem's reference, ended as asked, for `check_adapter(learns)`."""
 
-    def run(self, problems: Sequence[Any], others: Sequence[Any]) -> None:
-        for problem in problems:
-            self.one(problem, others)
-        self.evaluate(None)  # whatever happened above, evaluate's range is checked
-
-    def one(self, problem: Any, others: Sequence[Any]) -> None:
+    def one(self, problem: Any, others: Sequence[Any]) -> tuple[Response, float, str] | None:
+        """Check the reward on `problem`; the reference, its reward and the problem's name
+        for the checks that follow, or None if a call failed a check."""
         c = self.c
         ok, prompt = c.call("make_prompt", lambda: self.adapter.make_prompt(problem))
         if not ok:
-            return
-        where = shown(prompt_key(prompt), 40)
+            return None
+        where = problem_name(prompt)
         ok, ref = c.call(
             f"reference_completion({where})", lambda: self.adapter.reference_completion(problem)
         )
@@ -71,7 +77,7 @@ class RewardChecks:
             f"reference_completion({where}) must return a str (got {shown(ref)})",
             key="reference-type",
         ):
-            return
+            return None
         stops, chat = self.task.stop_for(prompt), not isinstance(prompt, str)
         for stop in stops:
             c.expect(
@@ -82,16 +88,24 @@ class RewardChecks:
             )
         self.fits(ref, stops, chat, where)
         reference = ended_as_asked(ref, stops, chat)
-        wrong = [*WRONG, self._other_reference(ref, others)]
-        wrong += [str(w) for w in self.task.wrong_completions(problem)]
-        best = self.wins(problem, reference, [ended_as_asked(w, stops, chat) for w in wrong], where)
+        ok, own = c.call(
+            f"wrong_completions({where})", partial(self.task.wrong_completions, problem)
+        )
+        own = [str(w) for w in own] if ok and isinstance(own, list | tuple) else []
+        wrong = [(wrong_name(w), w) for w in WRONG]
+        wrong.append(("another problem's reference", self._other_reference(ref, others)))
+        wrong += [(f"wrong_completions' {shown(w, 30)}", w) for w in own]
+        best = self.wins(problem, reference, wrong, len(own), stops, chat, where)
         if best is None:
-            return
+            return None
+        self.best.append(best)
+        self.cut_off(problem, reference, best, where)
+        self.endings(problem, [("the reference", ref), *wrong[len(wrong) - len(own) :]], where)
         adversarial = [*ADVERSARIAL, *((f"random text {t!r:.20}", t) for t in random_texts(12))]
         for label, text in adversarial:
             # As the task asks it to end, and cut off at the token limit: both happen.
             for response in (ended_as_asked(text, stops, chat), Response(text, "length")):
-                scores = self.score([reference, response], problem, f"{label}, {where}")
+                scores = self.score([reference, response], problem, where, ["the reference", label])
                 c.expect(
                     scores is None or scores[1] <= scores[0],
                     f"{self.method}({label}, {where}) beats the reference completion: "
@@ -100,7 +114,8 @@ class RewardChecks:
                 )
         if any(d in ref for d in "0123456789"):
             lookalike = ended_as_asked(ref.translate(FULL_WIDTH), stops, chat)
-            scores = self.score([reference, lookalike], problem, where)
+            names = ["the reference", "the reference in full-width digits"]
+            scores = self.score([reference, lookalike], problem, where, names)
             c.expect(
                 scores is None or scores[1] < scores[0] or self.task.plays_episodes,
                 f"{self.method} gives the reference written with full-width digits "
@@ -108,11 +123,7 @@ class RewardChecks:
                 "str.isdigit() accept such digits; match [0-9] instead",
                 key="lookalike-digits",
             )
-        if self.task.rewards_groups:
-            self.group_laws(
-                problem, [reference, *(Response(t, "length") for _, t in adversarial[:6])]
-            )
-        self.evaluate(best)
+        return reference, best, where
 
     def fits(self, ref: str, stops: Sequence[str], chat: bool, where: str) -> None:
         """The reference, ended as asked, fits in the task's max_tokens on this tokenizer."""
@@ -127,10 +138,19 @@ class RewardChecks:
         )
 
     def wins(
-        self, problem: Any, reference: Response, wrong: Sequence[Response], where: str
+        self,
+        problem: Any,
+        reference: Response,
+        wrong: Sequence[tuple[str, str]],
+        own: int,
+        stops: Sequence[str],
+        chat: bool,
+        where: str,
     ) -> float | None:
-        """The reference's reward; it must beat at least one wrong answer and lose to none."""
-        scores = self.score([reference, *wrong], problem, f"the reference, {where}")
+        """The reference's reward; it must beat at least one wrong answer and lose to none,
+        and beat each of the task's own `wrong_completions` (the last `own` of `wrong`)."""
+        group = [reference, *(ended_as_asked(text, stops, chat) for _, text in wrong)]
+        scores = self.score(group, problem, where, ["the reference", *(n for n, _ in wrong)])
         if scores is None:
             return None
         best, others = scores[0], scores[1:]
@@ -140,74 +160,153 @@ class RewardChecks:
             f"{where}: the reference, ended as the task asks, must earn the most",
             key="wrong-beats-reference",
         )
+        # An episode's task may reward its turns alone: the episode checks see the whole.
+        for (name, _), score in zip(
+            wrong[len(wrong) - own :], others[len(others) - own :], strict=True
+        ):
+            self.c.expect(
+                self.task.plays_episodes or score < best,
+                f"{self.method} gives {name} {score:g}, as much as the reference on {where}: "
+                "the task's wrong_completions must earn less than the reference",
+                key="wrong-completion-not-less",
+            )
         self.c.expect(
-            # An episode's task may reward its turns alone: the episode checks see the whole.
             self.task.plays_episodes or any(s < best for s in others),
-            f"{self.method} gave every wrong completion tried ({shown([str(w) for w in wrong])}) "
-            f"the reference's reward {best} on {where}: it cannot tell right from wrong",
+            f"{self.method} gave every wrong completion tried "
+            f"({shown([str(w) for w in group[1:]])}) the reference's reward {best} on {where}: "
+            "it cannot tell right from wrong",
             key="wrong-not-less",
         )
         return best
 
-    def group_laws(self, problem: Any, group: list[Response]) -> None:
-        """Deterministic, and shuffling the group shuffles its rewards alike."""
-        first = self.score(group, problem, "a group")
-        again = self.score(group, problem, "the same group again")
-        if first is None or again is None:
-            return
-        self.c.expect(
-            first == again,
-            f"compute_group_rewards gave one group {shown(first)} then {shown(again)}: "
-            "rewards must be deterministic",
-            key="group-determinism",
-        )
-        order = list(range(len(group)))
-        random.Random("mathrl.testing/shuffle").shuffle(order)
-        shuffled = self.score([group[i] for i in order], problem, "the group shuffled")
-        self.c.expect(
-            shuffled is None or shuffled == [first[i] for i in order],
-            "compute_group_rewards is not permutation-equivariant: shuffling the group "
-            "changed the rewards, not just their order",
-            key="group-equivariance",
+    def cut_off(self, problem: Any, reference: Response, best: float, where: str) -> None:
+        """A warning when the reference cut off at the token limit earns the finished one's
+        reward: the contract cannot know the task's intent, but it is what the task's ending
+        (a stop, a closing sentinel) is for."""
+        if self.task.plays_episodes:
+            return  # the episode checks play the reference episode cut off
+        cut = Response(reference.text, "length")
+        names = ["the reference", "the reference cut off at the token limit"]
+        scores = self.score([reference, cut], problem, where, names)
+        self.c.warn(
+            scores is None or scores[1] < scores[0],
+            f"{self.method} pays the reference cut off at the token limit (ended='length') "
+            f"{scores[1] if scores else best:g}, as much as the reference ended as the task asks, "
+            f"on {where}: a completion that ran out of tokens earns full reward; if the task "
+            "needs its ending, pay less when completion.ended == 'length'",
+            key="cut-off",
         )
 
-    def score(self, group: list[Response], problem: Any, label: str) -> list[float] | None:
-        """The rewards of `group` (each alone, or as one group), each checked finite."""
+    def endings(self, problem: Any, texts: Sequence[tuple[str, str]], where: str) -> None:
+        """The reference and the task's wrong completions with every ending, so that the
+        evaluate checks see the rewards (partial credit, say) each ending earns."""
+        group, names = [], []
+        for name, text in texts:
+            for ending in ENDINGS:
+                group.append(Response(text, ending))
+                names.append(f"{name} (ended={ending!r})")
+        label = "the reference" + (" and wrong_completions" if len(texts) > 1 else "")
+        self.score(group, problem, where, names, f"{label}, each with every ending")
+
+    def score(
+        self,
+        group: list[Response],
+        problem: Any,
+        where: str,
+        names: Sequence[str] | None = None,
+        label: str | None = None,
+    ) -> list[float] | None:
+        """The rewards of `group` (each alone, or as one group), each checked finite.
+
+        `names` name each member, `label` the group, in a message about them.
+        """
+        names = list(names or (shown(str(r), 30) for r in group))
         if self.task.rewards_groups:
-            what = f"compute_group_rewards({label})"
-            method = self.task.group_rewards
-            assert method is not None, "checked for a task that scores groups only"
-            ok, values = self.c.call(what, lambda: _resolve(method(list(group), problem)))
-            if not ok or not self.c.expect(
-                isinstance(values, Sequence) and len(values) == len(group),
-                f"{what} must return {len(group)} rewards, one each (got {shown(values)})",
-                key="group-length",
-            ):
-                return None
+            values = self._group(group, problem, where, names, label)
         else:
             values = []
-            for response in group:
+            for response, name in zip(group, names, strict=True):
                 key = (id(problem), str(response), response.ended, response.stop, response.turn)
                 if key not in self._cache:
                     ok, value = self.c.call(
-                        f"compute_reward({shown(str(response), 30)}, {label})",
+                        f"compute_reward({name}, {where})",
                         partial(self.adapter.compute_reward, response, problem),
+                        key="compute_reward",
                     )
-                    if not ok:
+                    if not ok or not self._finite(f"compute_reward({name}, {where})", value):
                         return None
                     self._cache[key] = value
                 values.append(self._cache[key])
-        totals = [reward_total(v) for v in values]
-        if not self.c.expect(
-            all(t is not None and math.isfinite(t[0]) for t in totals),
-            f"{self.method}({label}) returned {shown(values)}: a reward must be a finite "
-            "number or a mapping of names to finite numbers",
-            key="finite",
-        ):
+        if values is None:
             return None
-        rewards = [t[0] for t in totals if t is not None]
+        rewards = [t[0] for t in map(reward_total, values) if t is not None]
         self.c.seen.extend(rewards)
         return rewards
+
+    def _finite(self, what: str, value: object) -> bool:
+        total = reward_total(value)
+        return self.c.expect(
+            total is not None and math.isfinite(total[0]),
+            f"{what} returned {shown(value)}: a reward must be a finite number or a mapping "
+            "of names to finite numbers",
+            key="finite",
+        )
+
+    def _group(
+        self, group: list[Response], problem: Any, where: str, names: list[str], label: str | None
+    ) -> list[object] | None:
+        """`compute_group_rewards` on `group`; on a failure, the message names the member
+        that fails alone too, if one does, else the group."""
+        outcome = self._judged(group, problem)
+        if not isinstance(outcome, str | BaseException):
+            self.c.checks += 1
+            return outcome
+        culprit = None
+        if len(group) > 1:
+            culprit = next(
+                (n for r, n in zip(group, names, strict=True) if not self._fine([r], problem)),
+                None,
+            )
+        held = f"a group holding {culprit}" if culprit else label or f"a group of {len(group)}"
+        what = f"compute_group_rewards({held}, {where})"
+        if isinstance(outcome, BaseException):
+            self.c.expect(
+                False,
+                f"{what} raised {type(outcome).__name__}: {describe(outcome, 80)}",
+                f"raised-compute_group_rewards-{type(outcome).__name__}",
+            )
+        elif outcome == "length":
+            self.c.expect(
+                False,
+                f"{what} must return {len(group)} rewards, one each "
+                f"(got {shown(self._values(group, problem))})",
+                key=f"group-length-{label}",
+            )
+        else:
+            self._finite(what, self._values(group, problem))
+        return None
+
+    def _judged(self, group: list[Response], problem: Any) -> list[object] | str | BaseException:
+        """The group's rewards; or what is wrong with them ("length" or "finite"); or the
+        exception `compute_group_rewards` raised."""
+        try:
+            values = self._values(group, problem)
+        except Exception as exc:
+            return exc
+        if not (isinstance(values, Sequence) and len(values) == len(group)):
+            return "length"
+        totals = [reward_total(v) for v in values]
+        if not all(t is not None and math.isfinite(t[0]) for t in totals):
+            return "finite"
+        return list(values)
+
+    def _fine(self, group: list[Response], problem: Any) -> bool:
+        return not isinstance(self._judged(group, problem), str | BaseException)
+
+    def _values(self, group: list[Response], problem: Any) -> Any:
+        method = self.task.group_rewards
+        assert method is not None, "called for a task that scores groups only"
+        return _resolve(method(list(group), problem))
 
     def _other_reference(self, ref: str, others: Sequence[Any]) -> str:
         for other in others:
@@ -218,48 +317,6 @@ class RewardChecks:
             if isinstance(text, str) and text != ref:
                 return text
         return ref + "0"
-
-    def evaluate(self, best: float | None) -> None:
-        """evaluate counts correct completions: 0 or 1 for one, their mean for several."""
-        c, seen = self.c, sorted(set(self.c.seen))[:50]
-        for rewards in ([], [0.0], [1.0, 0.0, 0.5], seen):
-            what = f"evaluate({shown(rewards)})"
-            ok, value = c.call(what, partial(self.adapter.evaluate, rewards), key="evaluate")
-            c.expect(
-                not ok or (_is_number(value) and 0 <= value <= 1),
-                f"{what} = {shown(value)}: an accuracy must be a number in [0, 1]",
-                key="evaluate-range",
-            )
-        if best is None:
-            return
-        ok, full = c.call("evaluate", lambda: self.adapter.evaluate([best] * 4), key="evaluate")
-        c.expect(
-            # An episode's reward holds its turns' too: the episode checks evaluate the whole.
-            not ok or full == 1.0 or self.task.plays_episodes,
-            f"the reference completion earns {best}, which evaluate([{best}] * 4) scores "
-            f"{shown(full)}, not 1.0: reference_completion must return a fully correct "
-            "answer, and evaluate must count the maximum reward as correct",
-            key="evaluate-reference",
-        )
-        ok, each = c.call("evaluate", lambda: [self.adapter.evaluate([r]) for r in seen])
-        if not ok:
-            return
-        ok, all_at_once = c.call("evaluate", lambda: self.adapter.evaluate(seen))
-        agrees = all(v in (0, 1) for v in each) and (
-            not seen or math.isclose(all_at_once, sum(each) / len(seen), abs_tol=1e-9)
-        )
-        c.expect(
-            not ok or agrees,
-            f"evaluate does not count correct completions: for single rewards it gives "
-            f"{shown(dict(zip(seen, each, strict=True)))}, and for all {len(seen)} at once "
-            f"{shown(all_at_once)}; each completion is correct (1) or not (0), and the "
-            "accuracy is their mean, never the mean reward",
-            key="evaluate-agrees",
-        )
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _resolve(value: Any) -> Any:
