@@ -17,7 +17,7 @@ from mathrl.backend import Backend, Datum, TrainResult
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.resolved import prompt_key
 from mathrl.rollout import RunProblems
-from mathrl.tasks.addition import AdditionProblem, MathAdapter, parse_answer
+from mathrl.tasks.addition import AdditionProblem, MathAdapter, parse_answer, pools
 from mathrl.testing import WRONG, check_adapter, random_texts
 from mathrl.testing.checker import problem_name
 from mathrl.text import shown
@@ -25,8 +25,10 @@ from mathrl_fakes import FakeBackend, RecordingBackend
 
 
 def violations(adapter: Any, **options: Any) -> list[str]:
+    """`check_adapter`'s violations of `adapter`, within this process (test_testing checks
+    the new interpreter's draws)."""
     with pytest.raises(AssertionError) as excinfo:
-        check_adapter(adapter, **options)
+        check_adapter(adapter, **{"across_processes": False, **options})
     return [line.removeprefix("- ") for line in str(excinfo.value).splitlines()[1:]]
 
 
@@ -53,6 +55,13 @@ class BrokenHeldout(MathAdapter):
 class HeldoutIsTraining(MathAdapter):
     def heldout_dataset(self, seed: int, size: int) -> list[AdditionProblem]:
         return self.build_dataset(seed, 1, size)
+
+
+class HeldoutFromGlobalRandom(MathAdapter):
+    """Draws its held-out problems from the global `random` module."""
+
+    def heldout_dataset(self, seed: int, size: int) -> list[AdditionProblem]:
+        return [random.choice(pools()[1]) for _ in range(size)]
 
 
 class NotAString(MathAdapter):
@@ -248,6 +257,9 @@ class OneAnswer:
         (BrokenHeldout(), r"^heldout_dataset\(seed=0, size=32\) raised RuntimeError: no held-out"),
         (HeldoutIsTraining(), r"^heldout_dataset\(seed=0, size=32\) shares \d+ of 32 prompts with "
                               r"training steps 1-10 \(size 8\)"),
+        (HeldoutFromGlobalRandom(), r"^heldout_dataset\(seed=0, size=32\) depends on or advances "
+                                    r"the global random state: draw from a private random\.Random "
+                                    r"seeded by the seed, never from the `random` module$"),
         (NotAString(), r"^reference_completion\(.*\) must return a str \(got \d+\)"),
         (StopInReference(), r"contains the stop sequence '\\n', so sampling would stop before"),
         (StopCostsReward(), r"^compute_reward gave every wrong completion tried \(.*\) the "
@@ -303,7 +315,7 @@ class IgnoresItsSentinel(NeedsItsSentinel):
 
 
 def test_a_reward_that_pays_a_cut_off_reference_in_full_is_warned_of() -> None:
-    summary = check_adapter(IgnoresItsSentinel())
+    summary = check_adapter(IgnoresItsSentinel(), across_processes=False)
     line, warning = summary.splitlines()
     assert line.startswith("task 'NeedsItsSentinel' (")  # passed: the task's intent is its own
     assert warning == (
@@ -313,7 +325,7 @@ def test_a_reward_that_pays_a_cut_off_reference_in_full_is_warned_of() -> None:
         "reward; if the task needs its ending, pay less when completion.ended == 'length'"
     )
     # The task that pays a cut-off answer only its format part is not warned of.
-    assert "warning" not in check_adapter(NeedsItsSentinel())
+    assert "warning" not in check_adapter(NeedsItsSentinel(), across_processes=False)
 
 
 class WrongAsGoodAsRight(MathAdapter):
@@ -545,7 +557,7 @@ def test_a_run_that_does_not_learn_fails_the_learning_check(tmp_path: Path) -> N
         return Frozen(FakeBackend.for_run(MathAdapter(), run, checkpoint_dir=tmp_path))
 
     with pytest.raises(AssertionError) as failed:
-        check_adapter(MathAdapter(), learns=learns_on)
+        check_adapter(MathAdapter(), learns=learns_on, across_processes=False)
     message = str(failed.value)
     assert "1 violation" in message
     assert re.search(

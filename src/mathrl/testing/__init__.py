@@ -57,6 +57,7 @@ from mathrl.testing.episode_checks import EpisodeChecks
 from mathrl.testing.evaluate_checks import check_evaluate
 from mathrl.testing.group_checks import check_group_laws
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
+from mathrl.testing.new_interpreter import check_across_processes
 from mathrl.testing.reward_checks import RewardChecks
 from mathrl.text import one_line, shown
 
@@ -76,6 +77,7 @@ def check_adapter(
     guard_steps: int = 10,
     learns: bool | LearnsOn = False,
     tokenizer: Tokenizer | None = None,
+    across_processes: bool = True,
 ) -> str:
     """Check `adapter` against the contract; return a summary line or raise AssertionError.
 
@@ -92,6 +94,9 @@ def check_adapter(
         tokenizer: the tokenizer the task's `max_tokens` is checked against
             (default: the fake backend's, which counts UTF-8 bytes, more than
             most real tokenizers do).
+        across_processes: also draw the problems again in a new interpreter,
+            with another hash seed, and compare (`new_interpreter`; it takes
+            the time to import the task's module once more).
     """
     from mathrl_fakes import ByteTokenizer
 
@@ -103,6 +108,8 @@ def check_adapter(
     ready = _preflight(checker)
     train = checker.dataset(seeds, steps, size)
     held = checker.heldout(seeds[0], heldout_size, guard_steps, size) if train else []
+    if across_processes and checker.draws:
+        check_across_processes(checker)
     tokenizer = tokenizer or ByteTokenizer()
     rewards = RewardChecks(checker, tokenizer)
     for problem in [*train[:2], *held[:1]]:

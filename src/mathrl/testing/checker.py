@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -41,6 +42,17 @@ def problem_name(prompt: object) -> str:
     return shown(prompt, 40)
 
 
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """One draw of problems: `what` was called (for messages), as `method` of the task
+    (`build_dataset`, or `heldout` for the task's held-out set) on `args`, and gave `problems`."""
+
+    what: str
+    method: str
+    args: tuple[int, ...]
+    problems: list[Any]
+
+
 class Checker:
     """Runs checks on one task and keeps every violation, one sentence each."""
 
@@ -57,6 +69,8 @@ class Checker:
         """How often each keyed violation recurred, by key (its sentence is listed once)."""
         self._where: dict[str, int] = {}
         self._warned: set[str] = set()
+        self.draws: list[Draw] = []
+        """Each draw of problems checked, to draw again in another process."""
 
     def expect(self, ok: bool, sentence: str, key: str | None = None) -> bool:
         """Record one check; a failed one with a `key` seen before only adds to its count."""
@@ -152,13 +166,31 @@ class Checker:
 
     def _one_draw(self, seed: int, step: int, size: int, sample: list[Any]) -> list[str] | None:
         what = f"build_dataset(seed={seed}, step={step}, size={size})"
-        build = self.adapter.build_dataset
-        random.seed(1)
-        before = random.getstate()
-        ok, problems = self.call(what, lambda: build(seed, step, size), key="build_dataset")
-        advanced = random.getstate() != before
-        random.seed(2)
-        ok_again, again = self.call(what, lambda: build(seed, step, size), key="build_dataset")
+        build = partial(self.adapter.build_dataset, seed, step, size)
+        problems = self._drawn_twice(what, "build_dataset", build, size, "(seed, step)")
+        if problems is not None:
+            self.draws.append(Draw(what, "build_dataset", (seed, step, size), problems))
+        if problems is None:
+            return None
+        sample.extend(problems[:2])
+        return self.prompts(what, problems)
+
+    def _drawn_twice(
+        self, what: str, method: str, draw: Callable[[], Any], size: int, seeded_by: str
+    ) -> list[Any] | None:
+        """`draw()` from two global random states: exactly `size` problems, the same both
+        times, and the global state left as it was. The first draw; None if a call failed a
+        check."""
+        saved = random.getstate()
+        try:
+            random.seed(1)
+            before = random.getstate()
+            ok, problems = self.call(what, draw, key=method)
+            advanced = random.getstate() != before
+            random.seed(2)
+            ok_again, again = self.call(what, draw, key=method)
+        finally:
+            random.setstate(saved)
         if not (ok and ok_again) or not self.expect(
             isinstance(problems, list) and len(problems) == size,
             f"{what} must return a list of exactly {size} problems (got {_count(problems)})",
@@ -166,13 +198,15 @@ class Checker:
             return None
         prompts, again_prompts = self.prompts(what, problems), self.prompts(what, again)
         self.expect(
-            not advanced and prompts == again_prompts,
+            not advanced
+            and isinstance(again, list)
+            and prompts == again_prompts
+            and equal_by_value(problems, again),
             f"{what} depends on or advances the global random state: draw from a private "
-            "random.Random seeded by (seed, step), never from the `random` module",
-            key="global-random",
+            f"random.Random seeded by {seeded_by}, never from the `random` module",
+            key=f"global-random-{method}",
         )
-        sample.extend(problems[:2])
-        return prompts
+        return list(problems)
 
     def heldout(self, seed: int, size: int, guard_steps: int, batch: int) -> list[Any]:
         """Held-out problems: exactly `size`, stable, and never training problems."""
@@ -182,12 +216,14 @@ class Checker:
             if declared
             else f"the default held-out set (build_dataset(seed={seed}, step=0, size={size}))"
         )
-        ok, problems = self.call(what, lambda: self.task.heldout(seed, size))
-        if not ok or not self.expect(
-            isinstance(problems, list) and len(problems) == size,
-            f"{what} must return a list of exactly {size} problems (got {_count(problems)})",
-        ):
+        method = "heldout_dataset" if declared else "build_dataset"
+        draw = partial(self.task.heldout, seed, size)
+        problems = self._drawn_twice(
+            what, method, draw, size, "the seed" if declared else "(seed, step)"
+        )
+        if problems is None:
             return []
+        self.draws.append(Draw(what, "heldout", (seed, size), problems))
         prompts = self.prompts(what, problems) or []
         ok, training = self.call(
             f"build_dataset or make_prompt for training steps 1-{guard_steps} (size {batch})",
@@ -202,7 +238,21 @@ class Checker:
             f"(size {batch}), e.g. {shown(shared[:1])}: held-out problems must be ones "
             f"training never draws{advice}",
         )
-        return list(problems)
+        return problems
+
+
+def equal_by_value(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """False when problems that compare by value (an `==` of their own, as a dataclass or a
+    tuple has) differ; problems compared by identity, or that cannot be compared, say nothing."""
+    for x, y in zip(a, b, strict=True):
+        if not any("__eq__" in vars(k) for k in type(x).__mro__ if k is not object):
+            continue
+        try:
+            if not bool(x == y):
+                return False
+        except Exception:  # an == that raises (an array's, say) tells nothing either way
+            continue
+    return True
 
 
 def _count(value: Any) -> str:
