@@ -105,15 +105,17 @@ def fake_backend_factory(tmp_path: Path) -> Callable[..., FakeBackend]:
 def checks_passed(adapter: Any, **options: Any) -> int:
     """How many checks `check_adapter(adapter, **options)` ran, all passed: read from its
     summary, which must name the task and end with the task's preflight line, if it has one,
-    then a line for each warning. Within one process unless asked (`across_processes`): a new
-    interpreter importing a test module costs most of a second, and test_testing checks it."""
+    then (with `learns`) the line on what was judged, then a line for each warning.
+
+    Within one process unless asked (`across_processes`): a new interpreter importing a test
+    module costs most of a second, and test_new_interpreter checks it."""
     task = as_task(adapter)
     ready = task.preflight()
     summary = check_adapter(adapter, **{"across_processes": False, **options})
     expected = (
         rf"task {re.escape(repr(task.name))} \({re.escape(task.identity)}\) passed (\d+) checks"
         + (re.escape(f"; {ready}") if ready else "")
-        + r"(\nwarning: [^\n]+)*"
+        + r"(\nlearning on [^\n]+)?(\nwarning: [^\n]+)*"
     )
     found = re.fullmatch(expected, summary)
     assert found, summary

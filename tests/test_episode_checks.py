@@ -13,6 +13,7 @@ from conftest import checks_passed
 from mathrl.adapter import Feedback, Response
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.testing import check_adapter
+from mathrl.testing.checker import problem_name
 
 
 def violations(adapter: Any) -> list[str]:
@@ -106,6 +107,51 @@ class AppendsToHistory(Retry):
         return super().feedback(problem, history[:-1])
 
 
+class NeverEnds(Retry):
+    """The game goes on after a right answer: feedback never says the episode is over."""
+
+    max_turns = 5
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        return Feedback("Again: ")
+
+
+class Guesses(Retry):
+    """A guessing game: its main branch answers a guess (a short run of ASCII digits); any
+    other text is told to guess. Its wrong_completions are near misses, valid guesses."""
+
+    def wrong_completions(self, problem: AdditionProblem) -> list[str]:
+        return [f" {problem.answer + 1}"]
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        guess = responses[-1].strip()
+        if not (guess.isascii() and guess.isdigit() and len(guess) <= 6):
+            return Feedback("Guess a number: ")
+        return self.answer(int(guess), problem)
+
+    def answer(self, guess: int, problem: AdditionProblem) -> Feedback:
+        return Feedback(None) if guess == problem.answer else Feedback("Wrong. Guess again: ")
+
+
+class PaysAWrongGuess(Guesses):
+    """The main branch pays a wrong guess the 1.0 a right answer earns (meant: 0.1)."""
+
+    def answer(self, guess: int, problem: AdditionProblem) -> Feedback:
+        return Feedback(None) if guess == problem.answer else Feedback(None, 1.0)
+
+
+class NoisyHint(Guesses):
+    """The main branch's hint to a wrong guess changes from call to call."""
+
+    def __init__(self) -> None:
+        self.calls = itertools.count()
+
+    def answer(self, guess: int, problem: AdditionProblem) -> Feedback:
+        if guess == problem.answer:
+            return Feedback(None)
+        return Feedback(f"Wrong ({next(self.calls) % 10}). Guess again: ")
+
+
 @pytest.mark.parametrize(
     ("adapter", "expected"),
     [
@@ -128,6 +174,15 @@ class AppendsToHistory(Retry):
         (BonusUncounted(), r"^the reference episode earns 1\.5, which evaluate\(\[1\.5\] \* 4\) "
             r"scores 0\.0, not 1\.0 on .*: reference_completion and reference_turn must play a "
             r"fully correct episode"),
+        (NeverEnds(), r"^the reference episode of .* never ends: feedback gave a reply after "
+            r"each of its 5 turns; once the episode is won, feedback must end it with "
+            r"Feedback\(reply=None\)( \(\d+ times\))?$"),
+        (PaysAWrongGuess(), r"^the episode of wrong_completions' ' \d+' at every turn earns 1, as "
+            r"much as the reference episode on .*: the task's wrong_completions, played every "
+            r"turn, must earn less than the reference episode( \(\d+ times\))?$"),
+        (NoisyHint(), r"^feedback\(turn 1 of the episode of wrong_completions' ' \d+'\) returned "
+            r"Feedback\(reply='Wrong \(0\)\. .* then .*'Wrong \(1\)\. .* for the same "
+            r"history: the environment must be deterministic"),
     ],
 )  # fmt: skip
 def test_each_episode_check_names_what_it_found(adapter: Any, expected: str) -> None:
@@ -163,3 +218,30 @@ def test_an_episode_paid_turn_by_turn_is_added_as_the_loop_adds_it() -> None:
     # 0.6 + 0.3 + 0.1 is 0.9999999999999999 added left to right; math.fsum gives 1.0, as
     # the loop does, and evaluate counts exactly 1.0 as right.
     assert checks_passed(ThreeRounds()) > checks_passed(MathAdapter())  # its episodes' too
+
+
+def test_a_game_whose_main_branch_is_sound_passes() -> None:
+    # Its wrong_completions, played through the environment, are answered and earn 0.
+    assert checks_passed(Guesses()) > checks_passed(Retry())
+
+
+class NeedsItsEnding(Retry):
+    """Pays a right answer only when its turn ended as the task asks, not cut off."""
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        right = super().compute_reward(completion, problem)
+        return 0.0 if getattr(completion, "ended", None) == "length" else right
+
+
+def test_an_episode_that_pays_turns_cut_off_at_the_token_limit_is_warned_of() -> None:
+    summary = check_adapter(Retry(), across_processes=False)
+    line, warning = summary.splitlines()
+    assert line.startswith("task 'retry' (")  # passed: whether the ending matters is the task's
+    where = problem_name(Retry().make_prompt(Retry().build_dataset(0, 1, 8)[0]))
+    assert warning == (
+        "warning: the reference episode cut off at the token limit (every turn "
+        f"ended='length') earns 1, as much as the reference episode on {where}: a turn that ran "
+        "out of tokens earns full reward; if the task needs its ending, pay less when "
+        "completion.ended == 'length'"
+    )
+    assert "warning" not in check_adapter(NeedsItsEnding(), across_processes=False)

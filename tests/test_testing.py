@@ -565,3 +565,58 @@ def test_a_run_that_does_not_learn_fails_the_learning_check(tmp_path: Path) -> N
         r"\(steps 1-5\) to [0-9.]+% \(steps 16-20\); it must rise by at least 10 points",
         message,
     )
+
+
+class CountsAnyAnswer(MathAdapter):
+    """Counts any answer correct, so accuracy starts saturated, and pays the right sum three
+    times what any answer earns: only the mean reward can show it learning."""
+
+    name = "CountsAnyAnswer"
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        said = 0.25 if completion.strip() else 0.0
+        return said + (0.75 if parse_answer(completion) == problem.answer else 0.0)
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r >= 0.25 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+SATURATED = (
+    r"accuracy started at (?P<start>[0-9.]+)%, too high to rise 10 points, so the mean reward "
+    r"was judged: it went from (?P<first>[0-9.]+) \(steps 1-5\) to (?P<last>[0-9.]+) "
+    r"\(steps 16-20\)"
+)
+
+
+def test_the_learning_check_says_it_judged_accuracy() -> None:
+    summary = check_adapter(MathAdapter(), learns=True, across_processes=False)
+    assert re.fullmatch(
+        r"learning on the fake backend: accuracy went from [0-9.]+% \(steps 1-5\) to "
+        r"[0-9.]+% \(steps 16-20\)",
+        summary.splitlines()[1],
+    ), summary
+
+
+def test_a_task_whose_accuracy_starts_saturated_is_judged_on_its_mean_reward() -> None:
+    # Mastermind's case in issue 26: accuracy 93.1% -> 100%, the mean reward 0.65 -> 0.98.
+    summary = check_adapter(CountsAnyAnswer(), learns=True, across_processes=False)
+    found = re.fullmatch(rf"learning on the fake backend: {SATURATED}", summary.splitlines()[1])
+    assert found, summary
+    assert float(found["start"]) > 90.0
+    # The rewards seen span 0 (the empty completion) to 1 (the reference): a rise of 0.1.
+    assert float(found["last"]) >= float(found["first"]) + 0.1
+
+
+def test_a_saturated_task_that_does_not_learn_fails_on_its_mean_reward(tmp_path: Path) -> None:
+    def learns_on(run: RunProblems[Any]) -> Backend:
+        return Frozen(FakeBackend.for_run(CountsAnyAnswer(), run, checkpoint_dir=tmp_path))
+
+    with pytest.raises(AssertionError) as failed:
+        check_adapter(CountsAnyAnswer(), learns=learns_on, across_processes=False)
+    (line,) = [v for v in str(failed.value).splitlines() if v.startswith("- ")]
+    assert re.fullmatch(
+        rf"- a 20-step run on the backend given did not learn: {SATURATED}; it must rise by at "
+        r"least 0\.1 \(a tenth of the range from the lowest reward seen, 0, to the "
+        r"reference's, 1\)",
+        line,
+    ), line

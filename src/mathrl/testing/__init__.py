@@ -9,10 +9,11 @@ method and the input. `python -m mathrl check-adapter module:Class` runs it.
 What it checks (each distinct violation is listed once, with how many times
 it happened):
 
-- problems (`checker.py`): determinism whatever the global random state,
-  exact sizes, different problems across seeds and steps, prompts that are
-  text or well-formed conversations, held-out problems disjoint from the
-  first training steps';
+- problems (`checker.py`): determinism whatever the global random state
+  (`build_dataset` and `heldout_dataset` both), and in a new interpreter with
+  another hash seed (`new_interpreter.py`), exact sizes, different problems
+  across seeds and steps, prompts that are text or well-formed conversations,
+  held-out problems disjoint from the first training steps';
 - rewards (`reward_checks.py`): the reference, ended as the task asks, earns
   the maximum and fits `max_tokens` on the tokenizer in use (by default the
   fake's, which counts UTF-8 bytes, more than real tokenizers do); wrong
@@ -20,26 +21,38 @@ it happened):
   reference in full-width look-alike digits; rewards are finite numbers or
   named parts and never raise on hostile completions (`inputs.py`: empty,
   whitespace, 10,000 characters, a 5,000-digit number, U+2212 minus, control
-  characters, lone surrogates, random Unicode), ended either way; group
-  rewards have the right length, are deterministic and shuffle with the group;
-  `evaluate` stays in [0, 1], counts the reference correct and agrees with the
-  rewards (0 or 1 for one reward, the mean of those for several);
+  characters, lone surrogates, random Unicode), ended either way; a warning
+  (not a violation) when the reference cut off at the token limit earns as
+  much as the finished one; group rewards (`group_checks.py`) have the right
+  length, also for a group with repeated completions, are deterministic, equal
+  for equal completions and shuffle with the group, and the reference alone in
+  its group counts as correct; `evaluate` (`evaluate_checks.py`) stays in
+  [0, 1], counts the reference correct and agrees with the rewards every
+  ending earned (0 or 1 for one reward, the mean of those for several);
 - episodes, for a task with `feedback` (`episode_checks.py`): the reference's
-  episode, a recovery (a wrong first turn, then the reference's) and every
-  hostile text at every turn; `feedback` returns a `Feedback` with a finite
-  reward, the same twice for the same history, and never raises; the
-  reference episode earns the most and counts as correct; each reference turn
-  fits `max_tokens`, and both episodes `episode_tokens`;
+  episode, a recovery (a wrong first turn, then the reference's), each of the
+  task's `wrong_completions` at every turn and as a first turn recovered from,
+  and every hostile text at every turn; `feedback` returns a `Feedback` with a
+  finite reward, the same twice for the same history, and never raises; the
+  reference episode ends (a reply of None) within `max_turns`, earns the most
+  and counts as correct, and `wrong_completions` earn less; each reference
+  turn fits `max_tokens`, and the episodes that end in the reference's turns
+  `episode_tokens`; a warning when the reference episode cut off at the token
+  limit at every turn earns as much;
 - `final_answer`, if the task names its answers (`answer_checks.py`): the
   reference, ended as asked, names a str, the same each time; hostile
   completions name a str or None and never make it raise;
 - `preflight()`, if the task has one: None or one printable line, or
   `Unavailable`, which passes through (no check stands in for what is missing);
-- with `learns`: 20 steps raise accuracy by at least 10 points.
+- with `learns`: 20 steps raise accuracy by at least 10 points, or, when
+  accuracy starts above 90% (too high to rise so far), the mean reward by a
+  tenth of the range from the lowest reward seen to the reference's; the
+  summary says which was judged.
 """
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -63,6 +76,9 @@ from mathrl.text import one_line, shown
 
 __all__ = ["ADVERSARIAL", "WRONG", "LearnsOn", "check_adapter", "random_texts"]
 
+RISE = 0.10
+"""How much 20 steps must raise accuracy (or, accuracy saturated, the mean reward as a share
+of the rewards' range) for `check_adapter(learns=...)`."""
 LearnsOn = Callable[[RunProblems[Any]], Backend]
 """Makes the backend `check_adapter(learns=...)` trains on, told the problems its run draws."""
 
@@ -88,9 +104,11 @@ def check_adapter(
         guard_steps: held-out problems must avoid training steps 1..guard_steps
             (drawn at `size` problems a step).
         learns: also train 20 steps and require accuracy (steps 16-20 against
-            steps 1-5) to rise by at least 10 points: on the backend this makes,
-            told the problems the run draws, or with True on the fake backend
-            (`mathrl_fakes.FakeBackend`).
+            steps 1-5) to rise by at least 10 points, or, if it starts above 90%,
+            the mean reward by a tenth of the rewards' range: on the backend
+            this makes, told the problems the run draws, or with True on the
+            fake backend (`mathrl_fakes.FakeBackend`). The summary then has a
+            line saying which was judged.
         tokenizer: the tokenizer the task's `max_tokens` is checked against
             (default: the fake backend's, which counts UTF-8 bytes, more than
             most real tokenizers do).
@@ -116,12 +134,13 @@ def check_adapter(
         scored = rewards.one(problem, [*train, *held])
         if scored is not None and task.rewards_groups:
             check_group_laws(rewards, problem, scored[0], scored[2])
-    check_evaluate(checker, rewards.best)
     check_final_answer(checker, [*train[:2], *held[:1]])
     if task.plays_episodes:
         EpisodeChecks(checker, rewards, tokenizer).run([*train[:2], *held[:1]])
+    check_evaluate(checker)  # on every reward seen, episodes' too
+    learned = None
     if learns is not False and not checker.violations:
-        _learning(checker, None if learns is True else learns)
+        learned = _learning(checker, None if learns is True else learns)
     warnings = "".join(f"\nwarning: {w}" for w in checker.warnings)
     if checker.violations:
         n = len(checker.violations)
@@ -131,7 +150,8 @@ def check_adapter(
             f"{task.name!r} ({task.identity}):\n{lines}{warnings}"
         )
     summary = f"task {task.name!r} ({task.identity}) passed {checker.checks} checks"
-    return summary + (f"; {ready}" if ready else "") + warnings
+    learning = f"\n{learned}" if learned else ""
+    return summary + (f"; {ready}" if ready else "") + learning + warnings
 
 
 def _preflight(checker: Checker) -> str | None:
@@ -159,9 +179,11 @@ def _preflight(checker: Checker) -> str | None:
     return line if one else None
 
 
-def _learning(checker: Checker, learns_on: LearnsOn | None) -> None:
-    """20 steps on the backend `learns_on` makes (default: the fake) raise accuracy by at
-    least 10 points."""
+def _learning(checker: Checker, learns_on: LearnsOn | None) -> str | None:
+    """20 steps on the backend `learns_on` makes (default: the fake) raise accuracy (steps
+    16-20 against steps 1-5) by at least 10 points; or, if accuracy starts too high to rise
+    so far, the mean reward by a tenth of the rewards' range (the lowest seen to the
+    reference's). Returns the line that says which was judged, if it passed."""
     config = TrainConfig(steps=20, batch=8, group=4)
     run = run_problems(checker.task, config)
     with tempfile.TemporaryDirectory(prefix="mathrl-check-") as folder:
@@ -173,10 +195,32 @@ def _learning(checker: Checker, learns_on: LearnsOn | None) -> None:
             backend = learns_on(run)
         result = run_grpo(backend, checker.task, config)
     where = "the fake backend" if learns_on is None else "the backend given"
-    accuracy = [m.accuracy for m in result.steps]
-    start, end = sum(accuracy[:5]) / 5, sum(accuracy[-5:]) / 5
-    checker.expect(
-        end >= start + 0.10,
-        f"a 20-step run on {where} did not learn: accuracy went from {start:.1%} "
-        f"(steps 1-5) to {end:.1%} (steps 16-20); it must rise by at least 10 points",
+    start, end = _first_and_last([m.accuracy for m in result.steps])
+    went = f"went from {start:.1%} (steps 1-5) to {end:.1%} (steps 16-20)"
+    if start + RISE <= 1.0:
+        learned = checker.expect(
+            end >= start + RISE,
+            f"a 20-step run on {where} did not learn: accuracy {went}; it must rise by at "
+            "least 10 points",
+        )
+        return f"learning on {where}: accuracy {went}" if learned else None
+    low, high = min(checker.seen, default=0.0), max(checker.references, default=1.0)
+    need = RISE * (high - low) if high > low else RISE
+    first, last = _first_and_last([m.mean_reward for m in result.steps])
+    rose = f"went from {first:.3g} (steps 1-5) to {last:.3g} (steps 16-20)"
+    saturated = (
+        f"accuracy started at {start:.1%}, too high to rise 10 points, so the mean reward was "
+        "judged"
     )
+    learned = checker.expect(
+        last >= first + need,
+        f"a 20-step run on {where} did not learn: {saturated}: it {rose}; it must rise by at "
+        f"least {need:.3g} (a tenth of the range from the lowest reward seen, {low:.3g}, to "
+        f"the reference's, {high:.3g})",
+    )
+    return f"learning on {where}: {saturated}: it {rose}" if learned else None
+
+
+def _first_and_last(values: Sequence[float]) -> tuple[float, float]:
+    """The means of the first five and the last five of `values`."""
+    return math.fsum(values[:5]) / 5, math.fsum(values[-5:]) / 5

@@ -65,6 +65,9 @@ class Checker:
         self.checks = 0
         self.seen: list[float] = []
         """Every finite reward seen, for the evaluate checks."""
+        self.references: list[float] = []
+        """The reward of each problem's reference (its whole episode, for a task that plays
+        episodes)."""
         self._repeats: dict[str, int] = {}
         """How often each keyed violation recurred, by key (its sentence is listed once)."""
         self._where: dict[str, int] = {}

@@ -2,13 +2,18 @@
 
 For each problem it plays episodes without a model: the reference's
 (`reference_completion`, then `reference_turn` if the environment goes on),
-a recovery (a wrong first turn, then the reference's turns), and turns of
-wrong or adversarial text, each repeated up to `max_turns`. `feedback` must
-return a `Feedback` every time (never raise on what a model may write), with
-a finite reward, and the same one for the same history. The reference
-episode must earn the most of all of them and evaluate as correct; the
-recovery must earn no less than staying wrong; both must fit the episode's
-token budget on the tokenizer in use.
+the reference's cut off at the token limit at every turn, a recovery (a
+wrong first turn, then the reference's turns), each of the task's
+`wrong_completions` (valid but wrong moves, which reach the game's main
+branch) repeated and recovered from, and turns of wrong or adversarial text,
+each repeated up to `max_turns`. `feedback` must return a `Feedback` every
+time (never raise on what a model may write), with a finite reward, and the
+same one for the same history. The reference episode must end (a reply of
+None) within `max_turns`, earn the most of all of them and evaluate as
+correct; `wrong_completions` played every turn must earn less; the recovery
+must earn no less than staying wrong; the episodes that end in the
+reference's turns must fit the episode's token budget on the tokenizer in
+use. The cut-off reference earning as much is a warning, not a violation.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from mathrl.text import shown
 
 RECOVERING_FROM = WRONG[1]
 """The recovery episode's first turn: wrong, so the environment answers it."""
+CUT_OFF = "the reference episode cut off at the token limit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +44,8 @@ class _Played:
     final: Response
     said: tuple[float, ...]
     """The feedback's reward at each turn."""
+    finished: bool
+    """True when feedback ended the episode (a reply of None) within `max_turns`."""
 
 
 class EpisodeChecks:
@@ -58,15 +66,31 @@ class EpisodeChecks:
             return
         where = problem_name(prompt)
         reference = self.play(problem, prompt, where, "the reference episode")
+        cut = self.play(problem, prompt, where, CUT_OFF, ended="length")
         recovery = self.play(problem, prompt, where, "the recovery episode", RECOVERING_FROM)
         wrong = self.play(problem, prompt, where, "the wrong episode", RECOVERING_FROM, True)
+        if reference is None or recovery is None or wrong is None:
+            return
+        self.c.expect(
+            reference.finished,
+            f"the reference episode of {where} never ends: feedback gave a reply after each of "
+            f"its {self.task.max_turns} turns; once the episode is won, feedback must end it "
+            "with Feedback(reply=None)",
+            key="never-ends",
+        )
+        ok, own = self.c.call(
+            f"wrong_completions({where})", lambda: self.task.wrong_completions(problem)
+        )
+        own_played = [
+            self.play(problem, prompt, where, f"{how} wrong_completions' {shown(w, 30)}", w, stay)
+            for w in (own if ok and isinstance(own, list | tuple) else [])
+            for how, stay in (("the episode of", True), ("the recovery from", False))
+        ]
         others = [
             self.play(problem, prompt, where, f"an episode of {label}", text, True, "length")
             for label, text in ADVERSARIAL
         ]
-        if reference is None or recovery is None or wrong is None:
-            return
-        played = [reference, recovery, wrong, *(o for o in others if o is not None)]
+        played = [reference, recovery, wrong, *(o for o in [cut, *own_played, *others] if o)]
         # The episodes' last turns scored together (one group, for a task that scores groups).
         ends = self.rewards.score(
             [p.final for p in played],
@@ -78,6 +102,8 @@ class EpisodeChecks:
             return
         # Added as the loop adds them (`math.fsum`), so no rounding tells them apart.
         best, *totals = [math.fsum((*p.said, end)) for p, end in zip(played, ends, strict=True)]
+        self.c.seen.extend([best, *totals])
+        self.c.references.append(best)
         self.c.expect(
             any(total < best for total in totals),
             f"every episode tried earns the reference episode's {best:g} on {where}: the "
@@ -91,6 +117,23 @@ class EpisodeChecks:
                 f"{where}: the reference must earn the most",
                 key=f"beats-{p.label}",
             )
+            if p.label.startswith("the episode of wrong_completions"):
+                self.c.expect(
+                    total < best,
+                    f"{p.label} at every turn earns {total:g}, as much as the reference "
+                    f"episode on {where}: the task's wrong_completions, played every turn, "
+                    "must earn less than the reference episode",
+                    key="wrong-completion-episode",
+                )
+            if p.label == CUT_OFF:
+                self.c.warn(
+                    total < best,
+                    f"{CUT_OFF} (every turn ended='length') earns {total:g}, as much as the "
+                    f"reference episode on {where}: a turn that ran out of tokens earns full "
+                    "reward; if the task needs its ending, pay less when "
+                    "completion.ended == 'length'",
+                    key="cut-off",
+                )
         self.c.expect(
             totals[0] >= totals[1],
             f"the recovery episode (a wrong first turn, then the reference's) earns "
@@ -124,7 +167,7 @@ class EpisodeChecks:
         """
         stops, chat = self.task.stop_for(prompt), not isinstance(prompt, str)
         history: list[Response] = []
-        used, said = 0, list[float]()
+        used, said, finished = 0, list[float](), False
         for turn in range(1, self.task.max_turns + 1):
             text = first if first is not None and (turn == 1 or repeat) else None
             if text is None:
@@ -147,6 +190,7 @@ class EpisodeChecks:
                 return None
             said.append(answer[1])
             if answer[0].reply is None or turn == self.task.max_turns:
+                finished = answer[0].reply is None
                 break
             used += len(reply_tokens(self.tokenizer, self.task, prompt, turn_T, answer[0]))
         budget = self.task.episode_budget(self.task.max_tokens)
@@ -156,7 +200,7 @@ class EpisodeChecks:
             f"more than the episode's budget of {budget}: raise the task's episode_tokens",
             key="episode-budget",
         )
-        return _Played(label, history[-1], tuple(said))
+        return _Played(label, history[-1], tuple(said), finished)
 
     def reference_turn(self, problem: Any, history: Sequence[Response], where: str) -> str | None:
         what = f"reference_turn({where})" if history else f"reference_completion({where})"

@@ -11,7 +11,6 @@ correct.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from functools import partial
 
 from mathrl.testing.checker import Checker
@@ -21,7 +20,7 @@ MOST = 50
 """How many distinct rewards are evaluated at most."""
 
 
-def check_evaluate(c: Checker, bests: Sequence[float]) -> None:
+def check_evaluate(c: Checker) -> None:
     """evaluate stays in [0, 1], counts each reference's reward correct, and agrees with
     itself: 0 or 1 for one reward, the mean of those for several."""
     seen = _spread(sorted(set(c.seen)), MOST)
@@ -33,7 +32,7 @@ def check_evaluate(c: Checker, bests: Sequence[float]) -> None:
             f"{what} = {shown(value)}: an accuracy must be a number in [0, 1]",
             key="evaluate-range",
         )
-    for best in sorted(set(bests)):
+    for best in sorted(set(c.references)):
         ok, full = c.call("evaluate", partial(c.adapter.evaluate, [best] * 4), key="evaluate")
         c.expect(
             # An episode's reward holds its turns' too: the episode checks evaluate the whole.

@@ -58,8 +58,6 @@ class RewardChecks:
         self.method = "compute_group_rewards" if self.task.rewards_groups else "compute_reward"
         self._cache: dict[tuple[int, str, str, str | None, int], object] = {}
         """compute_reward's answers so far (rewards are pure): the reference is scored once."""
-        self.best: list[float] = []
-        """The reward of each problem's reference, ended as asked, for `check_adapter(learns)`."""
 
     def one(self, problem: Any, others: Sequence[Any]) -> tuple[Response, float, str] | None:
         """Check the reward on `problem`; the reference, its reward and the problem's name
@@ -98,7 +96,8 @@ class RewardChecks:
         best = self.wins(problem, reference, wrong, len(own), stops, chat, where)
         if best is None:
             return None
-        self.best.append(best)
+        if not self.task.plays_episodes:  # (an episode's is its whole reward: `EpisodeChecks`)
+            self.c.references.append(best)
         self.cut_off(problem, reference, best, where)
         self.endings(problem, [("the reference", ref), *wrong[len(wrong) - len(own) :]], where)
         adversarial = [*ADVERSARIAL, *((f"random text {t!r:.20}", t) for t in random_texts(12))]
