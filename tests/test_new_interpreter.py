@@ -35,6 +35,15 @@ class HashSeeded(MathAdapter):
 
     def build_dataset(self, seed, step, size):
         return make_problems(random.Random(hash(f"sums/{seed}/{step}")), size)
+
+
+class HeldoutHashSeeded(MathAdapter):
+    """Draws its held-out problems with hash(); its training problems are sound."""
+
+    name = "heldout-hash-seeded"
+
+    def heldout_dataset(self, seed, size):
+        return make_problems(random.Random(hash(f"held-out/{seed}")), size)
 '''
 
 GUESS = '''
@@ -104,6 +113,20 @@ def test_a_task_seeded_with_hash_is_caught_from_the_command_line(tmp_path: Path)
         r"or the order of a set \(6 times\)"
     )
     assert any(found.fullmatch(line) for line in done.stdout.splitlines()), done.stdout
+
+
+def test_held_out_problems_seeded_with_hash_are_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = in_module(tmp_path, monkeypatch, "heldout_hashy", HASH_SEEDED)
+    checker = drawn_elsewhere(module.HeldoutHashSeeded())
+    found = re.compile(
+        r"heldout_dataset\(seed=0, size=32\) gave other problems in a new interpreter "
+        r"\(PYTHONHASHSEED=[12]\): problem 0's prompt is .* here, .* there; a task must draw "
+        r"the same problems in every process .*"
+    )
+    assert [line for line in checker.report() if found.fullmatch(line)], checker.report()
+    assert not any(line.startswith("build_dataset") for line in checker.report())
 
 
 def test_problems_that_share_a_prompt_and_a_reference_are_told_apart(
