@@ -114,8 +114,17 @@ async def _check(backend: Backend) -> None:
     with pytest.raises(ValueError, match=r"logprobs=\d+") as excinfo:
         await backend.submit_train_step([good, short], 1e-4)
     lengths = short.lengths()
-    for name in ("model_input", "target_tokens", "logprobs", "advantages"):
+    for name in ("model_input", "target_tokens", "logprobs", "advantages", "mask"):
         assert f"{name}={lengths[name]}" in str(excinfo.value)
+    # A mask that is not the model's tokens: an advantage off it (the prompt's first position
+    # would be trained on), or none of the model's tokens at all.
+    prompt_trained = dataclasses.replace(good, advantages=(1.0, *good.advantages[1:]))
+    with pytest.raises(ValueError, match=r"position 0 is not the model's \(mask False\)"):
+        await backend.submit_train_step([good, prompt_trained], 1e-4)
+    n = len(good.mask)
+    nobodys = dataclasses.replace(good, mask=(False,) * n, advantages=(0.0,) * n)
+    with pytest.raises(ValueError, match="the mask marks none of its"):
+        await backend.submit_train_step([nobodys], 1e-4)
     with pytest.raises(ValueError, match="datum"):
         await backend.submit_train_step([], 1e-4)
     for lr in (0.0, -1e-4, math.nan, math.inf):

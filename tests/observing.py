@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mathrl.report import Checkpoint, EvalMetrics, Observer, SampleGroup, StepMetrics
+from mathrl.report import (
+    Checkpoint,
+    EvalMetrics,
+    Observer,
+    SampleGroup,
+    StepMetrics,
+    TemperedRatio,
+)
 
 
 class Everything(Observer):
@@ -17,6 +24,7 @@ class Everything(Observer):
         self.phases: list[tuple[int, str]] = []
         self.sampled: list[tuple[int, int, int]] = []
         self.warnings: list[str] = []
+        self.notes: list[TemperedRatio] = []
         self.samples: list[SampleGroup] = []
         self.events: list[object] = []
 
@@ -41,6 +49,9 @@ class Everything(Observer):
 
     def on_warning(self, message: str) -> None:
         self.warnings.append(message)
+
+    def on_tempered_ratio(self, note: TemperedRatio) -> None:
+        self.notes.append(note)
 
     def on_samples(self, groups: Sequence[SampleGroup]) -> None:
         self.samples.extend(groups)

@@ -32,10 +32,11 @@ async def reference_run(
     The algorithm choices, written as plainly: `fill_batch` goes on through the step's
     problems one at a time until `batch` groups have unequal rewards; `scale_rewards`
     "group" divides by the group's sample std (plus 1e-4); the loss goes to the backend;
-    `substeps` trains on consecutive slices of the datums; with `kl_coef`, each of the
-    model's tokens (known here by where the completion starts) gains `kl_coef` times the
-    step's mean of `q - b` minus its own, against the base model's logprobs `b` (the
-    step-0 weights).
+    `substeps` trains on consecutive slices of the datums; with `kl_coef`, every group is
+    trained on, constant ones too, and each of the model's tokens (known here by where the
+    completion starts) gains `kl_coef` times the step's mean of `q - b` minus its own,
+    against the base model's logprobs `b` (the step-0 weights); with DRO, the prompt's
+    positions get the current weights' own logprobs as their `q`.
     """
     assert config.scale_rewards in ("none", "group"), "the reference scales group by group"
     task = as_task(adapter)
@@ -60,9 +61,10 @@ async def reference_run(
                 float(adapter.compute_reward(Response(tok.decode(c.tokens)), problem))  # type: ignore[arg-type]
                 for c in completions
             ]
-            if all(r == rewards[0] for r in rewards):
-                continue  # a constant group: every advantage is 0
-            informative += 1
+            constant = all(r == rewards[0] for r in rewards)  # every advantage is 0
+            if constant and not config.kl_coef:
+                continue  # nothing to teach
+            informative += not constant
             advantages = group_advantages(rewards)
             if config.scale_rewards == "group":
                 mean = sum(rewards) / len(rewards)
@@ -75,6 +77,8 @@ async def reference_run(
                     completion_starts.append(len(prompt) - 1)
         if datums and config.kl_coef:
             datums = await kl_shaped(base, datums, completion_starts, config.kl_coef)
+        if datums and config.loss_fn.name == "dro":
+            datums = await prompt_at_policy(sampler, datums, completion_starts)
         datums_by_step.append(datums)
         if datums:
             k = min(config.substeps, len(datums))
@@ -110,6 +114,20 @@ async def kl_shaped(
                 a + coef * (mean - d)
                 for a, d in zip(datum.advantages[start:], diffs_T, strict=True)
             ),
+            datum.mask,
         )
         for datum, start, diffs_T in zip(datums, completion_starts, diffs, strict=True)
     ]
+
+
+async def prompt_at_policy(
+    policy: Sampler, datums: list[Datum], completion_starts: list[int]
+) -> list[Datum]:
+    """The datums with the prompt's `q` set to `policy`'s own logprobs there."""
+    out = []
+    for datum, start in zip(datums, completion_starts, strict=True):
+        own = await policy.logprobs([*datum.model_input, datum.target_tokens[-1]])
+        logprobs = (*own[:start], *datum.logprobs[start:])
+        out.append(Datum(datum.model_input, datum.target_tokens, logprobs, datum.advantages,
+                         datum.mask))  # fmt: skip
+    return out

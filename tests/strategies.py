@@ -192,6 +192,32 @@ loss_names = st.sampled_from(list(LOSSES))
 losses = loss_names.flatmap(lambda name: given_settings(name).map(lambda s: Loss(name, **s)))
 """Any loss of `mathrl.losses`, with any valid settings (some left to their defaults)."""
 
+kl_coefs = st.just(0.0) | st.floats(1e-3, 10.0)
+"""A KL coefficient: 0 (no penalty), or a positive one up to the config's limit."""
+
+
+@st.composite
+def minibatch_results(draw: st.DrawFn) -> list[tuple[float, float, int]]:
+    """A step's minibatches, one to six: each one's loss, clip fraction (a share of its model
+    tokens) and model tokens (at least one, as every datum has)."""
+    return draw(
+        st.lists(
+            st.tuples(st.floats(-1e3, 1e3), st.floats(0.0, 1.0), st.integers(1, 500)),
+            min_size=1,
+            max_size=6,
+        )
+    )
+
+
+@st.composite
+def logistic_tables(draw: st.DrawFn, positions: int, vocab: int) -> list[list[float]]:
+    """A small learnable policy: a row of `vocab` logits (from -4 to 4) per position of a
+    datum, each row its own parameters, so a row used only by the prompt is a parameter only
+    the prompt's positions touch."""
+    row = st.lists(st.floats(-4.0, 4.0), min_size=vocab, max_size=vocab)
+    return draw(st.lists(row, min_size=positions, max_size=positions))
+
+
 words = st.lists(st.text(st.characters(categories=["L"]), min_size=1, max_size=8), min_size=1)
 """A list of at least one non-empty word, as a message lists names."""
 

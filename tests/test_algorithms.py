@@ -8,6 +8,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast, get_args
 
@@ -19,6 +20,7 @@ from cli_process import run_main
 from doubles.fake_mint import FakeMintServer, FakeTrainingClient
 from mathrl.backend import Backend, Datum, SampleParams, TrainResult
 from mathrl.checkpoints import run_fingerprint
+from mathrl.cli.train import tempered_ratio_note
 from mathrl.config import ConfigError, TrainConfig
 from mathrl.grpo import build_datum
 from mathrl.loop import run_grpo
@@ -32,6 +34,7 @@ from mathrl.losses import (
     TokenLoss,
     token_loss,
 )
+from mathrl.report import TemperedRatio
 from mathrl.resolved import as_task
 from mathrl.rollout import run_problems
 from mathrl.service.mint_backend import MintBackend, to_mint_datum
@@ -39,6 +42,7 @@ from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend, references_for
+from observing import Everything
 
 SOME_LOSSES = [
     IMPORTANCE_SAMPLING,
@@ -100,13 +104,12 @@ def trains_as_the_core(tmp_path: Path, loss: Loss) -> None:
     asyncio.run(_train(backend, datums, 0.5))
     expected, clipped, scored = 0.0, 0, 0
     for datum in datums:
-        for lp, q, a in zip(model.logprobs(datum), datum.logprobs, datum.advantages, strict=True):
-            if a == 0.0 and not loss.every_position:
-                continue
+        for lp, q, a, mine in zip(model.logprobs(datum), datum.logprobs, datum.advantages,
+                                  datum.mask, strict=True):  # fmt: skip
             term = token_loss(loss, lp, q, a)
-            expected += term.loss
-            clipped += term.clipped and a != 0.0
-            scored += a != 0.0
+            expected += term.loss  # every position, as the service sums it
+            clipped += term.clipped and mine  # of the model's tokens, by the mask
+            scored += mine
     result = asyncio.run(_train(backend, datums, 1e-3, loss))
     assert result.loss == pytest.approx(expected, rel=1e-9)
     assert result.metrics["loss:sum"] == result.loss
@@ -380,6 +383,78 @@ def test_fill_batch_is_deterministic_and_works_off_policy(tmp_path: Path, off_po
     assert trained("b") == (first, drawn)  # the same problems, samples and datums
     assert all(config.batch <= n <= 4 * config.batch for n in drawn)
     assert max(drawn) > config.batch  # some steps did draw more
+
+
+def test_on_the_fake_dro_leaves_the_prompt_out_of_its_loss(tmp_path: Path) -> None:
+    task = MathAdapter()
+    config = TrainConfig(steps=1, batch=4, group=4, loss="dro")
+    backend = FakeBackend.for_run(task, run_problems(task, config), checkpoint_dir=tmp_path)
+    recorder = RecordingBackend(backend)
+    before = list(backend.theta)
+    [step] = run_grpo(recorder, task, config).steps
+    [datums] = recorder.trained
+    # One more round trip: the trained weights' logprobs of each datum's tokens.
+    assert backend.log.count("compute_logprobs") == len(datums) == step.datums
+    on_mask = off_mask = 0.0
+    for datum in datums:
+        lps = backend.model.logprobs(datum, before)  # as forward_backward saw them
+        for lp, q, a, mine in zip(lps, datum.logprobs, datum.advantages, datum.mask,
+                                  strict=True):  # fmt: skip
+            if mine:
+                on_mask += token_loss(config.loss_fn, lp, q, a).loss
+            else:
+                assert q == lp  # anchored: the policy's own logprob, exactly, on the fake
+                off_mask += token_loss(config.loss_fn, lp, q, a).loss
+    # Off the mask DRO's -(lp * 0 - beta * 0^2 / 2) is 0: the loss is the model tokens' alone.
+    assert off_mask == 0.0
+    assert step.loss == pytest.approx(on_mask, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("loss", "temperature", "noted"),
+    [("ppo", 0.7, True), ("cispo", 1.3, True), ("ppo", 1.0, False),
+     ("importance_sampling", 0.7, False)],
+)  # fmt: skip
+def test_a_clipped_loss_off_temperature_1_is_noted_once_with_step_1s_clip(
+    tmp_path: Path, loss: LossName, temperature: float, noted: bool
+) -> None:
+    task = MathAdapter()
+    config = TrainConfig(steps=2, batch=4, group=4, loss=loss, temperature=temperature)
+    backend = FakeBackend.for_run(task, run_problems(task, config), checkpoint_dir=tmp_path)
+    seen = Everything()
+    result = run_grpo(backend, task, config, seen)
+    first = result.steps[0]
+    assert first.datums  # step 1 trained, so it is the one measured
+    if noted:
+        clipped = first.backend_metrics["clipped:frac"]
+        assert seen.notes == [TemperedRatio(1, config.loss_fn, temperature, clipped)]
+        # Step 1 is on-policy: only the temperature moved these ratios past PPO's 0.8 and 1.2.
+        assert clipped > 0 or loss == "cispo"  # cispo's default bounds, 0 and 4, are wider
+    else:
+        assert seen.notes == []
+
+
+def test_the_note_on_a_tempered_ratio_in_the_command_lines_words() -> None:
+    # PPO at 0.7 with its defaults, 9 of 1,000 model tokens clipped at step 1: 0.9%.
+    note = TemperedRatio(1, Loss("ppo"), 0.7, 0.009)
+    assert tempered_ratio_note(note) == (
+        "note: with --loss ppo (--clip-low 0.8, --clip-high 1.2) at --temperature 0.7, the "
+        "importance ratio is not 1 even on-policy (the sampler's logprobs are the tempered "
+        "distribution's, the learner's are at temperature 1), so the clip acts on tokens the "
+        "policy itself sampled: at step 1 it bound 0.9% of the model's tokens. Sample at "
+        "--temperature 1 (MINT_RL_TEMPERATURE=1) for a ratio of 1 on-policy."
+    )
+    unsaid = tempered_ratio_note(replace(note, step=2, clipped=None))
+    assert "the backend did not say how many it bound at step 2." in unsaid
+
+
+def test_a_run_notes_a_tempered_ratio_on_stderr_once(tmp_path: Path) -> None:
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "3", "--batch", "4",
+                    "--loss", "cispo", "--temperature", "0.7")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("mathrl: note: with --loss cispo (--clip-low 0, --clip-high 4) at "
+                             "--temperature 0.7, the importance ratio is not 1") == 1  # fmt: skip
+    assert "note:" not in done.stdout
 
 
 def test_the_kl_penalty_asks_the_step_0_sampler_over_the_sdk_too(tmp_path: Path) -> None:

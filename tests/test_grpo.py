@@ -1,4 +1,5 @@
-"""group_advantages, constant-group skipping, build_datum and episode_datum."""
+"""group_advantages, constant groups, build_datum and episode_datum with their action mask,
+the KL penalty, DRO's anchor off the mask, and combining minibatches."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from hypothesis import strategies as st
 import strategies as st_
 from mathrl.adapter import Response
 from mathrl.backend import Completion, Datum, TrainResult, check_datums, check_train_step
+from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Turn
 from mathrl.grpo import (
+    anchored,
     build_datum,
     episode_datum,
     group_advantages,
@@ -23,8 +26,12 @@ from mathrl.grpo import (
     minibatches,
     step_advantages,
 )
-from mathrl.rollout import datums_of
+from mathrl.resolved import as_task
+from mathrl.rollout import datums_of, trained
 from mathrl.step import combined
+from mathrl.tasks.addition import MathAdapter
+
+ADDITION = as_task(MathAdapter())
 
 
 @given(st_.reward_groups)
@@ -40,16 +47,17 @@ def one_turn(tokens_T: Sequence[int]) -> Episode:
     return Episode((Turn(Completion(tuple(tokens_T), (-0.5,) * len(tokens_T)), Response("")),))
 
 
-@given(st_.rewards, st_.reward_groups, st_.reward_groups, st.booleans())
-def test_a_constant_group_gets_exact_zeros_and_is_dropped(
-    r: float, shape: list[float], other_G: list[float], constant_first: bool
+@given(st_.rewards, st_.reward_groups, st_.reward_groups, st.booleans(), st_.kl_coefs)
+def test_a_constant_group_gets_exact_zeros_and_trains_only_with_a_kl_penalty(
+    r: float, shape: list[float], other_G: list[float], constant_first: bool, kl_coef: float
 ) -> None:
     assume(not is_constant_group(other_G))
     rewards_G = [r] * len(shape)
     assert is_constant_group(rewards_G)
     assert group_advantages(rewards_G) == [0.0] * len(rewards_G)
-    # Beside a group that is not constant, in either order: none of its episodes gives a
-    # datum, and each of the other group's does. The prompts tell the groups apart.
+    # Beside a group that is not constant, in either order: without a KL penalty none of its
+    # episodes gives a datum, and each of the other group's does; with one, each of both
+    # groups' does (the penalty alone teaches it). The prompts tell the groups apart.
     groups = [([1, 1], rewards_G), ([2, 2], other_G)]
     if not constant_first:
         groups.reverse()
@@ -57,8 +65,29 @@ def test_a_constant_group_gets_exact_zeros_and_is_dropped(
     rewards_P_G = [rewards for _, rewards in groups]
     episodes_P_G = [[one_turn([5, 6]) for _ in rewards] for rewards in rewards_P_G]
     advantages_P_G = step_advantages(rewards_P_G)
-    datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G)
-    assert [d.model_input for d in datums_D] == [(2, 2, 5)] * len(other_G)
+    responses_P_G = [[e.final for e in episodes_G] for episodes_G in episodes_P_G]
+    config = TrainConfig(kl_coef=kl_coef)
+    trained_P_G = trained(ADDITION, config, rewards_P_G, responses_P_G)
+    datums_D = datums_of(prompts_P_T, episodes_P_G, advantages_P_G, trained_P_G)
+    if kl_coef:
+        assert [d.model_input for d in datums_D] == [(*p, 5) for p, g in groups for _ in g]
+    else:
+        assert [d.model_input for d in datums_D] == [(2, 2, 5)] * len(other_G)
+
+
+def test_worked_example_of_which_groups_train() -> None:
+    # Rewards [1, 0] (mean 0.5: advantages +0.5, -0.5) and a constant [1, 1] (0, 0).
+    rewards_P_G = [[1.0, 0.0], [1.0, 1.0]]
+    responses_P_G = [[Response(" 42\n", "stop", "\n")] * 2] * 2
+    # Without a KL penalty only the first group teaches; with kl_coef 0.1 both are trained on.
+    assert trained(ADDITION, TrainConfig(), rewards_P_G, responses_P_G) == [
+        [True, True],
+        [False, False],
+    ]
+    assert trained(ADDITION, TrainConfig(kl_coef=0.1), rewards_P_G, responses_P_G) == [
+        [True, True],
+        [True, True],
+    ]
 
 
 @given(st_.reward_groups)
@@ -127,6 +156,7 @@ def test_datum_alignment(
     assert list(datum.model_input) == full[:-1]
     assert list(datum.target_tokens) == full[1:]
     n_prompt = len(prompt_T) - 1
+    assert datum.mask == (False,) * n_prompt + (True,) * len(tokens_T)
     assert datum.advantages[:n_prompt] == (0.0,) * n_prompt
     assert datum.logprobs[:n_prompt] == (0.0,) * n_prompt
     assert datum.advantages[n_prompt:] == (advantage,) * len(tokens_T)
@@ -142,7 +172,9 @@ def test_datum_worked_example() -> None:
         target_tokens=(2, 3, 4, 5),
         logprobs=(0.0, 0.0, -0.1, -0.2),
         advantages=(0.0, 0.0, 0.5, 0.5),
+        mask=(False, False, True, True),  # targets 4 and 5 are the model's
     )
+    assert datum.model_tokens == 2
 
 
 def test_datum_refuses_missing_or_misaligned_logprobs() -> None:
@@ -180,6 +212,7 @@ def test_episode_datum_alignment(
     assert list(datum.model_input) == full[:-1]
     assert list(datum.target_tokens) == full[1:]
     assert set(datum.lengths().values()) == {len(full) - 1}
+    assert list(datum.mask) == owner[1:]  # the mask is who wrote each target token
     # Position i predicts full[i + 1]: the model's tokens carry the advantage and their
     # sampling logprobs, in order; the prompt's and the environment's carry zeros.
     sampled = [lp for logprobs_T in logprobs_K_T for lp in logprobs_T]
@@ -216,6 +249,7 @@ def test_episode_datum_worked_example() -> None:
         target_tokens=(2, 3, 4, 7, 8, 5),
         logprobs=(0.0, -0.1, -0.2, 0.0, 0.0, -0.3),
         advantages=(0.0, 0.5, 0.5, 0.0, 0.0, 0.5),
+        mask=(False, True, True, False, False, True),
     )
 
 
@@ -236,7 +270,7 @@ def test_built_datums_pass_the_service_checks(
     check_datums([datum], vocab_size=151_936)
     check_train_step([datum], 1e-4, vocab_size=None)
     # Any field one entry short is refused, and the message names every length.
-    for name in ("model_input", "target_tokens", "logprobs", "advantages"):
+    for name in ("model_input", "target_tokens", "logprobs", "advantages", "mask"):
         short = replace(datum, **{name: getattr(datum, name)[:-1]})
         with pytest.raises(ValueError, match=f"{name}={len(getattr(datum, name)) - 1}"):
             check_datums([short], vocab_size=None)
@@ -327,7 +361,7 @@ def test_worked_example_of_minibatches() -> None:
         minibatches(datums, 0)
 
 
-# --- the KL penalty -----------------------------------------------------------------------
+# --- the KL penalty, on the mask -------------------------------------------------------------
 
 
 @given(st_.episodes(), st.floats(-3, 3), st.floats(0.0, 2.0), st.floats(-2.0, 0.0))
@@ -343,14 +377,15 @@ def test_the_kl_penalty_moves_only_the_models_tokens_and_keeps_the_sum(
     assert datum is not None
     base_T = [base + 0.01 * i for i in range(len(datum.target_tokens))]
     [shaped], kl = kl_penalized([datum], [base_T], coef)
-    model = [q != 0.0 or a != 0.0 for q, a in zip(datum.logprobs, datum.advantages, strict=True)]
-    for is_model, before, after in zip(model, datum.advantages, shaped.advantages, strict=True):
-        if not is_model:
+    for mine, before, after in zip(datum.mask, datum.advantages, shaped.advantages, strict=True):
+        if not mine:
             assert after == before  # the prompt's and the environment's tokens: untouched
+    assert (shaped.mask, shaped.logprobs) == (datum.mask, datum.logprobs)
     # sum over the model's tokens of coef * (mean - d) is 0: the advantages keep their sum.
     assert math.fsum(shaped.advantages) == pytest.approx(math.fsum(datum.advantages), abs=1e-6)
-    diffs = [q - b for q, b, m in zip(datum.logprobs, base_T, model, strict=True) if m]
-    assert kl == pytest.approx(math.fsum(diffs) / len(diffs) if diffs else 0.0)
+    # The estimate is over every model token, whatever its logprob or advantage (0 included).
+    diffs = [q - b for q, b, mine in zip(datum.logprobs, base_T, datum.mask, strict=True) if mine]
+    assert kl == pytest.approx(math.fsum(diffs) / len(diffs))
     assert kl_penalized([datum], [base_T], 0.0) == ([datum], kl)
 
 
@@ -369,24 +404,129 @@ def test_worked_example_of_the_kl_penalty() -> None:
         kl_penalized([datum], [], 0.2)
 
 
-@given(st.lists(st.tuples(st.floats(-1e3, 1e3), st.floats(0.0, 1.0)), min_size=1, max_size=6))
-def test_minibatch_results_combine_by_adding_losses_and_averaging_the_rest(
-    pairs: list[tuple[float, float]],
+def test_a_certain_token_of_a_member_at_its_groups_mean_is_still_the_models() -> None:
+    # The audit's case: rewards [0, 0.5, 1] have mean 0.5, so the middle member's advantage is
+    # exactly 0; its first token was near-certain, sampled with logprob exactly 0.0. A guess by
+    # "q != 0 or A != 0" would leave it out; the mask keeps it.
+    [_, middle, _] = group_advantages([0.0, 0.5, 1.0])
+    assert middle == 0.0
+    datum = build_datum([1], [3, 4], [0.0, -1.0], middle)
+    assert datum is not None
+    # Base logprobs -0.5 and -1.0: d = 0.5 and 0.0 over both tokens, mean 0.25 (the guess: 0.0).
+    # The advantages become 0.1 * (0.25 - 0.5) = -0.025 and 0.1 * (0.25 - 0) = +0.025.
+    [shaped], kl = kl_penalized([datum], [[-0.5, -1.0]], 0.1)
+    assert kl == 0.25
+    assert shaped.advantages == pytest.approx((-0.025, 0.025))
+
+
+# --- DRO's anchor off the mask ----------------------------------------------------------------
+
+
+@given(st_.prompts_T, st_.episodes(), st_.rewards, st.data())
+def test_the_anchor_gives_q_off_the_mask_the_policys_logprob_and_keeps_the_rest(
+    prompt_T: list[int],
+    episode: tuple[list[list[int]], list[list[float]], list[list[int]]],
+    advantage: float,
+    data: st.DataObject,
 ) -> None:
-    results = [TrainResult(loss, {"loss:sum": loss, "clipped:frac": frac}) for loss, frac in pairs]
-    total = combined(results)
-    assert total.loss == pytest.approx(math.fsum(loss for loss, _ in pairs))
+    datum = episode_datum(prompt_T, *episode, advantage)
+    assume(datum is not None)
+    assert datum is not None
+    n = len(datum.target_tokens)
+    policy_T = data.draw(st.lists(st_.logprobs, min_size=n, max_size=n))
+    [held] = anchored([datum], [policy_T])
+    assert replace(held, logprobs=datum.logprobs) == datum  # only q changes
+    for q, before, own, mine in zip(held.logprobs, datum.logprobs, policy_T, datum.mask,
+                                    strict=True):  # fmt: skip
+        assert q == (before if mine else own)
+    check_datums([held], vocab_size=None)  # still a datum the service takes
+
+
+def test_worked_example_of_the_anchor() -> None:
+    # Prompt [1, 2, 3], completion [4] sampled at -0.7: positions 0 and 1 predict prompt
+    # tokens (q 0.0 as built). The policy gives the three targets -2.1, -0.4 and -0.6:
+    # q becomes -2.1, -0.4 off the mask and stays -0.7 on it, so DRO's lp - q is 0 there.
+    datum = build_datum([1, 2, 3], [4], [-0.7], 1.0)
+    assert datum is not None
+    [held] = anchored([datum], [[-2.1, -0.4, -0.6]])
+    assert held.logprobs == (-2.1, -0.4, -0.7)
+    with pytest.raises(ValueError, match=r"one policy logprob per target token \(got 1 for 3\)"):
+        anchored([datum], [[-1.0]])
+    with pytest.raises(ValueError, match="one list of policy logprobs per datum"):
+        anchored([datum], [])
+
+
+# --- a malformed mask is refused -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mask", "advantages", "message"),
+    [
+        # Three positions, the last the model's: a mask of two is a length mismatch.
+        ((False, True), (0.0, 0.0, 1.0), r"mask=2\)$"),
+        # Position 1 is not the model's but carries advantage 0.5: it would train the prompt.
+        ((False, False, True), (0.0, 0.5, 1.0),
+         r"^datum 0: position 1 is not the model's \(mask False\) but has advantage 0\.5; "),
+        # No position is the model's: nothing of the model's to train on.
+        ((False, False, False), (0.0, 0.0, 0.0),
+         r"^datum 0: the mask marks none of its 3 positions as the model's"),
+        # 0.5 is neither True nor False.
+        ((False, 0.5, True), (0.0, 0.0, 1.0),
+         r"^datum 0: mask entries must be True or False \(got 0\.5 at position 1\)$"),
+    ],
+)  # fmt: skip
+def test_a_malformed_mask_is_refused_at_submission(
+    mask: tuple[bool, ...], advantages: tuple[float, ...], message: str
+) -> None:
+    datum = Datum((1, 2, 3), (2, 3, 4), (0.0, 0.0, -0.5), advantages, mask)
+    with pytest.raises(ValueError, match=message):
+        check_train_step([datum], 1e-4, vocab_size=None)
+
+
+@given(st_.prompts_T, st_.completions(), st_.rewards, st.data())
+def test_any_advantage_off_the_mask_is_refused(
+    prompt_T: list[int],
+    completion: tuple[list[int], list[float]],
+    advantage: float,
+    data: st.DataObject,
+) -> None:
+    datum = build_datum(prompt_T, *completion, advantage)
+    assume(datum is not None and not all(datum.mask))
+    assert datum is not None
+    off = data.draw(st.sampled_from([i for i, mine in enumerate(datum.mask) if not mine]))
+    a = data.draw(st_.advantages.filter(bool))
+    wrong = replace(datum, advantages=tuple(a if i == off else x for i, x in
+                                            enumerate(datum.advantages)))  # fmt: skip
+    with pytest.raises(ValueError, match=f"position {off} is not the model's"):
+        check_datums([wrong], vocab_size=None)
+
+
+# --- combining minibatches ---------------------------------------------------------------------
+
+
+@given(st_.minibatch_results())
+def test_minibatch_results_combine_by_adding_losses_and_weighting_the_clip_by_tokens(
+    minibatches_M: list[tuple[float, float, int]],
+) -> None:
+    results = [TrainResult(loss, {"loss:sum": loss, "clipped:frac": f}) for loss, f, _ in
+               minibatches_M]  # fmt: skip
+    tokens_M = [tokens for _, _, tokens in minibatches_M]
+    total = combined(results, tokens_M)
+    assert total.loss == pytest.approx(math.fsum(loss for loss, _, _ in minibatches_M))
     assert total.metrics["loss:sum"] == pytest.approx(total.loss)
-    assert total.metrics["clipped:frac"] == pytest.approx(
-        math.fsum(f for _, f in pairs) / len(pairs)
-    )
+    # The share of all the step's model tokens clipped: clipped counts add, tokens add.
+    clipped = math.fsum(f * tokens for _, f, tokens in minibatches_M)
+    assert total.metrics["clipped:frac"] == pytest.approx(clipped / sum(tokens_M))
 
 
 def test_worked_example_of_combining_minibatches() -> None:
-    # Two minibatches: losses -1.5 and 0.5 add to -1.0; clip fractions 0.1 and 0.3 average 0.2;
-    # a metric only the second reported (0.7) is its own mean.
+    # Two minibatches: losses -1.5 and 0.5 add to -1.0. Clip fractions 0.1 of 30 model tokens
+    # (3 clipped) and 0.3 of 10 (3 clipped): 6 of 40 = 0.15, not their plain mean 0.2. A
+    # metric only the second reported (0.7) is its own mean.
     first = TrainResult(-1.5, {"loss:sum": -1.5, "clipped:frac": 0.1})
     second = TrainResult(0.5, {"loss:sum": 0.5, "clipped:frac": 0.3, "optim:lr": 0.7})
-    total = combined([first, second])
+    total = combined([first, second], [30, 10])
     assert total.loss == -1.0
-    assert total.metrics == pytest.approx({"loss:sum": -1.0, "clipped:frac": 0.2, "optim:lr": 0.7})
+    assert total.metrics == pytest.approx({"loss:sum": -1.0, "clipped:frac": 0.15, "optim:lr": 0.7})
+    # Minibatches of no model token at all (not a datum a backend takes): the plain mean.
+    assert combined([first, second], [0, 0]).metrics["clipped:frac"] == pytest.approx(0.2)

@@ -23,7 +23,7 @@ from mathrl.grpo import is_constant_group
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
 from mathrl.rollout import FILL_BATCH_CAP, Rollout, request_seed, run_problems, sample_params
-from mathrl.step import StepOutcome, grpo_step, sample_and_score
+from mathrl.step import StepOutcome, grpo_step, sample_and_score, train_and_save
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
 from observing import Everything
@@ -225,6 +225,54 @@ def test_a_step_of_constant_groups_trains_and_saves_nothing(
     assert outcome.sampler_path is None
     assert backend.log.count("forward_backward") == 0
     assert backend.log.count("save_weights_for_sampler") == 1  # step 0's, before the step
+
+
+def test_with_a_kl_penalty_a_step_of_constant_groups_trains_on_the_penalty_alone(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    # Every reward 0.5: 10 constant groups of 4, every advantage 0. Without a penalty nothing
+    # trains (above); with kl_coef 0.1 each of the 40 completions is trained on, its tokens'
+    # advantages the penalty's alone, and the step's KL is measured over all of them.
+    backend = fake_backend_factory()
+    task, config = as_task(ConstantRewardAdapter()), TrainConfig(kl_coef=0.1)
+
+    async def go() -> StepOutcome:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        sampler = await backend.create_sampler(path)
+        return await grpo_step(backend, sampler, task, config, 1, base=sampler)
+
+    outcome = asyncio.run(go())
+    assert len(outcome.datums_D) == config.batch * config.group
+    assert outcome.result is not None
+    assert outcome.sampler_path is not None
+    # Step 1 samples the base weights themselves: q - b = 0 on every token (to rounding), so
+    # the penalty is coef * (0 - 0) = 0 and the advantages stay 0 (a later step's do not).
+    assert max(abs(a) for d in outcome.datums_D for a in d.advantages) < 1e-12
+    seen = Everything()
+    result = run_grpo(fake_backend_factory(), ConstantRewardAdapter(), replace(config, steps=3),
+                      seen)  # fmt: skip
+    assert [m.datums for m in result.steps] == [config.batch * config.group] * 3
+    assert all(m.kl is not None and m.loss is not None for m in result.steps)
+    assert result.steps[2].kl != 0.0  # the weights moved, on the penalty alone
+    assert all(s.trained for group in seen.samples for s in group.samples)
+
+
+def test_a_step_with_the_dro_loss_refuses_to_train_without_the_trained_weights_sampler(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    backend = fake_backend_factory()
+    task, config = as_task(MathAdapter()), TrainConfig(loss="dro")
+
+    async def go() -> None:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        batch = await sample_and_score(
+            backend.tokenizer, await backend.create_sampler(path), task, config, 1
+        )
+        await train_and_save(backend, task, config, 1, batch.datums_D)
+
+    with pytest.raises(ValueError, match=r"^the dro loss needs the trained weights' sampler$"):
+        asyncio.run(go())
+    assert backend.log.count("forward_backward") == 0
 
 
 def test_a_step_with_a_kl_penalty_refuses_to_run_without_the_base_model(

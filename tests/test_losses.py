@@ -6,13 +6,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import get_args
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import mathrl.losses
+from mathrl.backend import Datum
+from mathrl.grpo import anchored, build_datum, episode_datum
 from mathrl.losses import (
     DEFAULT_LOSS,
     IMPORTANCE_SAMPLING,
@@ -26,7 +29,16 @@ from mathrl.losses import (
     token_loss,
 )
 from mathrl.text import listed
-from strategies import advantages, clip_pairs, logprobs, loss_names, losses
+from strategies import (
+    advantages,
+    clip_pairs,
+    episodes,
+    logistic_tables,
+    logprobs,
+    loss_names,
+    losses,
+    prompts_T,
+)
 
 PPO, CISPO, DRO = Loss("ppo"), Loss("cispo"), Loss("dro")
 
@@ -274,3 +286,90 @@ def test_worked_example_dro() -> None:
     # loss = -(lp A - beta (lp - q)^2 / 2) = -(-0.510826 * 2 - 0.025 * 0.164402) = 1.025762,
     # gradient = -A + beta (lp - q) = -2 + 0.020273 = -1.979727.
     assert_token(token_loss(DRO, LP, Q, 2.0), 1.0257622, -1.9797267, False)
+
+
+# --- on a learnable model: no loss trains the prompt ------------------------------------------
+
+VOCAB = 4
+"""The learnable model's classes: it reads a token id modulo VOCAB."""
+
+
+def log_softmax(row: Sequence[float]) -> list[float]:
+    top = max(row)
+    log_total = top + math.log(math.fsum(math.exp(x - top) for x in row))
+    return [x - log_total for x in row]
+
+
+def own_logprobs(table: Sequence[Sequence[float]], datum: Datum) -> list[float]:
+    """The table's logprob of each target token: what the trained weights' sampler returns."""
+    return [
+        log_softmax(row)[token % VOCAB]
+        for row, token in zip(table, datum.target_tokens, strict=True)
+    ]
+
+
+def table_gradient(loss: Loss, table: Sequence[Sequence[float]], datum: Datum) -> list[list[float]]:
+    """d (the datum's loss, summed over every position, as the service sums it) / d logits.
+
+    Position i's lp is log softmax(table[i])[target_i]: row i is a parameter of position i
+    alone, so a row of a position off the mask is a parameter only the prompt (or the
+    environment) uses. d lp / d logit_v = [v = target] - p_v.
+    """
+    gradient = []
+    for row, token, q, a in zip(table, datum.target_tokens, datum.logprobs, datum.advantages,
+                                strict=True):  # fmt: skip
+        logp = log_softmax(row)
+        g = token_loss(loss, logp[token % VOCAB], q, a).gradient
+        gradient.append([g * ((v == token % VOCAB) - math.exp(logp[v])) for v in range(VOCAB)])
+    return gradient
+
+
+@given(losses, prompts_T, episodes(), advantages, st.data())
+def test_on_a_learnable_model_no_loss_puts_a_gradient_on_the_prompts_parameters(
+    loss: Loss,
+    prompt_T: list[int],
+    episode: tuple[list[list[int]], list[list[float]], list[list[int]]],
+    advantage: float,
+    data: st.DataObject,
+) -> None:
+    datum = episode_datum(prompt_T, *episode, advantage)
+    assume(datum is not None)
+    assert datum is not None
+    n = len(datum.target_tokens)
+    table = data.draw(logistic_tables(n, VOCAB))
+    # The sampler's q of the model's tokens: any plausible logprob (ratios stay finite).
+    q_T = data.draw(st.lists(logprobs, min_size=n, max_size=n))
+    sampled_T = tuple(q if mine else 0.0 for q, mine in zip(q_T, datum.mask, strict=True))
+    datum = replace(datum, logprobs=sampled_T)
+    # What the step trains on: with a loss that acts on every position (DRO), the datum
+    # anchored off the mask at the trained weights' own logprobs.
+    trained = anchored([datum], [own_logprobs(table, datum)])[0] if loss.every_position else datum
+    for row, mine in zip(table_gradient(loss, table, trained), datum.mask, strict=True):
+        if not mine:
+            assert row == [0.0] * VOCAB  # exactly: lp - q is 0.0 there, and so is A
+    if loss.every_position and dict(loss.settings).get("dro_beta", 0.0) > 0 and not all(datum.mask):
+        # Not anchored (q = 0 off the mask, as the datum is built), DRO's penalty trains the
+        # prompt: beta lp (onehot - p), and lp < 0 with finite logits.
+        untrained = table_gradient(loss, table, datum)
+        assert any(any(row) for row, mine in zip(untrained, datum.mask, strict=True) if not mine)
+
+
+def test_worked_example_of_dro_on_a_learnable_model() -> None:
+    # A table of zeros over 4 classes: every lp = ln(1/4) = -1.386294. Prompt [0, 1, 2],
+    # completion [3] sampled on-policy (q = ln 1/4), advantage 1; DRO at beta 0.05.
+    datum = build_datum([0, 1, 2], [3], [math.log(0.25)], 1.0)
+    assert datum is not None
+    table = [[0.0] * VOCAB for _ in datum.target_tokens]
+    # As built, q = 0 on prompt positions 0 and 1: g = -A + beta (lp - q) = 0.05 * -1.386294
+    # = -0.0693147; on row 0 (target 1), -0.0693147 * (1 - 1/4) = -0.0519860, and
+    # -0.0693147 * (0 - 1/4) = +0.0173287 on the other classes.
+    before = table_gradient(DRO, table, datum)
+    assert before[0] == pytest.approx([0.0173287, -0.0519860, 0.0173287, 0.0173287], abs=1e-6)
+    # Anchored, q = lp there: g = 0, and rows 0 and 1 get nothing.
+    after = table_gradient(DRO, table, anchored([datum], [own_logprobs(table, datum)])[0])
+    assert after[0] == after[1] == [0.0] * VOCAB
+    # The completion's row 2 (target 3) is trained as before: g = -1 + 0.05 * 0 = -1, so
+    # -1 * (1 - 1/4) = -0.75 on the target and +0.25 on the others.
+    assert after[2] == before[2] == pytest.approx([0.25, 0.25, 0.25, -0.75])
+    # Importance sampling never touched the prompt: A = 0 there gives -r * 0 = 0.
+    assert table_gradient(IMPORTANCE_SAMPLING, table, datum)[:2] == [[0.0] * VOCAB] * 2

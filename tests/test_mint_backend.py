@@ -319,13 +319,14 @@ def test_train_step_sends_mint_datums_and_reports_the_loss(make_server: ServerFa
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: Datum((), (), (), ()), "datum 0: inputs must not be empty"),
+        (lambda d: Datum((), (), (), (), ()), "datum 0: inputs must not be empty"),
         (
-            lambda d: Datum(
-                (*d.model_input[:-1], -1),
-                *[getattr(d, f) for f in ("target_tokens", "logprobs", "advantages")],
-            ),
+            lambda d: replace(d, model_input=(*d.model_input[:-1], -1)),
             "token id -1 is outside >= 0",
+        ),
+        (
+            lambda d: replace(d, mask=(True,) * len(d.mask[:-1])),
+            r"mask=\d+\)$",
         ),
     ],
 )
@@ -345,7 +346,7 @@ def test_the_service_not_the_tokenizer_bounds_token_ids(make_server: ServerFacto
     server = make_server()
     backend = backend_on(server)
     d = datums(backend)[0]
-    beyond = Datum((*d.model_input[:-1], 500), d.target_tokens, d.logprobs, d.advantages)
+    beyond = replace(d, model_input=(*d.model_input[:-1], 500))
 
     async def go() -> None:
         await (await backend.submit_train_step([beyond], 1e-4))

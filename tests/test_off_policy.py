@@ -7,6 +7,7 @@ independent of how busy the machine is. Nothing here measures wall time.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -83,6 +84,31 @@ def test_step_k_plus_1_samples_from_the_weights_before_step_k_trains(
     for step in range(1, config.steps + 1):
         (path,) = sampled_from[step]
         assert path.endswith(checkpoint(max(step - lag, 0))), (step, path)
+
+
+@pytest.mark.parametrize("max_steps_off_policy", [0, 1])
+def test_dros_anchor_asks_the_weights_being_trained_not_those_sampled_from(
+    fake_backend_factory: FakeFactory, max_steps_off_policy: int
+) -> None:
+    # The fake's prompt positions have no weights, so its logprobs there are the same from
+    # every checkpoint: which one the anchor asked is read from the requests themselves.
+    config = TrainConfig(steps=4, seed=4, loss="dro", max_steps_off_policy=max_steps_off_policy)
+    spy = RecordingBackend(fake_backend_factory(seed=4))
+    result = run_grpo(spy, MathAdapter(), config)
+    assert all(m.datums > 0 for m in result.steps)  # so every step saved new weights
+
+    def checkpoint(step: int) -> str:
+        return checkpoint_name(as_task(MathAdapter()), config, step) + ".json"
+
+    # Step k trains the weights step k - 1 left, whichever step k sampled from (off-policy,
+    # those before step k - 1 trained): its datums' anchors ask that checkpoint, one a datum.
+    asked = iter(spy.scored)
+    for m in result.steps:
+        (path,) = {path for path, _ in itertools.islice(asked, m.datums)}
+        assert path.endswith(checkpoint(m.step - 1)), (m.step, path)
+        lagged = max(m.step - 1 - max_steps_off_policy, 0)
+        assert m.sampler_path.endswith(checkpoint(lagged))
+    assert next(asked, None) is None
 
 
 # -- round trips --------------------------------------------------------------------
@@ -165,8 +191,10 @@ def test_an_off_policy_step_costs_two_round_trips_and_samples_while_training(
     ("choice", "extra"),
     [
         ({"substeps": 3, "loss": "ppo"}, 0),  # the minibatches go back to back: no wait
-        ({"scale_rewards": "batch", "loss": "dro"}, 0),
+        ({"scale_rewards": "batch"}, 0),
         ({"kl_coef": 0.1}, 1),  # the base model's logprobs: one round trip more
+        ({"loss": "dro"}, 1),  # the trained weights' own logprobs, for DRO's anchor: as KL's
+        ({"loss": "dro", "kl_coef": 0.1}, 1),  # both in the same round trip
     ],
 )
 def test_the_algorithm_choices_cost_what_they_say_in_round_trips(
@@ -181,4 +209,5 @@ def test_the_algorithm_choices_cost_what_they_say_in_round_trips(
     waves = calls_at(backend.log.calls, "compute_logprobs")
     assert len(waves) == (steps if extra else 0)  # every datum's logprobs at once
     if extra:
-        assert [len(w) for w in waves.values()] == [m.datums for m in result.steps]
+        asked = 2 if "kl_coef" in choice and "loss" in choice else 1  # the base and the policy
+        assert [len(w) for w in waves.values()] == [asked * m.datums for m in result.steps]

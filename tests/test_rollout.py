@@ -71,7 +71,7 @@ def test_problems_prompts_groups_and_rewards_that_do_not_line_up_are_refused() -
         datums_of([[1]], [], [], [])
     # A group of two completions but one advantage, in a group that trains.
     with pytest.raises(ValueError, match="zip"):
-        datums_of([[1]], [[one, one]], [[0.0, 1.0]], [[-0.5]])
+        datums_of([[1]], [[one, one]], [[-0.5]], [[True, True]])
     # A logged group of three episodes but two advantages.
     with pytest.raises(ValueError, match="zip"):
         logged_groups(1, replace(known_batch(), advantages_P_G=[[0.0, 1.0], [0.0, 0.0]]))
@@ -179,9 +179,7 @@ def test_a_conversation_is_sampled_and_evaluated_in_the_chat_template(tmp_path: 
 def test_a_masked_completion_leaves_only_itself_out_of_its_group() -> None:
     one = one_turn(Completion((1,), (-0.5,)))
     # Rewards 0, 1, 1: mean 2/3, advantages -2/3, 1/3, 1/3; the first is masked.
-    datums = datums_of(
-        [[7]], [[one, one, one]], [[0.0, 1.0, 1.0]], [[-2 / 3, 1 / 3, 1 / 3]], [[False, True, True]]
-    )
+    datums = datums_of([[7]], [[one, one, one]], [[-2 / 3, 1 / 3, 1 / 3]], [[False, True, True]])
     assert len(datums) == 2
 
 
@@ -193,7 +191,8 @@ def sampled(tokens_T: Sequence[int]) -> Completion:
 
 
 def known_batch() -> Rollout:
-    """Two groups: 0, 1, 0 (the first cut off at the limit and masked), and a constant 1, 1."""
+    """Two groups: 0, 1, 0 (the first cut off at the limit and masked), and a constant 1, 1
+    (not trained on: no KL penalty)."""
     cut, right, wrong = (
         Response(" 4", "length"),
         Response(" 42\n", "stop", "\n"),
@@ -212,7 +211,7 @@ def known_batch() -> Rollout:
         ],
         rewards_P_G=[[0.0, 1.0, 0.0], [1.0, 1.0]],
         advantages_P_G=[[-1 / 3, 2 / 3, -1 / 3], [0.0, 0.0]],
-        trained_P_G=[[False, True, True], [True, True]],
+        trained_P_G=[[False, True, True], [False, False]],
         datums_D=[],
         accuracy=0.6,
         constant_groups=1,

@@ -201,14 +201,14 @@ class Masked(MathAdapter):
 
 def test_masking_trains_on_no_completion_cut_off_at_the_limit() -> None:
     responses = [[Response(" 4", "length"), Response(" 42\n", "stop", "\n")]]
+    rewards = [[0.0, 1.0]]
     config = TrainConfig()
-    assert trained(as_task(MathAdapter()), config, responses) == [[True, True]]
-    assert trained(as_task(Masked()), config, responses) == [[False, True]]
+    assert trained(as_task(MathAdapter()), config, rewards, responses) == [[True, True]]
+    assert trained(as_task(Masked()), config, rewards, responses) == [[False, True]]
     from dataclasses import replace
 
-    assert trained(as_task(MathAdapter()), replace(config, mask_truncated=True), responses) == [
-        [False, True]
-    ]
+    masking = replace(config, mask_truncated=True)
+    assert trained(as_task(MathAdapter()), masking, rewards, responses) == [[False, True]]
 
 
 def test_mask_truncated_is_a_switch_on_the_command_line(tmp_path: Path) -> None:

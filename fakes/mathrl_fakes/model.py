@@ -262,34 +262,37 @@ class FakeModel:
         if len(tokens_T) < 2:
             return []
         n = len(tokens_T) - 1
-        pseudo = Datum(tuple(tokens_T[:-1]), tuple(tokens_T[1:]), (0.0,) * n, (0.0,) * n)
+        pseudo = Datum(
+            tuple(tokens_T[:-1]), tuple(tokens_T[1:]), (0.0,) * n, (0.0,) * n, (True,) * n
+        )
         return self.logprobs(pseudo, theta)
 
     def forward_backward(
         self, datums_D: Sequence[Datum], loss_fn: Loss = IMPORTANCE_SAMPLING
     ) -> dict[str, float]:
-        """`loss_fn` summed over every token (`mathrl.losses.token_loss`); its gradient
+        """`loss_fn` summed over every position (`mathrl.losses.token_loss`); its gradient
         accumulates until optim_step. Returns the metrics the service reports: `loss:sum`,
-        and for a loss that clips `clipped:frac`, the share of tokens with an advantage
-        (the completions' tokens) whose ratio the clip bound."""
+        and for a loss that clips `clipped:frac`, the share of the model's tokens (the
+        datums' masks) whose ratio the clip bound."""
         grad = list(self.pending_grad or [0.0] * len(self.theta))
         loss, clipped, scored = 0.0, 0, 0
         every_position = loss_fn.every_position
         for datum in datums_D:
-            for at, token, sampled_lp, adv in zip(
+            for at, token, sampled_lp, adv, mine in zip(
                 self.positions_of(datum),
                 datum.target_tokens,
                 datum.logprobs,
                 datum.advantages,
+                datum.mask,
                 strict=True,
             ):
-                if adv == 0.0 and not every_position:
-                    continue  # contributes exactly 0 to the loss and its gradient
-                scored += adv != 0.0
+                if not mine and not every_position:
+                    continue  # A = 0 off the mask: contributes exactly 0 to loss and gradient
                 lp = logprob(self.theta, at, token)
                 term = token_loss(loss_fn, lp, sampled_lp, adv)
                 loss += term.loss
-                clipped += term.clipped and adv != 0.0
+                scored += mine
+                clipped += term.clipped and mine
                 if at.target is not None and at.learnable:
                     p = math.exp(lp if token == at.target else logprob(self.theta, at, at.target))
                     dlogp_dlogit = (1.0 if token == at.target else 0.0) - p

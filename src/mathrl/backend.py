@@ -18,18 +18,27 @@ from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 
 @dataclass(frozen=True, slots=True)
 class Datum:
-    """One training example for the importance-sampling loss.
+    """One training example for a policy-gradient loss (`mathrl.losses`).
 
-    Backend-neutral twin of `mint.types.Datum`. All four fields have the same
-    length N; position i is about predicting `target_tokens[i]` after
-    `model_input[: i + 1]`. `logprobs` are the sampler's, `advantages` are
-    zero on positions that predict prompt tokens.
+    Backend-neutral twin of `mint.types.Datum`, plus its action mask. All five
+    fields have the same length N; position i is about predicting
+    `target_tokens[i]` after `model_input[: i + 1]`. `mask[i]` is True where
+    that token is one the model sampled (an action), False where it is the
+    prompt's or the environment's. `logprobs` are the sampler's on the
+    model's tokens; `advantages` are zero off the mask.
+
+    The mask stays on this side of the backend: MinT's (and Tinker's) policy
+    losses take `target_tokens`, `logprobs` and `advantages` only, so a
+    backend sends those three and uses the mask for what it works out itself
+    (the share of the model's tokens a loss clipped). mathrl reads it for the
+    KL penalty and to keep DRO off the prompt (`mathrl.grpo`).
     """
 
     model_input: tuple[int, ...]
     target_tokens: tuple[int, ...]
     logprobs: tuple[float, ...]
     advantages: tuple[float, ...]
+    mask: tuple[bool, ...]
 
     def lengths(self) -> dict[str, int]:
         """The length of each input, by name (for error messages)."""
@@ -38,7 +47,13 @@ class Datum:
             "target_tokens": len(self.target_tokens),
             "logprobs": len(self.logprobs),
             "advantages": len(self.advantages),
+            "mask": len(self.mask),
         }
+
+    @property
+    def model_tokens(self) -> int:
+        """How many of its positions are the model's (True in the mask)."""
+        return sum(self.mask)
 
 
 class BackendError(Exception):
@@ -186,14 +201,16 @@ class Backend(Protocol):
       a single round trip together.
     - **Training.** `submit_train_step` runs `loss` (by default the
       importance-sampling loss; each loss's formula and settings are in
-      `mathrl.losses`), summed over tokens and datums, as forward_backward,
-      then one Adam step at `learning_rate` as optim_step, submitted back to
-      back. Its result's
-      metrics hold `loss:sum`, and what else the service reports. It raises
+      `mathrl.losses`), summed over every position of every datum, as
+      forward_backward, then one Adam step at `learning_rate` as optim_step,
+      submitted back to back. Its result's metrics hold `loss:sum`, for a
+      loss that clips `clipped:frac` (the share of the model's tokens, by the
+      mask, whose ratio the clip bound), and what else the service reports. It raises
       `ValueError` at submission for misuse the service would refuse: no
       datums, a datum whose inputs disagree in length (the message names the
-      lengths), token ids outside the vocabulary, or a learning rate that is
-      not a finite positive number.
+      lengths), a mask that is not one of the model's tokens (`check_mask`),
+      token ids outside the vocabulary, or a learning rate that is not a
+      finite positive number.
     - **Saving.** `submit_save_for_sampler(name)` persists the weights as they
       are after every training call submitted before it, and its result is a
       path that `create_sampler` accepts, in this process or another one.
@@ -259,7 +276,7 @@ def check_learning_rate(learning_rate: float) -> None:
 
 
 def check_datums(datums_D: Sequence[Datum], vocab_size: int | None) -> None:
-    """Raise ValueError for datums forward_backward would refuse.
+    """Raise ValueError for datums forward_backward would refuse, or whose mask is malformed.
 
     `vocab_size` None checks only that token ids are not negative: a model may
     emit more ids than its tokenizer lists (Qwen3's embedding has 151,936 rows,
@@ -274,8 +291,30 @@ def check_datums(datums_D: Sequence[Datum], vocab_size: int | None) -> None:
             raise ValueError(f"datum {i}: inputs must have equal lengths (got {shown})")
         if not datum.target_tokens:
             raise ValueError(f"datum {i}: inputs must not be empty")
+        check_mask(i, datum)
         limit = vocab_size if vocab_size is not None else float("inf")
         for token in (*datum.model_input, *datum.target_tokens):
             if not 0 <= token < limit:
                 bound = f"0..{vocab_size - 1}" if vocab_size is not None else ">= 0"
                 raise ValueError(f"datum {i}: token id {token} is outside {bound}")
+
+
+def check_mask(i: int, datum: Datum) -> None:
+    """Raise ValueError unless datum `i`'s mask is a mask of its model's tokens: each entry
+    True or False, at least one True, and no advantage off it."""
+    for position, (mine, advantage) in enumerate(zip(datum.mask, datum.advantages, strict=True)):
+        if mine not in (True, False):
+            raise ValueError(
+                f"datum {i}: mask entries must be True or False (got {mine!r} at position "
+                f"{position})"
+            )
+        if not mine and advantage != 0.0:
+            raise ValueError(
+                f"datum {i}: position {position} is not the model's (mask False) but has "
+                f"advantage {advantage!r}; only the model's tokens may carry one"
+            )
+    if not any(datum.mask):
+        raise ValueError(
+            f"datum {i}: the mask marks none of its {len(datum.mask)} positions as the "
+            "model's; a datum trains on the model's tokens"
+        )

@@ -161,7 +161,8 @@ class TrainConfig:
     """Draw more problems until `batch` groups have unequal rewards (DAPO's dynamic
     sampling), up to `mathrl.rollout.FILL_BATCH_CAP` x `batch` problems a step."""
     kl_coef: float = 0.0
-    """The weight of the KL penalty against the base model (`mathrl.grpo.kl_penalized`)."""
+    """The weight of the KL penalty against the base model (`mathrl.grpo.kl_penalized`); with
+    it, every group is trained on, constant ones too."""
 
     def __post_init__(self) -> None:
         if isinstance(self.eval_k, list | tuple) and all(type(k) is int for k in self.eval_k):

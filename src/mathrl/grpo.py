@@ -1,14 +1,46 @@
-"""The GRPO arithmetic: group-relative advantages, constant-group skipping, datums.
+"""The GRPO arithmetic: group-relative advantages, constant groups, datums, the KL penalty.
 
-Pure functions over plain lists. The loop calls them; the tests check them
-property by property. Nothing here knows the task, the backend or mint
-(`Datum`, what a backend trains on, is the backend contract's type).
+Pure functions over plain lists. The step (`mathrl.step`) calls them; the
+tests check them property by property. Nothing here knows the task, the
+backend or mint (`Datum`, what a backend trains on, is the backend
+contract's type). The choices, each where it is made:
+
+- **Advantages** (`step_advantages`): each reward minus its group's mean,
+  divided by a standard deviation or not (`scale_rewards`).
+- **The action mask** (`episode_datum`): a datum is the whole sequence, the
+  prompt, the model's turns and the environment's replies between them;
+  its mask is True exactly on the positions that predict a token the model
+  sampled, as the datum is built, never guessed afterwards from its values.
+  Off the mask, the advantage is 0 and the sampler's logprob `q` is 0 (a
+  backend refuses a datum whose mask is malformed: `mathrl.backend.check_mask`).
+- **Constant groups** (`is_constant_group`): a group whose rewards are all
+  equal has advantages of exactly 0. Without a KL penalty it teaches
+  nothing and is not trained on (`mathrl.rollout.trained`). With one, every
+  group the step sampled is trained on, constant ones included, as
+  tinker-cookbook does by default (`remove_constant_reward_groups=False`):
+  the penalty alone gives their tokens an advantage, and the step's `kl` is
+  measured over all of them. It costs their datums, and as many base-model
+  logprob requests: every completion the step sampled is trained on, not
+  only those of groups whose rewards differ, which grow fewer as the policy
+  saturates (`python -m mathrl --backend fake --steps 20 --kl-coef 0.1`:
+  40 datums a step, against 22 on average, and 4 then 0 in the last two
+  steps, when constant groups were left out).
+- **The KL penalty** (`kl_penalized`): tinker-cookbook's k1 shaping of the
+  advantages of the model's tokens against the base model.
+- **DRO off the prompt** (`anchored`): DRO's penalty acts on every position
+  of a datum and MinT takes no mask for it, so before a step trains with
+  DRO, `q` off the mask is set to the policy's own logprob (one more round
+  trip, from the sampler of the weights being trained, shared with the KL
+  penalty's): there lp - q is about 0 (exactly 0 on the fake; how near on a
+  service, `mathrl.losses`), and so is the gradient the prompt and the
+  environment's tokens get. The other losses are 0 wherever A = 0.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from mathrl.backend import Datum
 
@@ -75,15 +107,17 @@ def kl_penalized(
     """The datums with a KL penalty against the base model folded into their advantages,
     and the step's mean KL estimate (as tinker-cookbook shapes them).
 
-    On each of the model's tokens (a position whose sampling logprob or advantage is not 0;
-    prompt and reply positions carry 0 and 0), `d = q - b`: the sampled token's logprob
-    under the sampler minus under the base model (`base_logprobs_D`, one per target
-    token). Their mean `d_mean` over the step's model tokens estimates KL(policy || base).
-    Each model token's advantage gains `coef * (d_mean - d)`: tokens the policy likes
-    more than the base did are pushed back, less liked ones forward, and the step's
-    advantages keep their sum. With `coef` 0 the datums are returned as they are.
-    The base is the step-0 sampler (a LoRA starts as the base model); at a sampling
-    temperature other than 1, `q` is the tempered sampler's and the estimate is biased.
+    On each of the model's tokens (True in the datum's mask), `d = q - b`: the
+    sampled token's logprob under the sampler minus under the base model
+    (`base_logprobs_D`, one per target token). Their mean `d_mean` over the
+    step's model tokens estimates KL(policy || base). Each model token's
+    advantage gains `coef * (d_mean - d)`: tokens the policy likes more than
+    the base did are pushed back, less liked ones forward, and the step's
+    advantages keep their sum. The prompt's and the environment's tokens are
+    left as they are. With `coef` 0 the datums are returned as they are.
+    The base is the step-0 sampler (a LoRA starts as the base model); at a
+    sampling temperature other than 1, `q` is the tempered sampler's and the
+    estimate is biased.
     """
     if len(base_logprobs_D) != len(datums_D):
         raise ValueError(
@@ -98,8 +132,8 @@ def kl_penalized(
             )
         diffs_D.append(
             [
-                q - b if (q != 0.0 or a != 0.0) else None
-                for q, a, b in zip(datum.logprobs, datum.advantages, base_T, strict=True)
+                q - b if mine else None
+                for q, b, mine in zip(datum.logprobs, base_T, datum.mask, strict=True)
             ]
         )
     every = [d for diffs_T in diffs_D for d in diffs_T if d is not None]
@@ -107,11 +141,9 @@ def kl_penalized(
     if coef == 0.0:
         return list(datums_D), mean
     shaped = [
-        Datum(
-            datum.model_input,
-            datum.target_tokens,
-            datum.logprobs,
-            tuple(
+        replace(
+            datum,
+            advantages=tuple(
                 a if d is None else a + coef * (mean - d)
                 for a, d in zip(datum.advantages, diffs_T, strict=True)
             ),
@@ -119,6 +151,38 @@ def kl_penalized(
         for datum, diffs_T in zip(datums_D, diffs_D, strict=True)
     ]
     return shaped, mean
+
+
+def anchored(
+    datums_D: Sequence[Datum], policy_logprobs_D: Sequence[Sequence[float]]
+) -> list[Datum]:
+    """The datums with `q` off the mask (the prompt's and the environment's tokens) set to
+    the policy's own logprob of the token (`policy_logprobs_D`, one per target token, from
+    the weights being trained), and left as sampled on the model's tokens.
+
+    For a loss that acts on every position (DRO, whose penalty dro_beta (lp - q)^2 / 2 takes
+    no mask): there `lp - q` is about 0, so the penalty and its gradient are about 0, and
+    the prompt is not trained on. On the fake, where sampler and learner compute the same
+    logprobs, they are exactly 0.
+    """
+    if len(policy_logprobs_D) != len(datums_D):
+        raise ValueError(
+            f"one list of policy logprobs per datum (got {len(policy_logprobs_D)} for "
+            f"{len(datums_D)})"
+        )
+    out = []
+    for datum, policy_T in zip(datums_D, policy_logprobs_D, strict=True):
+        if len(policy_T) != len(datum.target_tokens):
+            raise ValueError(
+                f"one policy logprob per target token (got {len(policy_T)} for "
+                f"{len(datum.target_tokens)})"
+            )
+        logprobs_T = tuple(
+            q if mine else p
+            for q, p, mine in zip(datum.logprobs, policy_T, datum.mask, strict=True)
+        )
+        out.append(replace(datum, logprobs=logprobs_T))
+    return out
 
 
 def minibatches(datums_D: Sequence[Datum], count: int) -> list[list[Datum]]:
@@ -140,7 +204,7 @@ def group_advantages(rewards_G: Sequence[float]) -> list[float]:
     """Return each reward minus the group mean (GRPO without std scaling).
 
     A constant group gets exactly 0.0 for every member (whatever the rewards,
-    even infinite ones), so it carries no signal and the loop drops it. In a
+    even infinite ones): it carries no signal of its own. In a
     non-constant group every reward must be finite, and the advantages must
     be representable: rewards spanning more than the largest float raise.
     """
@@ -171,8 +235,8 @@ def build_datum(
     """Build the importance-sampling datum for one sampled completion.
 
     `full = prompt + completion`; the model reads `full[:-1]` and is scored on
-    `full[1:]`. The len(prompt) - 1 positions that predict prompt tokens get
-    logprob 0 and advantage 0, so they add nothing to the loss.
+    `full[1:]`. The len(prompt) - 1 positions that predict prompt tokens are
+    off the mask, with logprob 0 and advantage 0; the completion's are on it.
 
     Returns None for an empty completion (there is nothing to train on).
     Raises ValueError for an empty prompt, or when the sampler's logprobs are
@@ -193,10 +257,11 @@ def episode_datum(
 
     `full = prompt + turn 1 + reply 1 + turn 2 + ... + turn K`, every token
     as it was sampled or rendered, never decoded and encoded again. The
-    positions that predict a model's token carry its sampling logprob and
-    `advantage`; those that predict a prompt or reply token carry 0 and 0, so
-    the environment's words get no gradient. With one turn this is exactly
-    `build_datum`'s datum. None when the model wrote no token at all.
+    positions that predict a model's token are on the mask and carry its
+    sampling logprob and `advantage`; those that predict a prompt or reply
+    token are off it and carry 0 and 0, so the environment's words get no
+    gradient. With one turn this is exactly `build_datum`'s datum. None when
+    the model wrote no token at all.
     """
     if not prompt_T:
         raise ValueError("a datum needs a non-empty prompt (got 0 prompt tokens)")
@@ -210,6 +275,7 @@ def episode_datum(
     full_T = list(prompt_T)
     logprobs_T: list[float] = [0.0] * (len(prompt_T) - 1)
     advantages_T: list[float] = [0.0] * (len(prompt_T) - 1)
+    mask_T: list[bool] = [False] * (len(prompt_T) - 1)
     for k, (turn_T, turn_logprobs_T) in enumerate(zip(turns_K_T, logprobs_K_T, strict=True)):
         if turn_T and turn_logprobs_T is None:
             raise ValueError(
@@ -224,13 +290,16 @@ def episode_datum(
         full_T += turn_T
         logprobs_T += turn_logprobs_T or ()
         advantages_T += [advantage] * len(turn_T)
+        mask_T += [True] * len(turn_T)
         if k < len(replies_K_T):
             full_T += replies_K_T[k]
             logprobs_T += [0.0] * len(replies_K_T[k])
             advantages_T += [0.0] * len(replies_K_T[k])
+            mask_T += [False] * len(replies_K_T[k])
     return Datum(
         model_input=tuple(full_T[:-1]),
         target_tokens=tuple(full_T[1:]),
         logprobs=tuple(logprobs_T),
         advantages=tuple(advantages_T),
+        mask=tuple(mask_T),
     )

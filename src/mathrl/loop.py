@@ -19,6 +19,9 @@ Around the step it adds, each in one place of `_Run`:
   and no extra round trip, except once after the last step;
 - the save cadence (`_submit_update`): the full training state every
   `save_every` steps, after the last step, and when the run stops early;
+- a note, once (`_note_temperature`): a loss that clips, at a sampling
+  temperature other than 1, clips tokens the policy just sampled, and the
+  first step trained says how many;
 - stopping and resuming (`_wait_or_stop`, `_begin`): `stop` ends the run after
   the step in progress if its training was submitted, before it otherwise;
   `resume` continues from a saved state. No step is ever applied twice, and
@@ -36,11 +39,11 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from mathrl.adapter import Adapter
-from mathrl.backend import Backend, BackendError, Sampler
+from mathrl.backend import Backend, BackendError, Sampler, TrainResult
 from mathrl.checkpoints import Kind, Resume, checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.evaluation import evaluate, evaluation_set
-from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
+from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics, TemperedRatio
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
 from mathrl.rollout import Rollout, logged_groups, step_metrics
@@ -118,6 +121,7 @@ class _Run(Generic[P]):
         self.rollouts: dict[int, asyncio.Task[Rollout]] = {}  # started, by step
         self.evaluating: asyncio.Task[EvalMetrics] | None = None
         self.evaluations: list[EvalMetrics] = []
+        self.noted = False  # the note on a clipped loss at a temperature other than 1, given
 
     async def train(self, resume: Resume | None) -> RunResult:
         config = self.config
@@ -227,7 +231,8 @@ class _Run(Generic[P]):
         """Submit the step's training and its sampler save, and (on cadence) a state save
         behind them: one round trip for all."""
         self.obs.on_phase(step, "training")
-        given = (self.task, self.config, step, batch.datums_D, self.base)
+        policy, _ = self._current()  # the weights being trained: the last update's
+        given = (self.task, self.config, step, batch.datums_D, self.base, policy)
         update = await train_and_save(self.backend, *given)
         state = None
         if last or step % self.config.save_every == 0:
@@ -250,11 +255,22 @@ class _Run(Generic[P]):
         metrics = replace(metrics, seconds=self.clock() - ended)
         self.obs.on_step(metrics)
         self.obs.on_samples(logged_groups(step, batch))
+        if result is not None:
+            self._note_temperature(step, result)
         if saved is not None:
             self._saved(step, "sampler", saved)
         if state is not None:
             self._saved(step, "state", state)
         return metrics
+
+    def _note_temperature(self, step: int, result: TrainResult) -> None:
+        """Once a run: a loss that clips, at a sampling temperature other than 1, clips on-policy
+        tokens too; how much, at the first step trained."""
+        loss, temperature = self.config.loss_fn, self.config.temperature
+        if loss.clips and temperature != 1.0 and not self.noted:
+            self.noted = True
+            clipped = result.metrics.get("clipped:frac")
+            self.obs.on_tempered_ratio(TemperedRatio(step, loss, temperature, clipped))
 
     def _current(self) -> tuple[Sampler, str]:
         assert self.sampler is not None, "_begin creates the first sampler"

@@ -33,15 +33,36 @@ unset (None) is the loss's default; one the loss does not take is refused.
 Every setting is sent spelled out in `loss_fn_config`, defaults included,
 so the service's own defaults never decide, and a setting given at its
 default trains (and names its checkpoints) as one left unset. A loss that
-clips (`LossSpec.clips`) has backends report the share of the completions'
-tokens it clipped as `clipped:frac`.
+clips (`LossSpec.clips`) has backends report the share of the model's tokens
+(True in the datums' masks, `mathrl.backend.Datum`) whose ratio it clipped as
+`clipped:frac`; over a step's minibatches, the share of all their model
+tokens (`mathrl.step.combined`).
 
-DRO's penalty has no mask, as MinT and Tinker document it: it applies on
-every position of a datum (`LossSpec.every_position`), the prompt's and the
-environment's included, whose datums carry q = 0 (and A = 0). There, on a
-service, it pulls those tokens' logprobs towards 0 (towards certainty) with
-weight dro_beta; keep it small. The fake backend computes it there too, but
-its prompt positions carry no weights, so there it changes nothing.
+The service sums a loss over every position of a datum; it is told nothing
+of the mask. Off the mask (the prompt's and the environment's tokens) a
+datum carries A = 0, where importance_sampling, ppo and cispo are exactly 0.
+DRO's penalty is not (`LossSpec.every_position`): with the q = 0 a datum is
+built with there, it would pull those tokens' logprobs towards 0 with weight
+dro_beta, fine-tuning on the prompt. So before a step trains with it, q off
+the mask becomes the trained policy's own logprob (`mathrl.grpo.anchored`,
+one more round trip of `Sampler.logprobs`, the same one as the KL penalty's
+when both are on): there lp - q is about 0, and so are the penalty and its
+gradient. About, on a service: the sampler's numerics are not the learner's,
+and with substeps a later minibatch meets weights the earlier ones moved, so
+what is left there is a gradient of dro_beta (lp - q), which pulls those
+tokens back towards the step's starting weights by as much as the earlier
+minibatches moved them. Exactly 0 on the fake. MinT's `weights`
+input would not do it: that is cross_entropy's, and DRO takes none. On the
+fake at the addition task's defaults (`--loss dro`, 5 steps), DRO's
+`loss:sum` a step is -140 to -230 anchored, as cispo's (-160 to -215, the
+same lp A form), and +690 to +880 with q left at 0 (the prompt's penalty);
+importance_sampling's and ppo's are +10 to +30.
+
+At a sampling temperature other than 1, the sampler's q is the tempered
+distribution's and the learner's lp is at temperature 1, so r is not 1 even
+on-policy, and a loss that clips clips tokens the policy itself just
+sampled. A run reports it once, with how much its first step clipped
+(`mathrl.report.TemperedRatio`); the command line says it on stderr.
 
 `token_loss` gives one token's loss, its gradient with respect to `lp` (all
 a backend needs to train: the gradient of the weights is this times the
@@ -114,7 +135,8 @@ class LossSpec:
     clips: bool = False
     """Its token function can report a token clipped: backends report `clipped:frac`."""
     every_position: bool = False
-    """It is not 0 where A = 0: it acts on the prompt's and environment's positions too."""
+    """It is not 0 where A = 0, so it acts off the mask too: the step anchors q there at the
+    policy's own logprob (`mathrl.grpo.anchored`)."""
 
 
 def _importance_sampling(lp: float, q: float, a: float) -> TokenLoss:

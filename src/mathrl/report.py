@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mathrl.losses import Loss
+
 
 @dataclass(frozen=True, slots=True)
 class StepMetrics:
@@ -21,11 +23,13 @@ class StepMetrics:
     """The task's `evaluate` over this step's training samples (temperature as configured)."""
     mean_reward: float
     datums: int
-    """Completions trained on: the non-empty ones of groups whose rewards differ."""
+    """Completions trained on: the non-empty ones of groups whose rewards differ (with a KL
+    penalty, of every group)."""
     groups: int
     group_size: int
     constant_groups: int
-    """Groups dropped because every reward was equal (no learning signal)."""
+    """Groups whose rewards were all equal (no reward signal): not trained on, unless a KL
+    penalty trains every group."""
     sampled_tokens: int
     loss: float | None
     """The importance-sampling loss, or None when nothing was trained."""
@@ -43,8 +47,9 @@ class StepMetrics:
     mean_abs_advantage: float = 0.0
     """The mean |advantage| of the episodes trained on (0.0 when none was)."""
     kl: float | None = None
-    """With a KL penalty: the mean over the model's tokens trained on of sampler logprob
-    minus base logprob, an estimate of KL(policy || base); None otherwise."""
+    """With a KL penalty: the mean over the model's tokens of every datum trained on (every
+    group's) of sampler logprob minus base logprob, an estimate of KL(policy || base); None
+    otherwise."""
 
     @property
     def groups_kept(self) -> int:
@@ -110,6 +115,24 @@ class RunResult:
 
 
 @dataclass(frozen=True, slots=True)
+class TemperedRatio:
+    """A loss that clips trained on samples drawn at a temperature other than 1.
+
+    The sampler's logprob `q` of a token is the tempered distribution's, the
+    learner's `lp` is at temperature 1, so the importance ratio exp(lp - q) is
+    not 1 even on-policy, and the clip acts on tokens the policy itself just
+    sampled. Reported once a run, at its first step that trained.
+    """
+
+    step: int
+    loss: Loss
+    temperature: float
+    clipped: float | None
+    """The share of the step's model tokens whose ratio the clip bound (`clipped:frac`);
+    None if the backend did not say."""
+
+
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One completion as the run saw it: its text, how it ended, what it earned."""
 
@@ -121,7 +144,8 @@ class Sample:
     parts: Mapping[str, float]
     advantage: float
     trained: bool
-    """False when its group was constant, or it was masked (cut off at the token limit)."""
+    """False when its group was constant (without a KL penalty), or it was masked (cut off at
+    the token limit)."""
     earlier: tuple[tuple[str, str], ...] = ()
     """An episode's turns before the last: the model's text and the environment's reply."""
 
@@ -158,6 +182,9 @@ class Observer:
     def on_warning(self, message: str) -> None:
         """Something the user should know that does not stop the run."""
 
+    def on_tempered_ratio(self, note: TemperedRatio) -> None:
+        """A loss that clips trains at a sampling temperature other than 1 (once a run)."""
+
     def on_samples(self, groups: Sequence[SampleGroup]) -> None:
         """A step's groups, every completion in them, after its `on_step`."""
 
@@ -191,6 +218,10 @@ class Observers(Observer):
     def on_warning(self, message: str) -> None:
         for o in self.observers:
             o.on_warning(message)
+
+    def on_tempered_ratio(self, note: TemperedRatio) -> None:
+        for o in self.observers:
+            o.on_tempered_ratio(note)
 
     def on_samples(self, groups: Sequence[SampleGroup]) -> None:
         for o in self.observers:

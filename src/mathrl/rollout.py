@@ -4,7 +4,7 @@ Shape suffixes name the axes of nested data:
     _P  a problem in the step's batch
     _G  a member of a problem's group of samples
     _T  a token
-    _D  a datum (one per episode trained on, in a non-constant group)
+    _D  a datum (one per episode trained on: `trained`)
 so `rewards_P_G[p][g]` is the reward of episode g of problem p. An episode
 is one completion for a one-turn task (`mathrl.episodes`).
 
@@ -84,36 +84,35 @@ def prompt_tokens(tokenizer: Tokenizer, task: Task[P], prompt: Prompt) -> list[i
 
 
 def trained(
-    task: Task[P], config: TrainConfig, responses_P_G: Sequence[Sequence[Response]]
+    task: Task[P],
+    config: TrainConfig,
+    rewards_P_G: Sequence[Sequence[float]],
+    responses_P_G: Sequence[Sequence[Response]],
 ) -> list[list[bool]]:
-    """Which episodes are trained on: all, or (masking) those whose last turn hit the limit."""
+    """Which episodes are trained on: those of groups whose rewards differ, or with a KL
+    penalty (kl_coef > 0) every group's, since the penalty alone gives a constant group's
+    tokens an advantage; less, when masking, those whose last turn hit the token limit."""
     mask = task.mask_truncated or config.mask_truncated
+    teaches_P = [config.kl_coef > 0 or not is_constant_group(r_G) for r_G in rewards_P_G]
     return [
-        [not (mask and r.ended == "length") for r in responses_G] for responses_G in responses_P_G
+        [teaches and not (mask and r.ended == "length") for r in responses_G]
+        for teaches, responses_G in zip(teaches_P, responses_P_G, strict=True)
     ]
 
 
 def datums_of(
     prompts_P_T: Sequence[Sequence[int]],
     episodes_P_G: Sequence[Sequence[Episode]],
-    rewards_P_G: Sequence[Sequence[float]],
     advantages_P_G: Sequence[Sequence[float]],
-    trained_P_G: Sequence[Sequence[bool]] | None = None,
+    trained_P_G: Sequence[Sequence[bool]],
 ) -> list[Datum]:
-    """A datum per episode trained on in which the model wrote something, except in groups
-    whose rewards are all equal: a constant group's advantages are all zero, it trains nothing.
-    """
+    """A datum per episode trained on (`trained`) in which the model wrote something."""
     datums_D: list[Datum] = []
-    for p, (prompt_T, episodes_G, rewards_G, advantages_G) in enumerate(
-        zip(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G, strict=True)
+    for prompt_T, episodes_G, advantages_G, trained_G in zip(
+        prompts_P_T, episodes_P_G, advantages_P_G, trained_P_G, strict=True
     ):
-        if is_constant_group(rewards_G):
-            continue
-        for g, (episode, advantage) in enumerate(zip(episodes_G, advantages_G, strict=True)):
-            if trained_P_G is not None and not trained_P_G[p][g]:
-                continue
-            datum = episode.datum(prompt_T, advantage)
-            if datum is not None:
+        for episode, advantage, kept in zip(episodes_G, advantages_G, trained_G, strict=True):
+            if kept and (datum := episode.datum(prompt_T, advantage)) is not None:
                 datums_D.append(datum)
     return datums_D
 
@@ -251,11 +250,9 @@ def logged_groups(step: int, batch: Rollout) -> list[SampleGroup]:
     """The step's groups as the run reports them: each completion, its reward and advantage."""
     groups = []
     for p, prompt in enumerate(batch.prompts_P):
-        constant = is_constant_group(batch.rewards_P_G[p])
         samples = tuple(
             Sample(
-                str(e.final), e.final.ended, e.final.stop, e.reward, e.parts, advantage,
-                not constant and kept,
+                str(e.final), e.final.ended, e.final.stop, e.reward, e.parts, advantage, kept,
                 tuple((str(t.response), t.reply or "") for t in e.turns[:-1]),
             )
             for e, advantage, kept in zip(
@@ -308,13 +305,10 @@ def step_metrics(
 
 
 def mean_abs_advantage(batch: Rollout) -> float:
-    """The mean |advantage| of the episodes of non-constant groups that were trained on."""
+    """The mean |advantage| (the reward's, before any KL penalty) of the episodes trained on."""
     kept = [
         abs(a)
-        for rewards_G, advantages_G, trained_G in zip(
-            batch.rewards_P_G, batch.advantages_P_G, batch.trained_P_G, strict=True
-        )
-        if not is_constant_group(rewards_G)
+        for advantages_G, trained_G in zip(batch.advantages_P_G, batch.trained_P_G, strict=True)
         for a, t in zip(advantages_G, trained_G, strict=True)
         if t
     ]

@@ -6,9 +6,10 @@
   (every sample request in flight at once, the task's rewards beside them),
   each episode's advantage, and a datum per episode trained on.
 - `train_and_save`: the KL penalty against the base model (with `kl_coef`),
-  forward_backward + optim_step per minibatch, and the save for the next
-  step's sampler, submitted back to back and returned unawaited, so a caller
-  can overlap them with other work.
+  DRO's anchor off the model's tokens (with the dro loss), forward_backward +
+  optim_step per minibatch, and the save for the next step's sampler,
+  submitted back to back and returned unawaited, so a caller can overlap
+  them with other work.
 
 `mathrl.loop.run_grpo` calls these same two halves, pipelined, and adds the
 off-policy lag, evaluation, the save cadence, stopping and resuming around
@@ -32,7 +33,7 @@ from mathrl.backend import Backend, Datum, Sampler, Tokenizer, TrainResult
 from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
 from mathrl.episodes import Player
-from mathrl.grpo import is_constant_group, kl_penalized, minibatches, step_advantages
+from mathrl.grpo import anchored, is_constant_group, kl_penalized, minibatches, step_advantages
 from mathrl.resolved import Task
 from mathrl.rollout import Rollout, datums_of, play_step, trained
 from mathrl.workers import Workers, borrowed
@@ -47,7 +48,7 @@ class StepOutcome:
     rewards_P_G: list[list[float]]
     datums_D: list[Datum]
     result: TrainResult | None
-    """None when every group was constant: nothing was trained."""
+    """None when nothing was trained (without a KL penalty, every group was constant)."""
     sampler_path: str | None
     """The saved weights after the update (None when nothing was trained)."""
 
@@ -61,7 +62,8 @@ async def grpo_step(
     workers: Workers | None = None,
     base: Sampler | None = None,
 ) -> StepOutcome:
-    """One on-policy GRPO step from `sampler`'s weights. This function is the algorithm.
+    """One on-policy GRPO step from `sampler`'s weights, the ones `backend` trains. This
+    function is the algorithm.
 
     `workers` runs the task's rewards and environment (a pool of one per core by default).
     `base` samples the base model's weights (the step-0 sampler): needed with kl_coef > 0.
@@ -69,7 +71,7 @@ async def grpo_step(
     if config.kl_coef and base is None:
         raise ValueError("kl_coef > 0 needs the base model's sampler (base=)")
     batch = await sample_and_score(backend.tokenizer, sampler, task, config, step, workers)
-    update = await train_and_save(backend, task, config, step, batch.datums_D, base)
+    update = await train_and_save(backend, task, config, step, batch.datums_D, base, sampler)
     result = await update.training if update.training is not None else None
     saved = await update.saving if update.saving is not None else None
     return StepOutcome(batch.rewards_P_G, update.datums_D, result, saved)
@@ -98,10 +100,11 @@ async def sample_and_score(
     #    deviation with scale_rewards "group" or "batch").
     rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
     advantages_P_G = step_advantages(rewards_P_G, config.scale_rewards)
-    # 3. A datum per episode (prompt and environment tokens weigh 0), dropping groups of equal
-    #    rewards (and, if asked, episodes whose last turn was cut off at the token limit).
-    trained_P_G = trained(task, config, [[e.final for e in g] for g in episodes_P_G])
-    datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G, trained_P_G)
+    # 3. A datum per episode trained on, its mask on the model's tokens: the episodes of groups
+    #    whose rewards differ (with kl_coef > 0, of every group), less, if asked, those whose
+    #    last turn was cut off at the token limit.
+    trained_P_G = trained(task, config, rewards_P_G, [[e.final for e in g] for g in episodes_P_G])
+    datums_D = datums_of(prompts_P_T, episodes_P_G, advantages_P_G, trained_P_G)
     return Rollout(
         prompts_P,
         episodes_P_G,
@@ -136,22 +139,36 @@ async def train_and_save(
     step: int,
     datums_D: Sequence[Datum],
     base: Sampler | None = None,
+    policy: Sampler | None = None,
 ) -> Update:
     """The second half of step `step`: train on `datums_D` and save the weights for the
-    next sampler, every call submitted back to back; the caller awaits them together."""
+    next sampler, every call submitted back to back; the caller awaits them together.
+
+    `base` samples the base model (with kl_coef > 0), `policy` the weights being trained
+    (with a loss that acts on every position, DRO).
+    """
+    if config.loss_fn.every_position and policy is None:
+        raise ValueError(f"the {config.loss_fn.name} loss needs the trained weights' sampler")
     kl = None
     clock = asyncio.get_running_loop().time
     if not datums_D:
         return Update([], None, None, kl, clock())
-    # 4. With kl_coef > 0, each of the model's tokens' advantage moves by the KL penalty
-    #    against the base model, whose logprobs of the sampled tokens cost one round trip.
-    if base is not None and config.kl_coef:
-        base_D = await asyncio.gather(
-            *(base.logprobs([*d.model_input, d.target_tokens[-1]]) for d in datums_D)
-        )
+    # 4. The logprobs of the sampled tokens the step needs besides the sampler's, in one round
+    #    trip: the base model's with kl_coef > 0, the trained weights' own with DRO.
+    base_D, policy_D = await asyncio.gather(
+        logprobs_of(base if config.kl_coef else None, datums_D),
+        logprobs_of(policy if config.loss_fn.every_position else None, datums_D),
+    )
+    # 5. With kl_coef > 0, each of the model's tokens' advantage moves by the KL penalty
+    #    against the base model.
+    if base_D is not None:
         datums_D, kl = kl_penalized(datums_D, base_D, config.kl_coef)
-    # 5. forward_backward (with the configured loss) + optim_step, once per minibatch, then
-    # 6. the save of the new weights for the next step's sampler: one round trip for all.
+    # 6. DRO's penalty acts on every position: off the mask, q becomes the trained policy's
+    #    own logprob, so the prompt's and environment's tokens stay as they are.
+    if policy_D is not None:
+        datums_D = anchored(datums_D, policy_D)
+    # 7. forward_backward (with the configured loss) + optim_step, once per minibatch, then
+    # 8. the save of the new weights for the next step's sampler: one round trip for all.
     submitted = clock()
     training = await submit_update(backend, datums_D, config)
     saving = await backend.submit_save_for_sampler(checkpoint_name(task, config, step))
@@ -163,9 +180,10 @@ async def submit_update(
 ) -> Awaitable[TrainResult]:
     """Submit forward_backward + optim_step with `config.loss_fn` for each of
     `config.substeps` minibatches, back to back; one awaitable of their combined result."""
+    minibatches_M = minibatches(datums_D, config.substeps)
     submitted = [
         await backend.submit_train_step(minibatch, config.lr, config.loss_fn)
-        for minibatch in minibatches(datums_D, config.substeps)
+        for minibatch in minibatches_M
     ]
     if len(submitted) == 1:
         return submitted[0]
@@ -176,16 +194,40 @@ async def submit_update(
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
-        return combined([o for o in outcomes if isinstance(o, TrainResult)])
+        results = [o for o in outcomes if isinstance(o, TrainResult)]
+        return combined(results, [sum(d.model_tokens for d in m) for m in minibatches_M])
 
     return asyncio.ensure_future(all_of())
 
 
-def combined(results: Sequence[TrainResult]) -> TrainResult:
-    """Several minibatches' results as one: losses (and `loss:sum`) add up, other metrics
-    are averaged over the minibatches that report them."""
+async def logprobs_of(
+    sampler: Sampler | None, datums_D: Sequence[Datum]
+) -> list[list[float]] | None:
+    """`sampler`'s logprob of each datum's target tokens, at temperature 1 (None without a
+    sampler): one round trip."""
+    if sampler is None:
+        return None
+    return await asyncio.gather(
+        *(sampler.logprobs([*d.model_input, d.target_tokens[-1]]) for d in datums_D)
+    )
+
+
+def combined(results: Sequence[TrainResult], model_tokens_M: Sequence[int]) -> TrainResult:
+    """Several minibatches' results as one: losses (and `loss:sum`) add up; `clipped:frac`,
+    a share of a minibatch's model tokens (`model_tokens_M`), is their share of all of them;
+    other metrics are averaged over the minibatches that report them."""
     metrics: dict[str, float] = {}
     for key in {key for result in results for key in result.metrics}:
-        values = [result.metrics[key] for result in results if key in result.metrics]
-        metrics[key] = sum(values) if key == "loss:sum" else sum(values) / len(values)
+        pairs = [
+            (result.metrics[key], tokens)
+            for result, tokens in zip(results, model_tokens_M, strict=True)
+            if key in result.metrics
+        ]
+        tokens = sum(t for _, t in pairs)
+        if key == "loss:sum":
+            metrics[key] = sum(v for v, _ in pairs)
+        elif key == "clipped:frac" and tokens > 0:
+            metrics[key] = sum(v * t for v, t in pairs) / tokens
+        else:
+            metrics[key] = sum(v for v, _ in pairs) / len(pairs)
     return TrainResult(loss=sum(result.loss for result in results), metrics=metrics)

@@ -70,7 +70,14 @@ from mathrl.grpo import step_advantages
 from mathrl.loop import run_grpo_async
 from mathrl.report import EvalMetrics, Observer, StepMetrics
 from mathrl.resolved import Task, as_task
-from mathrl.rollout import datums_of, prompt_tokens, request_seed, run_problems, sample_params
+from mathrl.rollout import (
+    datums_of,
+    prompt_tokens,
+    request_seed,
+    run_problems,
+    sample_params,
+    trained,
+)
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, FakeModel, RecordingBackend
 from virtual_clock import INLINE, run_virtual
@@ -182,7 +189,9 @@ async def run_serial_async(
             episodes_P_G.append(await player.group(problem, prompt, prompt_T, config.group, params))
         rewards_P_G = [[e.reward for e in episodes_G] for episodes_G in episodes_P_G]
         advantages_P_G = step_advantages(rewards_P_G)
-        datums_D = datums_of(prompts_P_T, episodes_P_G, rewards_P_G, advantages_P_G)
+        responses_P_G = [[e.final for e in episodes_G] for episodes_G in episodes_P_G]
+        trained_P_G = trained(task, config, rewards_P_G, responses_P_G)
+        datums_D = datums_of(prompts_P_T, episodes_P_G, advantages_P_G, trained_P_G)
         if datums_D:
             recorder.trained.append(datums_D)
             recorder.train_submitted_at.append(asyncio.get_running_loop().time())

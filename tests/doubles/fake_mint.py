@@ -337,11 +337,14 @@ class FakeMintServer:
         tokens = [*datum.model_input.to_ints(), *inputs["target_tokens"].tolist()]
         if n == 0 or not all(0 <= t < VOCAB_SIZE for t in tokens):
             raise refused(f"datum {index}: empty, or a token id outside 0..{VOCAB_SIZE - 1}")
+        # The service is not told which tokens are the model's (mathrl keeps its mask): it
+        # scores every position, as the loss is defined.
         return Datum(
             tuple(datum.model_input.to_ints()),
             tuple(inputs["target_tokens"].tolist()),
             tuple(inputs["logprobs"].tolist()),
             tuple(inputs["advantages"].tolist()),
+            (True,) * n,
         )
 
     def optim_step(self, adam_params: types.AdamParams) -> types.OptimStepResponse:

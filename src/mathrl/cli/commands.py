@@ -11,7 +11,8 @@ to stderr; a training run's stdout carries exactly the seed demo's lines:
     Step N: accuracy=XX.X%, datums=D      one a step: the task's accuracy over the
                                           step's samples, at the sampling temperature
                                           as the seed reports it; D the completions
-                                          trained on (of groups whose rewards differed)
+                                          trained on (of groups whose rewards differed;
+                                          with --kl-coef, of every group)
     Saved: <path>                         last: the latest weights to sample from
 
 Exit codes: 0 success; 1 the service or the run failed; 2 a user's mistake

@@ -12,17 +12,20 @@ A step's record in metrics.jsonl (`step_record`):
     datums                    as on the `Step` line: completions trained on
     groups, groups_kept,      problems drawn (with fill_batch, up to 4 x batch); those whose
       groups_dropped          rewards differed (trained on); those whose rewards were all equal
+                              (trained on only with kl_coef, for the KL penalty alone)
     sampled_tokens,           tokens sampled this step, and per completion
       mean_completion_tokens
     loss                      the loss summed over the step's datums; null when nothing trained
     backend_metrics           what the service reported (`loss:sum`; for ppo and cispo,
-                              `clipped:frac`, the share of the completions' tokens whose ratio
+                              `clipped:frac`, the share of the model's tokens whose ratio
                               the clip bound, worked out from the learner's logprobs unless
-                              the service reports it); with substeps, losses add up and the
-                              rest is averaged over the minibatches
+                              the service reports it); with substeps, losses add up, clip
+                              fractions are weighted by each minibatch's model tokens, and
+                              the rest is averaged over the minibatches
     mean_abs_advantage        the mean |advantage| of the samples trained on
-    kl                        with kl_coef: the mean over the tokens trained on of sampler
-                              minus base-model logprob, an estimate of KL(policy || base)
+    kl                        with kl_coef: the mean over the model's tokens of every group
+                              of sampler minus base-model logprob, an estimate of
+                              KL(policy || base)
     seconds, sampling_seconds, wall time since the previous step ended; of this step's
       training_seconds        sampling; from submitting its training to its result
     sampler_path              the checkpoint this step's samples were drawn from

@@ -25,11 +25,19 @@ from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
-from mathrl.cli.settings import FakeOptions, TaskOptions, api_key, base_url, worded
+from mathrl.cli.settings import BY_FIELD, FakeOptions, TaskOptions, api_key, base_url, worded
 from mathrl.cli.wandb_mirror import WandbMirror
 from mathrl.config import Config, ConfigError
 from mathrl.loop import run_grpo_async
-from mathrl.report import Checkpoint, EvalMetrics, Observer, Observers, RunResult, StepMetrics
+from mathrl.report import (
+    Checkpoint,
+    EvalMetrics,
+    Observer,
+    Observers,
+    RunResult,
+    StepMetrics,
+    TemperedRatio,
+)
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError, task_call
 from mathrl.rollout import run_problems
@@ -92,6 +100,26 @@ class SeedLines(Observer):
 
     def on_warning(self, message: str) -> None:
         self.say(message)
+
+    def on_tempered_ratio(self, note: TemperedRatio) -> None:
+        self.say(tempered_ratio_note(note))
+
+
+def tempered_ratio_note(note: TemperedRatio) -> str:
+    """The note on a loss that clips at a sampling temperature other than 1, in flags."""
+    settings = ", ".join(f"{BY_FIELD[field].flag} {value:g}" for field, value in note.loss.settings)
+    how_many = (
+        f"at step {note.step} it bound {note.clipped:.1%} of the model's tokens"
+        if note.clipped is not None
+        else f"the backend did not say how many it bound at step {note.step}"
+    )
+    return (
+        f"note: with --loss {note.loss.name} ({settings}) at --temperature {note.temperature:g}, "
+        "the importance ratio is not 1 even on-policy (the sampler's logprobs are the tempered "
+        "distribution's, the learner's are at temperature 1), so the clip acts on tokens the "
+        f"policy itself sampled: {how_many}. Sample at --temperature 1 (MINT_RL_TEMPERATURE=1) "
+        "for a ratio of 1 on-policy."
+    )
 
 
 class Latest(Observer):

@@ -285,9 +285,9 @@ class MintBackend:
 def clipped_fraction(
     loss: Loss, datums_D: Sequence[Datum], output: types.ForwardBackwardOutput
 ) -> float | None:
-    """The share of the completions' tokens whose ratio `loss` clipped, from the learner's
-    logprobs forward_backward returns (`loss_fn_outputs[i]["logprobs"]`); None if it
-    returned none, or no token had an advantage."""
+    """The share of the model's tokens (the datums' masks) whose ratio `loss` clipped, from
+    the learner's logprobs forward_backward returns (`loss_fn_outputs[i]["logprobs"]`);
+    None if it returned none."""
     if len(output.loss_fn_outputs) != len(datums_D):
         return None
     clipped = scored = 0
@@ -295,8 +295,9 @@ def clipped_fraction(
         tensor = outputs.get("logprobs")
         if tensor is None:
             return None
-        for lp, q, a in zip(tensor.tolist(), datum.logprobs, datum.advantages, strict=False):
-            if a != 0.0:
+        lp_T = tensor.tolist()
+        for lp, q, a, mine in zip(lp_T, datum.logprobs, datum.advantages, datum.mask, strict=False):
+            if mine:
                 scored += 1
                 clipped += token_loss(loss, lp, q, a).clipped
     return clipped / scored if scored else None
@@ -313,7 +314,15 @@ class _Later(Awaitable[T]):
 
 
 def to_mint_datum(datum: Datum) -> types.Datum:
-    """The `mint.types.Datum` of one importance-sampling datum."""
+    """The `mint.types.Datum` of one datum: its target tokens, logprobs and advantages.
+
+    The mask stays here. MinT's policy losses (Tinker's) take those three inputs
+    and no other (`weights` is cross_entropy's), and DRO documents no mask at all;
+    tinker-cookbook likewise strips its mask before forward_backward. What the mask
+    decides is settled before the datum is sent: advantages are 0 off it, and with
+    DRO, q there is the policy's own logprob (`mathrl.grpo.anchored`). It is used
+    client-side again for the clip fraction (`clipped_fraction`).
+    """
     n = len(datum.target_tokens)
     return types.Datum(
         model_input=types.ModelInput.from_ints(list(datum.model_input)),
