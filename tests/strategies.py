@@ -165,8 +165,8 @@ messages = st.lists(
 logprobs = st.floats(min_value=-12.0, max_value=0.0)
 """A token's logprob under a policy: from nearly impossible to certain."""
 
-advantages = st.floats(min_value=-10.0, max_value=10.0)
-"""A token's advantage."""
+advantages = st.floats(min_value=-10.0, max_value=10.0, allow_subnormal=False)
+"""A token's advantage; never subnormal (at 5e-324, r * A underflows to 0 and no side clips)."""
 
 clip_pairs = st.tuples(st.floats(0.0, 1.0), st.floats(1.0, 10.0))
 """(clip_low, clip_high) thresholds of the ratio."""
