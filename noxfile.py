@@ -115,8 +115,13 @@ def smoke(session: nox.Session) -> None:
 def mutants(session: nox.Session) -> None:
     """Mutation testing of the core ([tool.mutmut] in pyproject.toml) by its fast tests.
 
-    Results are cached in mutants/; `mutmut show <name>` shows a mutant. Every
-    survivor was last found equivalent (33 of 1499: see [tool.mutmut]).
+    Results are cached in mutants/; `mutmut show <name>` shows a mutant. The
+    last run (the core as of issue 28, 2 children, 39 minutes on 2 loaded
+    cores): 2,917 of 3,217 mutants killed or timed out (90.7%), 299 survived
+    and 1 had no test. The survivors are not all triaged: most are in
+    `resolved.as_task` (37, its error messages' wording), `evaluation._answers`
+    (21), `episodes.Player._one_turn` (17), `resolved.prompt_key` (15),
+    `grpo.kl_penalized` (13) and `episodes.Player._episode` (13).
     """
     session.install("-e", ".[plot]", "mutmut>=3.8,<4", *TEST_TOOLS)
     session.run("mutmut", "run", *(session.posargs or ["--max-children", "2"]))

@@ -123,10 +123,11 @@ def test_reported_logprobs_are_those_of_the_sampled_distribution(
         reported[token] = lp
     for token, count in share.items():
         assert abs(count / grid - math.exp(reported[token])) <= 1.5 / grid
-    # At temperature 1 the sampler's logprob is the learner's logprob.
+    # At temperature 1 the sampler's logprob is the learner's logprob, to rounding: the two
+    # are computed apart, and a near-certain token's (-3e-4) differs in its 12th digit.
     if temperature == 1.0:
         for token, lp in reported.items():
-            assert math.isclose(lp, logprob(params, step, token), rel_tol=1e-12)
+            assert math.isclose(lp, logprob(params, step, token), rel_tol=1e-9, abs_tol=1e-12)
 
 
 @given(theta=st_.policy_thetas, bias=st_.biases)
