@@ -296,3 +296,27 @@ tagged_text = st.lists(
     max_size=12,
 ).map("".join)
 """Text with answer tags in any order, nested, unclosed or cut in half."""
+
+outcomes = st.floats(0.0, 1.0) | st.sampled_from([0.0, 0.5, 1.0]) | st.booleans()
+"""What a pairwise judge may say of a against b: a number in [0, 1], or True/False."""
+
+
+@st.composite
+def judged_items(
+    draw: st.DrawFn, antisymmetric: bool = False
+) -> tuple[list[int], dict[tuple[int, int], float]]:
+    """Items (from a pool of four, so they repeat) and a judge's table: `table[a, b]` is a's
+    outcome against b. Any table (position bias, a judge that beats itself), or with
+    `antisymmetric` one where b's outcome against a is 1 - a's, and a ties itself."""
+    items = draw(st.lists(st.integers(0, 3), max_size=8))
+    table: dict[tuple[int, int], float] = {}
+    for a in range(4):
+        for b in range(4):
+            if not antisymmetric:
+                table[a, b] = draw(outcomes)
+            elif a == b:
+                table[a, b] = 0.5
+            elif a < b:
+                table[a, b] = draw(outcomes)
+                table[b, a] = 1 - table[a, b]
+    return items, table

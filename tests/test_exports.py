@@ -57,6 +57,7 @@ def test_all_is_pinned() -> None:
         "run_grpo",
         "run_grpo_async",
         "run_problems",
+        "win_rates",
     ]
     for name in mathrl.__all__:
         assert getattr(mathrl, name) is not None

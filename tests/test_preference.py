@@ -13,9 +13,11 @@ from conftest import checks_passed
 from mathrl.adapter import Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
+from mathrl.pairwise import win_rates
 from mathrl.rollout import run_problems
 from mathrl.tasks.preference import (
     BASELINE_ANSWER,
+    PREFERENCE,
     QUESTIONS,
     PreferenceChat,
     helpfulness,
@@ -75,14 +77,20 @@ def test_rewards_are_win_rates_plus_beating_the_baseline_worked_example() -> Non
     assert task.compute_reward(turn(SKY.answer), SKY) == {"preference": 0.15, "baseline": 0.7}
 
 
-@given(st.lists(st.integers(0, 6), min_size=2, max_size=8))
-def test_win_rates_average_one_half_whatever_the_scores(scores: list[int]) -> None:
-    # Every pair's outcomes add up to 1, so a group's mean win rate is exactly 1/2.
-    wins = [
-        sum(prefer(s, t) for j, t in enumerate(scores) if j != i) / (len(scores) - 1)
-        for i, s in enumerate(scores)
-    ]
-    assert abs(sum(wins) / len(wins) - 0.5) < 1e-12
+ANSWERS = [SKY.answer, BASELINE_ANSWER, "Blue.", SKY.answer.split(". ")[0] + ".", "sky " * 30]
+"""Answers the judge scores apart: 6, 5, 3 and lower."""
+
+
+@given(st.lists(st.sampled_from(ANSWERS), min_size=1, max_size=8))
+def test_the_preference_part_is_a_win_rate_and_averages_one_half(answers: list[str]) -> None:
+    group = [turn(a) for a in answers]
+    rewards = PreferenceChat().compute_group_rewards(group, SKY)
+    rates = win_rates([helpfulness(r, SKY) for r in group], prefer)
+    assert [r["preference"] for r in rewards] == [PREFERENCE * w for w in rates]
+    # The mean-1/2 trap (mathrl.pairwise): whatever the group, its mean preference part is
+    # 0.3 x 1/2, so only the baseline part lets the mean reward rise.
+    mean = sum(r["preference"] for r in rewards) / len(rewards)
+    assert abs(mean - PREFERENCE / 2) < 1e-12
 
 
 def test_the_preference_task_passes_check_adapter() -> None:

@@ -49,6 +49,7 @@ from mathrl.checkpoints import Resume
 from mathrl.config import Config, ConfigError, TrainConfig
 from mathrl.grpo import build_datum, group_advantages, is_constant_group
 from mathrl.loop import run_grpo, run_grpo_async
+from mathrl.pairwise import win_rates
 from mathrl.report import Checkpoint, EvalMetrics, Observer, RunResult, StepMetrics
 from mathrl.resolved import Task, as_task
 from mathrl.rollout import RunProblems, run_problems
@@ -116,4 +117,5 @@ __all__ = [
     "run_grpo",
     "run_grpo_async",
     "run_problems",
+    "win_rates",
 ]

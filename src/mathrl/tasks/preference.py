@@ -6,13 +6,15 @@ helpfulness proxy: the seed's length, structure and diversity criteria,
 fixed (see below). Each completion's reward has two parts:
 
 - `preference`: 0.3 x its win rate against the other members of its group
-  (a win 1, a tie 1/2, a loss 0; a group of one gets 1/2);
+  (a win 1, a tie 1/2, a loss 0; a group of one gets 1/2), from
+  `mathrl.pairwise.win_rates`;
 - `baseline`: 0.7 if the judge prefers it to the task's baseline answer, a
   fluent, well-formed answer to no question in particular, else 0.
 
 Accuracy is the share of completions the judge prefers to the baseline
 answer: a reward of 0.7 or more. A group's mean win rate is always 1/2, so
-the baseline part is what lets the mean reward show learning.
+the baseline part is what lets the mean reward show learning (the mean-1/2
+trap of `mathrl.pairwise`).
 
 The judge's proxy scores an answer out of six, one point each: it ended at
 the end of its turn (not cut off at the token limit); it is plain text
@@ -33,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mathrl.adapter import Message, Response
+from mathrl.pairwise import win_rates
 
 SYSTEM = "You are a helpful assistant. Answer in two to five plain sentences."
 PREFERENCE, BASELINE = 0.3, 0.7
@@ -276,13 +279,10 @@ class PreferenceChat:
     ) -> list[dict[str, float]]:
         scores = [helpfulness(r, problem) for r in responses]
         baseline = helpfulness(Response(BASELINE_ANSWER, "end_of_turn"), problem)
-        rewards = []
-        for i, score in enumerate(scores):
-            others = [prefer(score, other) for j, other in enumerate(scores) if j != i]
-            win_rate = sum(others) / len(others) if others else 0.5
-            beats = score > baseline
-            rewards.append({"preference": PREFERENCE * win_rate, "baseline": BASELINE * beats})
-        return rewards
+        return [
+            {"preference": PREFERENCE * rate, "baseline": BASELINE * (score > baseline)}
+            for score, rate in zip(scores, win_rates(scores, prefer), strict=True)
+        ]
 
     def reference_completion(self, problem: Question) -> str:
         return problem.answer
