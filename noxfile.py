@@ -28,14 +28,19 @@ TEST_TOOLS = [
 ]
 
 
-def compiled_once() -> dict[str, str | None]:
-    """Bytecode written and reused, as Python does by default (`__pycache__/`, ignored by git).
+def test_env() -> dict[str, str | None]:
+    """The test sessions' environment.
+
+    MATHRL_REQUIRE_EXTRAS: every extra is installed here, so a test that needs one runs
+    (and fails if it is missing) rather than skipping (`tests/conftest.py`).
+
+    Bytecode written and reused, as Python does by default (`__pycache__/`, ignored by git).
     Where PYTHONDONTWRITEBYTECODE is set, as on some CI images, every process would compile
     mathrl again and pytest would rewrite every test module's asserts again: each xdist worker
     and each `python -m mathrl` a test starts, about 15 s of the fast suite. (Not a
     PYTHONPYCACHEPREFIX: that ignores the installed packages' bytecode, and compiling
     reasoning-gym's sources warns, which the suite makes an error.)"""
-    return {"PYTHONDONTWRITEBYTECODE": None}
+    return {"MATHRL_REQUIRE_EXTRAS": "1", "PYTHONDONTWRITEBYTECODE": None}
 
 
 @nox.session(python=PYTHON)
@@ -53,7 +58,7 @@ def tests(session: nox.Session) -> None:
         "--cov-report=term-missing:skip-covered",
         "--cov-fail-under=95",
         *session.posargs,
-        env=compiled_once(),
+        env=test_env(),
     )
 
 
@@ -70,7 +75,7 @@ def slow(session: nox.Session) -> None:
         "-m",
         "slow or hypothesis",
         *session.posargs,
-        env={"MATHRL_HYPOTHESIS": "thorough", **compiled_once()},
+        env={"MATHRL_HYPOTHESIS": "thorough", **test_env()},
     )
 
 

@@ -5,6 +5,8 @@ addition task's references, `checks_passed`, which reads `check_adapter`'s summa
 from __future__ import annotations
 
 import atexit
+import importlib
+import importlib.util
 import os
 import re
 import shutil
@@ -14,6 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -69,6 +72,31 @@ def examples(fast: int, thorough: int) -> int:
     """`max_examples` for a property whose single example is expensive (a training run, a
     sandbox or a process each): `fast` in the fast suite, `thorough` in `nox -s slow`."""
     return thorough if THOROUGH else fast
+
+
+REQUIRE_EXTRAS = os.environ.get("MATHRL_REQUIRE_EXTRAS") == "1"
+"""Set by nox, which installs every extra: there a test that needs one always runs, and fails
+if the extra is missing, so CI never passes by skipping it."""
+
+
+def needs_extra(module: str, extra: str) -> pytest.MarkDecorator:
+    """Skips a test when `module`, from mathrl's optional `extra`, is not installed (outside
+    nox: under nox, `REQUIRE_EXTRAS`, the test runs whatever)."""
+    missing = not REQUIRE_EXTRAS and importlib.util.find_spec(module) is None
+    return pytest.mark.skipif(missing, reason=_not_installed(module, extra))
+
+
+def import_extra(module: str, extra: str) -> ModuleType:
+    """`module`, from mathrl's optional `extra`, imported; a skip where it is not installed
+    (outside nox: see `needs_extra`)."""
+    if REQUIRE_EXTRAS:
+        return importlib.import_module(module)
+    found: ModuleType = pytest.importorskip(module, reason=_not_installed(module, extra))
+    return found
+
+
+def _not_installed(module: str, extra: str) -> str:
+    return f"{module} is not installed: pip install '.[{extra}]'"
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -104,7 +105,8 @@ CHATML = (
 @pytest.fixture(scope="module")
 def chatml() -> Any:
     """A byte-level BPE tokenizer with ChatML special tokens and template: no hub, no files."""
-    transformers = pytest.importorskip("transformers")
+    # A dependency of mindlab-toolkit, so always there; imported here, as it takes a second.
+    transformers: Any = importlib.import_module("transformers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from conftest import import_extra
 from mathrl.adapter import Adapter, Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
@@ -67,7 +68,7 @@ def test_untrained_greedy_accuracy_is_at_most_70_percent_and_20_steps_raise_it_2
     name: str,
 ) -> None:
     if name == "reasoning-gym":
-        pytest.importorskip("reasoning_gym", reason="the reasoning-gym extra is not installed")
+        import_extra("reasoning_gym", "reasoning-gym")
     task: Adapter[Any] = CountDown() if name not in BUILT_IN else built_in(name)
     config = TrainConfig(steps=20, eval_every=20)
     evals = Evals()

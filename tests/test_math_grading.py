@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import strategies
-from conftest import examples
+from conftest import examples, needs_extra
 from mathrl.tasks.math import grading
 from mathrl.tasks.math.answers import (
     MAX_ANSWER_CHARS,
@@ -32,10 +32,7 @@ from mathrl.tasks.math.answers import (
 )
 from mathrl.tasks.math.grading import Grader, gradable, math_verify_equal, verdict
 
-HAS_MATH_VERIFY = grading.math_verify_version() is not None
-needs_math_verify = pytest.mark.skipif(
-    not HAS_MATH_VERIFY, reason="math-verify is not installed (pip install 'mathrl[math]')"
-)
+needs_math_verify = needs_extra("math_verify", "math")
 BOMB = "9^{9^{9^{9}}}"
 """A power SymPy computes in C, where no alarm can stop it: only a kill ends it."""
 

@@ -23,32 +23,23 @@ from hypothesis import given
 import math_fixtures
 import strategies
 from cli_process import run_main
-from conftest import checks_passed
+from conftest import checks_passed, needs_extra
 from mathrl.adapter import OptionError, Response, Unavailable
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
 from mathrl.resolved import as_task
 from mathrl.rollout import run_problems
 from mathrl.tasks import BUILT_IN
-from mathrl.tasks.math import MathDatasetAdapter, MathProblem, grading
+from mathrl.tasks.math import MathDatasetAdapter, MathProblem
 from mathrl.tasks.math.problems import epoch_draw, split_heldout
 from mathrl.tasks.math.prompts import worked
 from mathrl.tasks.math.sources import FIXTURES
 from mathrl.testing import check_adapter
 from mathrl_fakes import FakeBackend
 
-HAS_MATH_VERIFY = grading.math_verify_version() is not None
-needs_math_verify = pytest.mark.skipif(
-    not HAS_MATH_VERIFY, reason="math-verify is not installed (pip install 'mathrl[math]')"
-)
-needs_pyarrow = pytest.mark.skipif(
-    importlib.util.find_spec("pyarrow") is None,
-    reason="pyarrow is not installed (pip install 'mathrl[datasets]')",
-)
-needs_datasets = pytest.mark.skipif(
-    importlib.util.find_spec("datasets") is None,
-    reason="datasets is not installed (pip install 'mathrl[datasets]')",
-)
+needs_math_verify = needs_extra("math_verify", "math")
+needs_pyarrow = needs_extra("pyarrow", "datasets")
+needs_datasets = needs_extra("datasets", "datasets")
 DATA = math_fixtures.DATA
 ROWS = [
     {"question": "Ann has 3 apples and buys 4 more. How many apples does she have?",

@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import enum
 import gc
+import importlib.metadata
 import inspect
 import json
 import math
@@ -33,7 +34,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import strategies
-from conftest import checks_passed, examples
+from conftest import checks_passed, examples, import_extra
 from mathrl.adapter import OptionError, Response, Unavailable
 from mathrl.resolved import as_task
 from mathrl.tasks import BUILT_IN
@@ -56,11 +57,7 @@ LEARNED = ("basic_arithmetic", "chain_sum", "leg_counting", "word_sorting", "gsm
 
 def library() -> ModuleType:
     """reasoning_gym, or a skip saying it is not installed."""
-    found: ModuleType = pytest.importorskip("reasoning_gym", reason=MISSING)
-    return found
-
-
-MISSING = "reasoning-gym is not installed (pip install 'mathrl[reasoning-gym]')"
+    return import_extra("reasoning_gym", "reasoning-gym")
 
 
 # -- the answer form (pure) ------------------------------------------------------------
@@ -356,9 +353,17 @@ def test_a_dataset_that_cannot_make_problems_is_refused_when_built(
     assert e.value.option == "dataset"
 
 
-def test_preflight_names_the_library_and_dataset() -> None:
+def test_preflight_names_the_library_and_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
     library()
-    assert ReasoningGym(dataset="leg_counting").preflight().startswith("reasoning-gym 0.")
+    task = ReasoningGym(dataset="leg_counting")
+    assert task.preflight().startswith("reasoning-gym 0.")
+    # Imported from a checkout on the path, with no installed distribution: no version known.
+    monkeypatch.setattr(importlib.metadata, "version", _no_distribution)
+    assert task.preflight() == "reasoning-gym unknown, dataset leg_counting"
+
+
+def _no_distribution(name: str) -> str:
+    raise importlib.metadata.PackageNotFoundError(name)
 
 
 @given(strategies.seeds, st.integers(1, 50))

@@ -20,12 +20,11 @@ import pytest
 
 import mathrl.cli.wandb_mirror
 from cli_process import run_cli, run_main
+from conftest import needs_extra
 from mathrl.cli.extras import install_command
 from mathrl.report import EvalMetrics, StepMetrics
 
-pytestmark = pytest.mark.skipif(  # asked, not imported: importing wandb takes a second
-    importlib.util.find_spec("wandb") is None, reason="the wandb extra is not installed"
-)  # nox installs it
+pytestmark = needs_extra("wandb", "wandb")  # asked, not imported: importing it takes a second
 OFFLINE = {"WANDB_MODE": "offline", "MINT_API_KEY": "sk-do-not-send"}
 
 

@@ -101,7 +101,7 @@ class ScoringProcesses:
         return child
 
 
-def _serve(  # pragma: no cover  (in the child only)
+def _serve(  # pragma: no cover  (runs only in the forked child; its coverage dies with it)
     score: Score, connection: Connection, inherited: list[Connection]
 ) -> None:
     """In the child: score each (answer, entry) received, until the pipe closes.

@@ -275,7 +275,7 @@ def _installed_version() -> str:
     """The installed distribution's version (the module's own `__version__` lags it)."""
     try:
         return importlib.metadata.version("reasoning-gym")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover  (a checkout on the path)
+    except importlib.metadata.PackageNotFoundError:  # imported from a checkout on the path
         return "unknown"
 
 
