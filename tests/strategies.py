@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
+from mathrl.backend import Datum
 from mathrl.cli.settings import SETTINGS
 from mathrl.config import MAX_SEED, TrainConfig
+from mathrl.grpo import episode_datum
 from mathrl.losses import LOSSES, Loss, LossName, Parameter
 from mathrl.tasks.addition import OPERAND_MAX, AdditionProblem
 
@@ -77,6 +80,17 @@ def episodes(draw: st.DrawFn) -> tuple[list[list[int]], list[list[float]], list[
         st.lists(st.lists(tokens, max_size=6), min_size=len(turns) - 1, max_size=len(turns) - 1)
     )
     return [t for t, _ in turns], [lp for _, lp in turns], replies
+
+
+@st.composite
+def episode_datums(draw: st.DrawFn, advantage: st.SearchStrategy[float] = rewards) -> Datum:
+    """The datum of a prompt and an episode (`episodes`) at an advantage; never None (an
+    episode whose turns are all empty has no datum)."""
+    episode = draw(episodes())
+    datum = episode_datum(draw(prompts_T), *episode, draw(advantage))
+    assume(datum is not None)
+    assert datum is not None
+    return datum
 
 
 unicode_text = st.text(st.characters(codec=None, categories=None))

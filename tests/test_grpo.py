@@ -422,16 +422,10 @@ def test_a_certain_token_of_a_member_at_its_groups_mean_is_still_the_models() ->
 # --- DRO's anchor off the mask ----------------------------------------------------------------
 
 
-@given(st_.prompts_T, st_.episodes(), st_.rewards, st.data())
+@given(st_.episode_datums(), st.data())
 def test_the_anchor_gives_q_off_the_mask_the_policys_logprob_and_keeps_the_rest(
-    prompt_T: list[int],
-    episode: tuple[list[list[int]], list[list[float]], list[list[int]]],
-    advantage: float,
-    data: st.DataObject,
+    datum: Datum, data: st.DataObject
 ) -> None:
-    datum = episode_datum(prompt_T, *episode, advantage)
-    assume(datum is not None)
-    assert datum is not None
     n = len(datum.target_tokens)
     policy_T = data.draw(st.lists(st_.logprobs, min_size=n, max_size=n))
     [held] = anchored([datum], [policy_T])

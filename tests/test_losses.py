@@ -10,12 +10,12 @@ from dataclasses import replace
 from typing import get_args
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 import mathrl.losses
 from mathrl.backend import Datum
-from mathrl.grpo import anchored, build_datum, episode_datum
+from mathrl.grpo import anchored, build_datum
 from mathrl.losses import (
     DEFAULT_LOSS,
     IMPORTANCE_SAMPLING,
@@ -32,12 +32,11 @@ from mathrl.text import listed
 from strategies import (
     advantages,
     clip_pairs,
-    episodes,
+    episode_datums,
     logistic_tables,
     logprobs,
     loss_names,
     losses,
-    prompts_T,
 )
 
 PPO, CISPO, DRO = Loss("ppo"), Loss("cispo"), Loss("dro")
@@ -323,17 +322,10 @@ def table_gradient(loss: Loss, table: Sequence[Sequence[float]], datum: Datum) -
     return gradient
 
 
-@given(losses, prompts_T, episodes(), advantages, st.data())
+@given(losses, episode_datums(advantages), st.data())
 def test_on_a_learnable_model_no_loss_puts_a_gradient_on_the_prompts_parameters(
-    loss: Loss,
-    prompt_T: list[int],
-    episode: tuple[list[list[int]], list[list[float]], list[list[int]]],
-    advantage: float,
-    data: st.DataObject,
+    loss: Loss, datum: Datum, data: st.DataObject
 ) -> None:
-    datum = episode_datum(prompt_T, *episode, advantage)
-    assume(datum is not None)
-    assert datum is not None
     n = len(datum.target_tokens)
     table = data.draw(logistic_tables(n, VOCAB))
     # The sampler's q of the model's tokens: any plausible logprob (ratios stay finite).
