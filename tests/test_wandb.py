@@ -28,6 +28,16 @@ pytestmark = needs_extra("wandb", "wandb")  # asked, not imported: importing it 
 OFFLINE = {"WANDB_MODE": "offline", "MINT_API_KEY": "sk-do-not-send"}
 
 
+def without_wandb(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as if the wandb extra were not installed (what mathrl asks of it)."""
+    real = importlib.util.find_spec
+
+    def missing(name: str, *args: Any) -> Any:
+        return None if name == "wandb" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
+
+
 def offline_runs(folder: Path) -> list[Path]:
     """The W&B offline run files under a run folder, oldest first."""
     return sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))
@@ -69,12 +79,7 @@ def test_a_resumed_run_goes_on_in_the_same_wandb_run(tmp_path: Path) -> None:
 def test_without_wandb_installed_the_flag_is_one_line_and_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = importlib.util.find_spec
-
-    def missing(name: str, *args: Any) -> Any:
-        return None if name == "wandb" else real(name, *args)
-
-    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    without_wandb(monkeypatch)
     done = run_main(tmp_path, "--backend", "fake", "--wandb", "mathrl-test")
     assert done.returncode == 2
     monkeypatch.chdir(tmp_path)  # where the run was: the command is for there
@@ -155,12 +160,7 @@ def test_a_run_mirrored_elsewhere_resumes_without_wandb_installed(
     first = run_cli(tmp_path, "--backend", "fake", "--steps", "2", "--log-dir", "run",
                     "--wandb", "mathrl-test", **OFFLINE)  # fmt: skip
     assert first.returncode == 0, first.stderr
-    real = importlib.util.find_spec
-
-    def missing(name: str, *args: Any) -> Any:
-        return None if name == "wandb" else real(name, *args)
-
-    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    without_wandb(monkeypatch)
     resumed = run_main(tmp_path, "--resume", "run", "--steps", "3")
     assert resumed.returncode == 0, resumed.stderr
     assert "mathrl: not mirroring to W&B project 'mathrl-test': wandb is not installed here" in (
@@ -295,12 +295,7 @@ def test_a_resumed_run_goes_on_in_the_same_wandb_run_and_without_wandb_says_so(
     assert [run.settings["id"] for run in stand_in.runs] == [same, same]  # one W&B run for both
     assert stand_in.runs[1].settings["project"] == "mathrl-test"  # recorded, not asked again
     # Resumed where wandb is missing: a warning, and the run goes on unmirrored.
-    real = importlib.util.find_spec
-
-    def missing(name: str, *args: Any) -> Any:
-        return None if name == "wandb" else real(name, *args)
-
-    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    without_wandb(monkeypatch)
     elsewhere = run_main(tmp_path, "--resume", "run", "--steps", "4")
     assert elsewhere.returncode == 0, elsewhere.stderr
     assert "mathrl: not mirroring to W&B project 'mathrl-test': wandb is not installed here" in (
