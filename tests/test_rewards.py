@@ -40,6 +40,9 @@ def test_how_a_completion_ended_worked_examples() -> None:
     # No stop, no EOS: the token limit cut it off.
     cut = response_of(TOK, TOK.encode(" 4"), ("\n",), chat=False)
     assert (str(cut), cut.ended, cut.text) == (" 4", "length", " 4")
+    # Token counts: " 42\n" is 4 byte tokens, stop included; " 42" + EOS is 3 + 1; " 4" is 2.
+    assert (stopped.tokens, ended.tokens, turn.tokens, cut.tokens) == (4, 4, 3, 2)
+    assert Response(" 42").tokens == 0  # built by hand: not sampled
 
 
 @given(st_.unicode_text, st_.stop_strings, st.booleans())
@@ -50,6 +53,7 @@ def test_a_completion_ends_at_a_stop_at_eos_or_at_the_limit(
     assert with_eos.ended == ("end_of_turn" if chat else "end_of_sequence")
     assert str(with_eos) == TOK.decode(TOK.encode(text))
     response = response_of(TOK, TOK.encode(text), stops, chat)
+    assert (with_eos.tokens, response.tokens) == (len(TOK.encode(text)) + 1, len(TOK.encode(text)))
     if response.ended == "stop":
         assert response.stop in stops
         assert str(response).endswith(response.stop)

@@ -84,13 +84,22 @@ def test_rollout_reports_each_requests_completions_as_it_returns(
     config = TrainConfig(batch=3, group=4)
     done: list[int] = []
 
-    async def go() -> None:
+    async def go() -> Rollout:
         path = await (await backend.submit_save_for_sampler("weights"))
         sampler = await backend.create_sampler(path)
-        await sample_and_score(backend.tokenizer, sampler, TASK, config, 1, None, done.append)
+        return await sample_and_score(
+            backend.tokenizer, sampler, TASK, config, 1, None, done.append
+        )
 
-    asyncio.run(go())
+    batch = asyncio.run(go())
     assert done == [4, 4, 4]  # one call per problem, `group` completions each
+    # Each response carries its token count: every token sampled, a cut-off one its budget.
+    finals = [e.final for episodes_G in batch.episodes_P_G for e in episodes_G]
+    sampled_T = [e.turns[-1].completion.tokens for g in batch.episodes_P_G for e in g]
+    assert [r.tokens for r in finals] == [len(tokens_T) for tokens_T in sampled_T]
+    budget = sample_params(TASK, config, "").max_tokens
+    assert all(r.tokens == budget for r in finals if r.ended == "length")
+    assert all(0 < r.tokens <= budget for r in finals)
     # Text prompts: the task's stop, and no end of turn.
     assert {(c.params.stop, c.params.end_of_turn) for c in backend.samples} == {(("\n",), False)}
 

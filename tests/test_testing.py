@@ -468,6 +468,33 @@ def test_a_chat_problem_is_named_by_its_last_user_message() -> None:
     assert problem_name("Q: What is 2 + 2?") == "'Q: What is 2 + 2?'"
 
 
+class CountsTokens(MathAdapter):
+    """Raises on a Response whose token count is not what the fake's tokenizer samples: a
+    token a byte, plus the end-of-sequence token that ended it."""
+
+    def compute_reward(  # type: ignore[override]  # a Response, as the contract gives it
+        self, completion: Response, problem: AdditionProblem
+    ) -> Reward:
+        self.counted(completion)
+        return super().compute_reward(completion, problem)
+
+    def final_answer(self, completion: Response) -> str | None:
+        self.counted(completion)
+        return super().final_answer(completion)
+
+    @staticmethod
+    def counted(completion: Response) -> None:
+        closing = completion.ended in ("end_of_turn", "end_of_sequence")
+        if completion.tokens != len(completion.encode("utf-8", "surrogatepass")) + closing:
+            raise ValueError(f"{completion.tokens} tokens for {completion!r}")
+
+
+def test_every_completion_the_checker_makes_up_carries_its_token_count() -> None:
+    # " 42\n" ended at its stop: 4 tokens; cut off as " 42": 3; the checker counts them all,
+    # so the task gets every check the addition task does.
+    assert checks_passed(CountsTokens()) == checks_passed(MathAdapter())
+
+
 def test_a_reward_that_fails_on_many_texts_is_one_violation_with_a_count() -> None:
     found = violations(FussyReward())
     raised = [line for line in found if "raised ValueError" in line]

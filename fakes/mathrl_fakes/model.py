@@ -225,7 +225,7 @@ class FakeModel:
                 ended = "stop"
                 break
         completion = Completion(tuple(tokens), tuple(logprobs))
-        return completion, Response(self.tokenizer.decode(text), ended, stop)
+        return completion, Response(self.tokenizer.decode(text), ended, stop, tokens=len(tokens))
 
     # -- training -----------------------------------------------------------------
 

@@ -78,7 +78,10 @@ def _next_turn(
 
     def then(response: Response) -> Reference:
         turn = len(history) + 1
-        said = (*history, Response(str(response), response.ended, response.stop, turn))
+        said = (
+            *history,
+            Response(str(response), response.ended, response.stop, turn, response.tokens),
+        )
         later = _next_turn(task, problem, said, stop) if turn + 1 < task.max_turns else None
         return Reference(task.reference_turn(problem, said), stop, (), later)
 

@@ -71,17 +71,31 @@ class Response(str):
     ended; `stop` is the stop sequence, when one did; `turn` is which of the
     model's turns of an episode it is (1 for the first, and for every
     completion of a one-turn task).
+
+    `tokens` is how many tokens sampling drew for it: every token of this
+    turn, the stop sequence's among them and the end-of-turn or
+    end-of-sequence token that ended it (which the text leaves out), so a
+    completion cut off at the token limit (`ended == "length"`) has exactly
+    its turn's budget. Count length in tokens with it, not in characters.
+    `mathrl.testing.check_adapter` counts the texts it makes up on the
+    tokenizer it checks with; a `Response` built by hand has 0 unless given.
     """
 
     ended: Ending
     stop: str | None
     turn: int
+    tokens: int
 
     def __new__(
-        cls, text: str, ended: Ending = "end_of_sequence", stop: str | None = None, turn: int = 1
+        cls,
+        text: str,
+        ended: Ending = "end_of_sequence",
+        stop: str | None = None,
+        turn: int = 1,
+        tokens: int = 0,
     ) -> Response:
         self = super().__new__(cls, text)
-        self.ended, self.stop, self.turn = ended, stop, turn
+        self.ended, self.stop, self.turn, self.tokens = ended, stop, turn, tokens
         return self
 
     @property

@@ -66,18 +66,18 @@ def response_of(
     Sampling stops only at a stop sequence, at end-of-sequence (or, for a
     conversation, end-of-turn), or at the token limit: a completion that ends
     at none of them ran out of tokens. The end-of-sequence and end-of-turn
-    tokens are not part of the text.
+    tokens are not part of the text; `tokens` counts every token sampled.
     """
-    last = tokens_T[-1] if tokens_T else None
+    last, count = (tokens_T[-1] if tokens_T else None), len(tokens_T)
     if chat and last == tokenizer.end_of_turn_id:
-        return Response(tokenizer.decode(tokens_T[:-1]), "end_of_turn", turn=turn)
+        return Response(tokenizer.decode(tokens_T[:-1]), "end_of_turn", None, turn, count)
     if last == tokenizer.eos_token_id:
-        return Response(tokenizer.decode(tokens_T[:-1]), "end_of_sequence", turn=turn)
+        return Response(tokenizer.decode(tokens_T[:-1]), "end_of_sequence", None, turn, count)
     text = tokenizer.decode(tokens_T)
     for s in stop:
         if text.endswith(s):
-            return Response(text, "stop", s, turn)
-    return Response(text, "length", turn=turn)
+            return Response(text, "stop", s, turn, count)
+    return Response(text, "length", None, turn, count)
 
 
 def reward_total(value: object) -> tuple[float, dict[str, float]] | None:
@@ -107,8 +107,9 @@ Work = Callable[[str, object, Callable[[], Any]], Awaitable[Any]]
 
 
 def response_key(response: Response) -> tuple[object, ...]:
-    """What a response is to a pure reward: its text, how it ended, and at which turn."""
-    return (str(response), response.ended, response.stop, response.turn)
+    """What a response is to a pure reward: its text, how it ended, at which turn, and in
+    how many tokens."""
+    return (str(response), response.ended, response.stop, response.turn, response.tokens)
 
 
 def rewards_alone(

@@ -134,7 +134,7 @@ def check_adapter(
         scored = rewards.one(problem, [*train, *held])
         if scored is not None and task.rewards_groups:
             check_group_laws(rewards, problem, scored[0], scored[2])
-    check_final_answer(checker, [*train[:2], *held[:1]])
+    check_final_answer(checker, [*train[:2], *held[:1]], tokenizer)
     if task.plays_episodes:
         EpisodeChecks(checker, rewards, tokenizer).run([*train[:2], *held[:1]])
     check_evaluate(checker)  # on every reward seen, episodes' too

@@ -12,13 +12,14 @@ from functools import partial
 from typing import Any
 
 from mathrl.adapter import Response
+from mathrl.backend import Tokenizer
 from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, random_texts
-from mathrl.testing.reward_checks import ended_as_asked
+from mathrl.testing.reward_checks import ended_as_asked, sampled
 from mathrl.text import shown
 
 
-def check_final_answer(checker: Checker, problems: Sequence[Any]) -> None:
+def check_final_answer(checker: Checker, problems: Sequence[Any], tokenizer: Tokenizer) -> None:
     """Check the task's `final_answer` on each problem's reference and on hostile text."""
     name = checker.task.final_answer
     if name is None:
@@ -33,7 +34,7 @@ def check_final_answer(checker: Checker, problems: Sequence[Any]) -> None:
         if not (ok and ok2 and isinstance(ref, str)):
             continue  # reported by the reward checks
         stops, chat = checker.task.stop_for(prompt), not isinstance(prompt, str)
-        reference = ended_as_asked(ref, stops, chat)
+        reference = ended_as_asked(ref, stops, chat, tokenizer)
         where = problem_name(prompt)
         first, again = _named(checker, name, reference), _named(checker, name, reference)
         checker.expect(
@@ -43,7 +44,10 @@ def check_final_answer(checker: Checker, problems: Sequence[Any]) -> None:
             key="final-answer-reference",
         )
         for text in hostile:
-            for response in (ended_as_asked(text, stops, chat), Response(text, "length")):
+            for response in (
+                ended_as_asked(text, stops, chat, tokenizer),
+                sampled(tokenizer, text, "length"),
+            ):
                 answer = _named(checker, name, response)
                 checker.expect(
                     answer is None or isinstance(answer, str),

@@ -30,7 +30,7 @@ from mathrl.episodes import reply_tokens, text_tokens
 from mathrl.rewards import reward_total
 from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, WRONG
-from mathrl.testing.reward_checks import RewardChecks, ended_as_asked
+from mathrl.testing.reward_checks import RewardChecks, ended_as_asked, sampled
 from mathrl.text import shown
 
 RECOVERING_FROM = WRONG[1]
@@ -174,8 +174,14 @@ class EpisodeChecks:
                 text = self.reference_turn(problem, history, f"{where}, turn {turn}")
                 if text is None:
                     return None
-            response = ended_as_asked(text, stops, chat) if ended is None else Response(text, ended)
-            history.append(Response(str(response), response.ended, response.stop, turn))
+            response = (
+                ended_as_asked(text, stops, chat, self.tokenizer)
+                if ended is None
+                else sampled(self.tokenizer, text, ended)
+            )
+            history.append(
+                Response(str(response), response.ended, response.stop, turn, response.tokens)
+            )
             if not repeat and (turn > 1 or first is None):  # a reference turn: within max_tokens
                 self.rewards.fits(text, stops, chat, f"{where}, turn {turn}")
             turn_T = text_tokens(self.tokenizer, str(response))

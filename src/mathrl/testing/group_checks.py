@@ -15,7 +15,7 @@ from typing import Any
 
 from mathrl.adapter import Response
 from mathrl.testing.inputs import ADVERSARIAL, WRONG
-from mathrl.testing.reward_checks import RewardChecks
+from mathrl.testing.reward_checks import RewardChecks, sampled
 from mathrl.text import shown
 
 
@@ -23,7 +23,7 @@ def check_group_laws(rewards: RewardChecks, problem: Any, reference: Response, w
     """Deterministic, permutation-equivariant, one reward a member even when members repeat,
     and the reference alone counted correct."""
     c = rewards.c
-    group = [reference, *(Response(text, "length") for _, text in ADVERSARIAL[:6])]
+    group = [reference, *(sampled(rewards.tokenizer, t, "length") for _, t in ADVERSARIAL[:6])]
     names = ["the reference", *(f"{label} cut off" for label, _ in ADVERSARIAL[:6])]
     first = rewards.score(group, problem, where, names)
     again = rewards.score(group, problem, where, names, "the same group again")
@@ -55,7 +55,7 @@ def check_group_laws(rewards: RewardChecks, problem: Any, reference: Response, w
 
 def repeats(rewards: RewardChecks, problem: Any, reference: Response, where: str) -> None:
     """A group holding the same completions more than once: one reward each, equal for equals."""
-    wrong = Response(WRONG[1], "length")
+    wrong = sampled(rewards.tokenizer, WRONG[1], "length")
     group = [reference, wrong, reference, wrong, wrong]
     label = "a group with repeated completions"
     scores = rewards.score(group, problem, where, label=label)

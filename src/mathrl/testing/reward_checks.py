@@ -23,7 +23,8 @@ from typing import Any
 
 from mathrl.adapter import Ending, Response
 from mathrl.backend import Tokenizer
-from mathrl.rewards import reward_total
+from mathrl.episodes import text_tokens
+from mathrl.rewards import response_key, reward_total
 from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.text import describe, shown
@@ -34,12 +35,20 @@ ENDINGS: tuple[Ending, ...] = ("end_of_turn", "end_of_sequence", "length")
 """The endings sampling can give any completion, besides a stop sequence."""
 
 
-def ended_as_asked(text: str, stops: Sequence[str], chat: bool) -> Response:
+def sampled(
+    tokenizer: Tokenizer, text: str, ended: Ending, stop: str | None = None, turn: int = 1
+) -> Response:
+    """`text` as a `Response` sampled on `tokenizer` would be, ended `ended`: its `tokens`
+    are the text's, and the end-of-turn or end-of-sequence token that ended it."""
+    closing = ended in ("end_of_turn", "end_of_sequence")
+    return Response(text, ended, stop, turn, len(text_tokens(tokenizer, text)) + closing)
+
+
+def ended_as_asked(text: str, stops: Sequence[str], chat: bool, tokenizer: Tokenizer) -> Response:
     """`text` as the task asks a completion to end: its first stop, end-of-turn, or EOS."""
     if stops:
-        return Response(text + stops[0], "stop", stops[0])
-    ending: Ending = "end_of_turn" if chat else "end_of_sequence"
-    return Response(text, ending)
+        return sampled(tokenizer, text + stops[0], "stop", stops[0])
+    return sampled(tokenizer, text, "end_of_turn" if chat else "end_of_sequence")
 
 
 def wrong_name(text: str) -> str:
@@ -56,7 +65,7 @@ class RewardChecks:
         self.adapter = checker.task.adapter
         self.tokenizer = tokenizer
         self.method = "compute_group_rewards" if self.task.rewards_groups else "compute_reward"
-        self._cache: dict[tuple[int, str, str, str | None, int], object] = {}
+        self._cache: dict[tuple[object, ...], object] = {}
         """compute_reward's answers so far (rewards are pure): the reference is scored once."""
 
     def one(self, problem: Any, others: Sequence[Any]) -> tuple[Response, float, str] | None:
@@ -85,7 +94,7 @@ class RewardChecks:
                 key=f"stop-in-reference-{stop}",
             )
         self.fits(ref, stops, chat, where)
-        reference = ended_as_asked(ref, stops, chat)
+        reference = ended_as_asked(ref, stops, chat, self.tokenizer)
         ok, own = c.call(
             f"wrong_completions({where})", partial(self.task.wrong_completions, problem)
         )
@@ -103,7 +112,10 @@ class RewardChecks:
         adversarial = [*ADVERSARIAL, *((f"random text {t!r:.20}", t) for t in random_texts(12))]
         for label, text in adversarial:
             # As the task asks it to end, and cut off at the token limit: both happen.
-            for response in (ended_as_asked(text, stops, chat), Response(text, "length")):
+            for response in (
+                ended_as_asked(text, stops, chat, self.tokenizer),
+                sampled(self.tokenizer, text, "length"),
+            ):
                 scores = self.score([reference, response], problem, where, ["the reference", label])
                 c.expect(
                     scores is None or scores[1] <= scores[0],
@@ -112,7 +124,7 @@ class RewardChecks:
                     key=f"beats-{label}",
                 )
         if any(d in ref for d in "0123456789"):
-            lookalike = ended_as_asked(ref.translate(FULL_WIDTH), stops, chat)
+            lookalike = ended_as_asked(ref.translate(FULL_WIDTH), stops, chat, self.tokenizer)
             names = ["the reference", "the reference in full-width digits"]
             scores = self.score([reference, lookalike], problem, where, names)
             c.expect(
@@ -148,7 +160,10 @@ class RewardChecks:
     ) -> float | None:
         """The reference's reward; it must beat at least one wrong answer and lose to none,
         and beat each of the task's own `wrong_completions` (the last `own` of `wrong`)."""
-        group = [reference, *(ended_as_asked(text, stops, chat) for _, text in wrong)]
+        group = [
+            reference,
+            *(ended_as_asked(text, stops, chat, self.tokenizer) for _, text in wrong),
+        ]
         scores = self.score(group, problem, where, ["the reference", *(n for n, _ in wrong)])
         if scores is None:
             return None
@@ -184,7 +199,7 @@ class RewardChecks:
         (a stop, a closing sentinel) is for."""
         if self.task.plays_episodes:
             return  # the episode checks play the reference episode cut off
-        cut = Response(reference.text, "length")
+        cut = sampled(self.tokenizer, reference.text, "length")
         names = ["the reference", "the reference cut off at the token limit"]
         scores = self.score([reference, cut], problem, where, names)
         self.c.warn(
@@ -202,7 +217,7 @@ class RewardChecks:
         group, names = [], []
         for name, text in texts:
             for ending in ENDINGS:
-                group.append(Response(text, ending))
+                group.append(sampled(self.tokenizer, text, ending))
                 names.append(f"{name} (ended={ending!r})")
         label = "the reference" + (" and wrong_completions" if len(texts) > 1 else "")
         self.score(group, problem, where, names, f"{label}, each with every ending")
@@ -225,7 +240,7 @@ class RewardChecks:
         else:
             values = []
             for response, name in zip(group, names, strict=True):
-                key = (id(problem), str(response), response.ended, response.stop, response.turn)
+                key = (id(problem), *response_key(response))
                 if key not in self._cache:
                     ok, value = self.c.call(
                         f"compute_reward({name}, {where})",
