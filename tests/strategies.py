@@ -166,6 +166,15 @@ part_names = st.text(st.characters(codec="ascii", categories=["Ll"]), min_size=1
 reward_parts = st.dictionaries(part_names, rewards, min_size=1, max_size=4)
 """A reward given as named finite parts."""
 
+metric_values = st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(10**6), 10**6)
+"""A value a task may give a metric: any finite float, the largest among them, or an int."""
+
+completion_metrics = st.lists(
+    st.dictionaries(st.sampled_from(["tokens", "kept", "solved_on_turn"]), metric_values),
+    max_size=12,
+)
+"""The metrics of a step's completions: each reports some of three names, or none."""
+
 messages = st.lists(
     st.fixed_dictionaries(
         {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=30)}

@@ -19,7 +19,16 @@ import strategies as st_
 from mathrl.adapter import AdapterError, Feedback, Message, Response
 from mathrl.backend import Completion, SampleParams
 from mathrl.config import TrainConfig
-from mathrl.episodes import Episode, Player, Turn, add_scores, all_or_none, text_tokens, turn_seed
+from mathrl.episodes import (
+    Episode,
+    Player,
+    Turn,
+    add_scores,
+    all_or_none,
+    episode_metrics,
+    text_tokens,
+    turn_seed,
+)
 from mathrl.grpo import episode_datum
 from mathrl.loop import run_grpo
 from mathrl.resolved import Task, as_task
@@ -251,6 +260,72 @@ def test_a_feedback_that_fails_or_returns_the_wrong_thing_is_a_task_error() -> N
         play(as_task(Rude()), Scripted("3\n"), 5)
     with pytest.raises(TaskError, match="KeyError"):
         play(as_task(Broken()), Scripted("3\n"), 5)
+
+
+class Measured(Guess):
+    """Guess, reporting the guesses so far and the first guess at each turn, and the turn
+    the digit was found on (only when it was)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.metric_calls: list[str] = []
+
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        said = super().feedback(problem, responses)
+        first = {"first_guess": float(responses[0].strip())} if len(responses) == 1 else {}
+        return replace(said, metrics={"guesses": len(responses), **first})
+
+    def metrics(self, completion: Response, problem: int) -> Mapping[str, float]:
+        self.metric_calls.append(str(completion))
+        return {"found_on_turn": completion.turn} if completion.strip() == str(problem) else {}
+
+
+def test_an_episodes_metrics_are_each_names_latest_and_the_tasks_own_on_its_last_turn() -> None:
+    measured = Measured()
+    (episode,) = play(as_task(measured), Scripted("3\n", "7\n", "5\n"), 5)
+    # guesses: 1, 2, then 3 (the latest); first_guess only at turn 1; found on turn 3.
+    assert episode.metrics == {"guesses": 3.0, "first_guess": 3.0, "found_on_turn": 3.0}
+    assert measured.metric_calls == ["5\n"]  # the task's metrics see only the last turn
+    # A group of identical episodes: one metrics call, shared.
+    shared = Measured()
+    episodes = play(as_task(shared), Scripted("5\n"), 5, size=3)
+    assert [e.metrics for e in episodes] == [{"guesses": 1.0, "first_guess": 5.0,
+                                              "found_on_turn": 1.0}] * 3  # fmt: skip
+    assert shared.metric_calls == ["5\n"]
+    # Without metrics of its own, an episode keeps what its feedback said.
+    plain = Measured()
+    plain.metrics = None  # type: ignore[assignment,method-assign]  # no metrics method
+    (episode,) = play(as_task(plain), Scripted("3\n", "5\n"), 5)
+    assert episode.metrics == {"guesses": 2.0, "first_guess": 3.0}
+
+
+class MeasuresBadly(Guess):
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        return Feedback("again: ", 0.0, metrics={"guesses": float("nan")})
+
+
+def test_feedback_metrics_that_are_not_finite_are_a_task_error() -> None:
+    with pytest.raises(
+        TaskError, match=r"feedback raised ValueError: metrics must be a mapping of names to "
+    ):
+        play(as_task(MeasuresBadly()), Scripted("3\n"), 5)
+
+
+@given(st_.completion_metrics, st_.completion_metrics.map(lambda m: m[0] if m else {}))
+def test_an_episodes_metrics_keep_each_names_latest_value(
+    said: list[dict[str, float]], end: dict[str, float]
+) -> None:
+    metrics = episode_metrics(said, end)
+    assert set(metrics) == {name for named in [*said, end] for name in named}
+    for name, value in metrics.items():
+        assert value == [named[name] for named in [*said, end] if name in named][-1]
+
+
+def test_episode_metrics_worked_example() -> None:
+    # guesses 1 then 2 (the latest wins); the task's own metrics win over the feedback's.
+    said = [{"guesses": 1.0, "hint": 0.0}, {"guesses": 2.0}]
+    assert episode_metrics(said, {"hint": 1.0}) == {"guesses": 2.0, "hint": 1.0}
+    assert episode_metrics([], {}) == {}
 
 
 class Stuck(Guess):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import struct
 import sys
 import types
 from pathlib import Path
@@ -22,6 +23,7 @@ import mathrl.cli.wandb_mirror
 from cli_process import run_cli, run_main
 from conftest import needs_extra
 from mathrl.cli.extras import install_command
+from mathrl.cli.run_folder import read_jsonl
 from mathrl.report import EvalMetrics, StepMetrics
 
 pytestmark = needs_extra("wandb", "wandb")  # asked, not imported: importing it takes a second
@@ -328,3 +330,58 @@ def test_a_wandb_run_that_cannot_start_leaves_no_new_folder_and_says_how_to_go_o
         "python -m mathrl --resume X"
     )
     assert (tmp_path / "X" / "config.json").exists()
+
+
+MEASURED_TASK = """
+from mathrl.tasks.addition import MathAdapter, parse_answer
+
+
+class Measured(MathAdapter):
+    name = "measured"
+
+    def metrics(self, completion, problem):
+        answer = parse_answer(completion)
+        digits = {"digits": len(str(abs(answer)))} if answer is not None else {}
+        return {"tokens": completion.tokens, "answered": answer is not None, **digits}
+"""
+
+
+def test_a_tasks_metrics_reach_the_records_the_plot_and_wandb(
+    tmp_path: Path, stand_in: StandInWandb
+) -> None:
+    (tmp_path / "measured.py").write_text(MEASURED_TASK)
+    done = run_main(tmp_path, "--backend", "fake", "--adapter", "measured:Measured",
+                    "--steps", "6", "--batch", "2", "--eval-every", "3", "--eval-problems", "8",
+                    "--log-dir", "run", "--wandb", "mathrl-test")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    steps = [r for r in records if not r.get("eval")]
+    evals = [r for r in records if r.get("eval")]
+    assert [r["step"] for r in evals] == [0, 3, 6]
+    # Every group of a step is in samples.jsonl (batch 2, and 2 are logged): the step's means
+    # are their completions'; a metric a completion leaves out is not counted as 0.
+    samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
+    for record in steps:
+        completions = [c for s in samples if s["step"] == record["step"] for c in s["completions"]]
+        assert len(completions) == 2 * 4
+        for name in ("tokens", "answered", "digits"):
+            reported = [c["metrics"][name] for c in completions if name in c["metrics"]]
+            assert (f"metric/{name}" in record) == bool(reported)
+            if reported:
+                assert record[f"metric/{name}"] == pytest.approx(sum(reported) / len(reported))
+        assert record["metric/tokens"] == pytest.approx(record["mean_completion_tokens"])
+    assert all("metric/tokens" in r and "metric/answered" in r for r in evals)
+    # W&B: each step's and each evaluation's metrics, under train/metric/ and eval/metric/.
+    [run] = stand_in.runs
+    logged_steps = [m for m in run.logged if "train/step" in m]
+    logged_evals = [m for m in run.logged if "eval/step" in m]
+    assert [m["train/metric/tokens"] for m in logged_steps] == [r["metric/tokens"] for r in steps]
+    assert [m["eval/metric/answered"] for m in logged_evals] == [
+        r["metric/answered"] for r in evals
+    ]
+    # The plot: a panel for each metric, besides accuracy, reward and datums.
+    plotted = run_main(tmp_path, "plot", "run")
+    assert (plotted.returncode, plotted.stdout) == (0, "run/plot.png\n"), plotted.stderr
+    png = (tmp_path / "run" / "plot.png").read_bytes()
+    width, height = struct.unpack(">II", png[16:24])
+    assert (width, height) == (750, 800 + 3 * 160)  # 7.5 x (8 + 1.6 a metric) inches at 100 dpi

@@ -12,7 +12,7 @@ completion) works unchanged. `mathrl.tasks` holds the built-in tasks and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeAlias, TypeVar
 
 ProblemT = TypeVar("ProblemT")
@@ -36,6 +36,9 @@ template's end-of-turn token, at the end-of-sequence token, or at the token limi
 Reward: TypeAlias = float | Mapping[str, float]
 """A reward: a number, or named parts (`{"correct": 1.0, "format": 0.25}`) whose sum the
 loop trains on; each part's mean is recorded."""
+Metrics: TypeAlias = Mapping[str, float]
+"""Named numbers about a completion that do not count in its reward (`{"tokens": 37,
+"solved_on_turn": 3}`): finite, with True and False counting as 1 and 0."""
 
 
 class AdapterError(TypeError):
@@ -113,11 +116,16 @@ class Feedback:
     text prompt the reply is text appended to the context as it is; for a
     conversation it is a message of `role` in the chat template. `reward`:
     this turn's reward (a number or named parts), added to the episode's.
+    `metrics`: named numbers about the episode so far that do not count in
+    its reward (see `Adapter`'s `metrics`); the episode keeps, for each name,
+    the value of the latest turn that reported it, so report a running count
+    (feedback sees every turn) rather than this turn's increment.
     """
 
     reply: str | None = None
     reward: Reward = 0.0
     role: str = "user"
+    metrics: Metrics = field(default_factory=dict)
 
 
 class Adapter(Protocol[ProblemT]):
@@ -170,6 +178,20 @@ class Adapter(Protocol[ProblemT]):
       (`mathrl.passk.majority_at_k`). Like a reward, it reads untrusted text
       and must never raise; it runs in a worker. Default: none (the task
       names no answers, and evaluation reports no maj@k).
+    - `metrics(completion, problem) -> Mapping[str, float]`: named numbers
+      about a completion that do not count in its reward, to watch a run by:
+      its length (`completion.tokens`), the facts it kept, the turn a game
+      was won on (`completion.turn`). Called on every completion (an
+      episode's last response) in training and evaluation, in a worker, like
+      `compute_reward`: it reads untrusted text, must be pure and must never
+      raise; values are finite numbers (True and False count as 1 and 0), and
+      a completion may leave a name out. One that raises or returns what is
+      not metrics stops the run as a failing reward does. An episode's
+      metrics are its `Feedback.metrics` (each name's latest), then these,
+      which win. Each name's mean over the completions that report it is
+      recorded per step and per evaluation (`metric/NAME` in metrics.jsonl,
+      `train/metric/NAME` in W&B) and drawn by `plot`; each completion's go
+      into samples.jsonl. Default: none.
 
     - `options: Mapping[str, str | int | float | bool]`: the settings the task
       was built with, by name. A task with settings takes each as a keyword

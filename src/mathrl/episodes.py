@@ -11,7 +11,8 @@ own coroutine: the environment's feedback and the reward run in the
 `Workers` pool as soon as the turn is in, and a later turn's request goes
 out at once, so slow episodes never hold back the others, and task work
 overlaps other episodes' sampling. Identical histories in a group share
-one feedback call and one reward call (they are pure).
+one feedback call and one reward call, and one metrics call for a task that
+reports metrics (they are pure).
 
 Tokens: turn k + 1's prompt is turn k's prompt, plus the tokens sampled
 exactly as sampled (never decoded and encoded again), plus the reply's
@@ -26,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -37,8 +38,11 @@ from mathrl.grpo import episode_datum
 from mathrl.resolved import Task
 from mathrl.rewards import (
     TaskError,
+    checked_metrics,
     checked_reward,
     group_rewards,
+    metrics_alone,
+    metrics_of,
     response_key,
     response_of,
     reward_of,
@@ -70,6 +74,8 @@ class Episode:
     turns: tuple[Turn, ...]
     reward: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    """What the task reports beside the reward (`episode_metrics`); none by default."""
 
     @property
     def final(self) -> Response:
@@ -139,6 +145,17 @@ def add_scores(scores: Sequence[Score]) -> Score:
     return math.fsum(total for total, _ in scores), parts
 
 
+def episode_metrics(
+    said: Sequence[Mapping[str, float]], end: Mapping[str, float]
+) -> dict[str, float]:
+    """An episode's metrics: for each name, the latest turn's `Feedback.metrics` that
+    reported it, then the task's `metrics` of the last response (`end`), which win."""
+    latest: dict[str, float] = {}
+    for metrics in [*said, end]:
+        latest.update(metrics)
+    return latest
+
+
 @dataclass
 class Player(Generic[P]):
     """Plays episodes of one task from one sampler; see the module docstring."""
@@ -190,9 +207,14 @@ class Player(Generic[P]):
             alone = partial(rewards_alone, self.task, problem, finals)
             calls = len({response_key(r) for r in finals})  # each may take the timeout
             ends = await self._work("compute_reward", finals, alone, calls)
+        metrics_G: list[dict[str, float]] = [{} for _ in finals]
+        if self.task.metrics is not None:
+            reported = partial(metrics_alone, self.task, problem, finals)
+            calls = len({response_key(r) for r in finals})
+            metrics_G = await self._work("metrics", finals, reported, calls)
         return [
-            Episode((Turn(c, r),), total, parts)
-            for c, r, (total, parts) in zip(firsts, finals, ends, strict=True)
+            Episode((Turn(c, r),), total, parts, metrics)
+            for c, r, (total, parts), metrics in zip(firsts, finals, ends, metrics_G, strict=True)
         ]
 
     async def _group_rewards(self, problem: P, finals: Sequence[Response]) -> list[Score]:
@@ -217,6 +239,7 @@ class Player(Generic[P]):
         context_T, used = list(prompt_T), 0
         turns: list[Turn] = []
         scores: list[Score] = []
+        said_metrics: list[dict[str, float]] = []
         while True:
             turn = len(turns) + 1
             response = response_of(tokenizer, completion.tokens, params.stop, chat, turn)
@@ -224,6 +247,7 @@ class Player(Generic[P]):
             history = (*(t.response for t in turns), response)
             said = await self._feedback(problem, history, shared)
             scores.append(checked_reward(task, "feedback", said.reward, response))
+            said_metrics.append(checked_metrics(task, "feedback", said.metrics, response))
             goes_on = said.reply is not None and turn < task.max_turns
             reply_T = self._reply(prompt, completion, said, response) if goes_on else []
             if not goes_on or used + len(reply_T) >= budget:
@@ -241,7 +265,14 @@ class Player(Generic[P]):
                 shared, ("reward", response_key(response)), "compute_reward", response,
                 lambda: reward_of(task, problem, response),
             )  # fmt: skip
-        return Episode(tuple(turns)), scores, end
+        reported: dict[str, float] = {}
+        if task.metrics is not None:
+            reported = await self._shared(
+                shared, ("metrics", response_key(response)), "metrics", response,
+                lambda: metrics_of(task, problem, response),
+            )  # fmt: skip
+        metrics = episode_metrics(said_metrics, reported)
+        return Episode(tuple(turns), metrics=metrics), scores, end
 
     def _reply(
         self, prompt: Prompt, completion: Completion, said: Feedback, response: Response

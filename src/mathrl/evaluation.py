@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from mathrl.adapter import EVAL_STEP, Response
@@ -24,7 +24,7 @@ from mathrl.passk import majority_at_k, pass_at_k
 from mathrl.report import EvalMetrics
 from mathrl.resolved import Task, prompt_key
 from mathrl.rewards import TaskError, response_key, task_call
-from mathrl.rollout import part_means, play_groups, prompt_tokens
+from mathrl.rollout import metric_means, part_means, play_groups, prompt_tokens
 from mathrl.text import shown
 from mathrl.workers import Workers, borrowed, in_process
 
@@ -69,6 +69,8 @@ class Evaluation:
     parts_P: list[dict[str, float]]
     accuracy: float
     samples: Samples | None = None
+    metrics_P: list[dict[str, float]] = field(default_factory=list)
+    """What the task reported beside each greedy completion's reward (none by default)."""
 
     @property
     def texts_P(self) -> list[str]:
@@ -83,17 +85,19 @@ class Evaluation:
         mean = sum(self.rewards_P) / n if n else 0.0
         correct = round(self.accuracy * n)
         parts = part_means(self.parts_P)
-        metrics = EvalMetrics(step, self.accuracy, correct, n, mean, sampler_path, seconds, parts)
+        greedy = (step, self.accuracy, correct, n, mean, sampler_path, seconds, parts)
+        reported = metric_means(self.metrics_P)
         if self.samples is None or not ks:
-            return metrics
+            return EvalMetrics(*greedy, metrics=reported)
         drawn = self.samples
         majority = {k: drawn.majority_at(k) for k in ks}
         return EvalMetrics(
-            *(step, self.accuracy, correct, n, mean, sampler_path, seconds, parts),
+            *greedy,
             samples=drawn.n,
             pass_at_k={k: drawn.pass_at(k) for k in ks},
             majority_at_k={k: m for k, m in majority.items() if m is not None},
             sampled_mean_reward=drawn.mean_reward,
+            metrics=reported,
         )
 
 
@@ -128,6 +132,7 @@ async def evaluate(
         [e.parts for e in episodes_P],
         task.adapter.evaluate(rewards_P),
         drawn,
+        [e.metrics for e in episodes_P],
     )
 
 

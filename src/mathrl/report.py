@@ -50,6 +50,9 @@ class StepMetrics:
     """With a KL penalty: the mean over the model's tokens of every datum trained on (every
     group's) of sampler logprob minus base logprob, an estimate of KL(policy || base); None
     otherwise."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """Each metric the task reports beside its reward (`Adapter`'s `metrics`): its mean over
+    the step's completions that report it (none: the task reports none)."""
 
     @property
     def groups_kept(self) -> int:
@@ -85,6 +88,8 @@ class EvalMetrics:
     """k -> maj@k, for a task that names its answers (`mathrl.passk.majority_at_k`)."""
     sampled_mean_reward: float | None = None
     """The samples' mean reward; None without samples."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """Each metric the task reports: its mean over the greedy completions that report it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +153,8 @@ class Sample:
     the token limit)."""
     earlier: tuple[tuple[str, str], ...] = ()
     """An episode's turns before the last: the model's text and the environment's reply."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """What the task reported beside the reward (`Adapter`'s `metrics`); none by default."""
 
 
 @dataclass(frozen=True, slots=True)

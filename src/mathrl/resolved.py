@@ -47,6 +47,7 @@ OPTIONAL_METHODS = (
     "compute_group_rewards",
     "wrong_completions",
     "final_answer",
+    "metrics",
     "feedback",
     "reference_turn",
     "preflight",
@@ -103,6 +104,12 @@ class Task(Generic[P]):
     def final_answer(self) -> Callable[[Response], str | None] | None:
         """The adapter's `final_answer`, or None: the task names no answers (no maj@k)."""
         method = getattr(self.adapter, "final_answer", None)
+        return method if callable(method) else None
+
+    @property
+    def metrics(self) -> Callable[[Response, P], Any] | None:
+        """The adapter's `metrics`, or None: the task reports no metrics beside its reward."""
+        method = getattr(self.adapter, "metrics", None)
         return method if callable(method) else None
 
     @property

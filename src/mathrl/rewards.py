@@ -6,11 +6,13 @@ the text, and how sampling ended it); then, in its worker pool, the task's
 own reward: `rewards_alone` for a group of one-turn episodes
 (`compute_reward`, once per distinct response), `reward_of` for the last
 turn of a longer episode, or `group_rewards` for a task that scores whole
-groups (`compute_group_rewards`, plain or `async`). A task's method that
-raises, or returns what is not a reward, raises `TaskError`: one line naming
-the task, the method, the error and a shortened input, so a run can stop
-cleanly. Not for: `check_adapter`, which calls the task's methods itself to
-report what is wrong rather than raise, and shares only `reward_total`.
+groups (`compute_group_rewards`, plain or `async`); and, for a task that
+reports them, the metrics beside the reward (`metrics_alone`, `metrics_of`).
+A task's method that raises, or returns what is not a reward (or not
+metrics), raises `TaskError`: one line naming the task, the method, the
+error and a shortened input, so a run can stop cleanly. Not for:
+`check_adapter`, which calls the task's methods itself to report what is
+wrong rather than raise, and shares only `reward_total` and `metric_values`.
 """
 
 from __future__ import annotations
@@ -98,6 +100,24 @@ def reward_total(value: object) -> tuple[float, dict[str, float]] | None:
     return None
 
 
+def metric_values(value: object) -> dict[str, float] | None:
+    """A task's metrics as names to floats (True and False count as 1.0 and 0.0); None if
+    `value` is not a mapping of non-empty names to finite numbers."""
+    if not isinstance(value, Mapping):
+        return None
+    values: dict[str, float] = {}
+    for name, number in value.items():
+        if not (isinstance(name, str) and name and isinstance(number, int | float)):
+            return None
+        try:
+            values[name] = float(number)
+        except OverflowError:  # an int past the largest float
+            return None
+        if not math.isfinite(values[name]):
+            return None
+    return values
+
+
 def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -121,6 +141,36 @@ def rewards_alone(
         if response_key(response) not in seen:
             seen[response_key(response)] = reward_of(task, problem, response)
     return [seen[response_key(response)] for response in responses]
+
+
+def metrics_alone(
+    task: Task[P], problem: P, responses: Sequence[Response]
+) -> list[dict[str, float]]:
+    """Each response's `metrics`, once per distinct response (metrics are pure)."""
+    seen: dict[tuple[object, ...], dict[str, float]] = {}
+    for response in responses:
+        if response_key(response) not in seen:
+            seen[response_key(response)] = metrics_of(task, problem, response)
+    return [seen[response_key(response)] for response in responses]
+
+
+def metrics_of(task: Task[P], problem: P, response: Response) -> dict[str, float]:
+    """`metrics(response, problem)` as names to floats; TaskError if it fails."""
+    value = task_call(task, "metrics", response, response, problem)
+    return checked_metrics(task, "metrics", value, response)
+
+
+def checked_metrics(
+    task: Task[Any], method: str, value: object, response: object
+) -> dict[str, float]:
+    """What `method` returned as metrics, as names to floats; TaskError if it is not metrics."""
+    values = metric_values(value)
+    if values is None:
+        problem = ValueError(
+            f"metrics must be a mapping of names to finite numbers (got {shown(value)})"
+        )
+        raise TaskError(task, method, problem, response)
+    return values
 
 
 def reward_of(task: Task[P], problem: P, response: Response) -> tuple[float, dict[str, float]]:

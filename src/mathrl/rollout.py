@@ -253,7 +253,7 @@ def logged_groups(step: int, batch: Rollout) -> list[SampleGroup]:
         samples = tuple(
             Sample(
                 str(e.final), e.final.ended, e.final.stop, e.reward, e.parts, advantage, kept,
-                tuple((str(t.response), t.reply or "") for t in e.turns[:-1]),
+                tuple((str(t.response), t.reply or "") for t in e.turns[:-1]), e.metrics,
             )
             for e, advantage, kept in zip(
                 batch.episodes_P_G[p], batch.advantages_P_G[p], batch.trained_P_G[p], strict=True
@@ -267,6 +267,30 @@ def part_means(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """Each reward part's mean over the completions (a completion without it counts 0)."""
     names = sorted({name for p in parts for name in p})
     return {name: math.fsum(p.get(name, 0.0) for p in parts) / len(parts) for name in names}
+
+
+def metric_means(metrics: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the completions that report it.
+
+    Unlike a reward part, a metric a completion leaves out is not a 0: it was
+    not measured (the turn a game was won on, for a game not won).
+    """
+    reported: dict[str, list[float]] = {}
+    for named in metrics:
+        for name, value in named.items():
+            reported.setdefault(name, []).append(value)
+    return {name: _mean(values) for name, values in sorted(reported.items())}
+
+
+def _mean(values: Sequence[float]) -> float:
+    """The mean of finite `values`, finite and between their least and greatest, however
+    large they are."""
+    n = len(values)
+    try:
+        mean = math.fsum(values) / n
+    except OverflowError:  # finite values whose sum is not: halve them before adding up
+        mean = math.fsum(v / (2 * n) for v in values) * 2
+    return min(max(mean, min(values)), max(values))
 
 
 def step_metrics(
@@ -301,6 +325,7 @@ def step_metrics(
         ),
         mean_abs_advantage=mean_abs_advantage(batch),
         kl=kl,
+        metrics=metric_means([e.metrics for episodes_G in batch.episodes_P_G for e in episodes_G]),
     )
 
 

@@ -18,7 +18,9 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from mathrl.cli.records import METRIC
 from mathrl.cli.run_folder import RunRecord
+from mathrl.text import shown
 
 
 def label_of(record: RunRecord, several: bool) -> str:
@@ -31,12 +33,27 @@ def label_of(record: RunRecord, several: bool) -> str:
     return f"{record.path.name}: {text}" if several else text
 
 
+def metric_names(records: Sequence[RunRecord]) -> list[str]:
+    """The task's metrics the runs recorded (`metric/NAME` keys), by name."""
+    keys = {key for r in records for row in (*r.steps, *r.evals) for key in row}
+    return sorted(key.removeprefix(METRIC) for key in keys if key.startswith(METRIC))
+
+
 def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
-    """Draw accuracy (held-out greedy accuracy as points), mean reward and its parts, datums."""
+    """Draw accuracy (held-out greedy accuracy as points), mean reward and its parts (the
+    held-out mean reward as points), each of the task's metrics (a panel each, held-out as
+    points), and datums."""
     several = len(records) > 1
-    figure, (accuracy_ax, reward_ax, datums_ax) = plt.subplots(
-        3, 1, figsize=(7.5, 8), sharex=True, height_ratios=(2, 1.3, 1), layout="constrained"
+    names = metric_names(records)
+    figure, axes = plt.subplots(
+        3 + len(names),
+        1,
+        figsize=(7.5, 8 + 1.6 * len(names)),
+        sharex=True,
+        height_ratios=(2, 1.3, *(1,) * len(names), 1),
+        layout="constrained",
     )
+    accuracy_ax, reward_ax, *metric_axes, datums_ax = axes
     for i, record in enumerate(records):
         colour = f"C{i}"
         steps = [r["step"] for r in record.steps]
@@ -44,22 +61,30 @@ def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
         accuracy_ax.plot(
             steps, [100 * r["accuracy"] for r in record.steps], color=colour, label=label
         )
+        prefix = f"{record.path.name}: " if several else ""
+        held_out = {"color": colour, "markerfacecolor": "white" if several else colour}
         if record.evals:
             accuracy_ax.plot(
                 [r["step"] for r in record.evals],
                 [100 * r["accuracy"] for r in record.evals],
                 "o",
-                color=colour,
-                markerfacecolor="white" if several else colour,
-                label=f"{record.path.name}: held-out, greedy" if several else "held-out, greedy",
+                label=f"{prefix}held-out, greedy",
+                **held_out,
             )
-        prefix = f"{record.path.name}: " if several else ""
         reward_ax.plot(
             steps,
             [r.get("mean_reward", 0.0) for r in record.steps],
             color=colour,
             label=f"{prefix}mean reward",
         )
+        if record.evals:
+            reward_ax.plot(
+                [r["step"] for r in record.evals],
+                [r.get("mean_reward", 0.0) for r in record.evals],
+                "o",
+                label=f"{prefix}held-out mean reward, greedy",
+                **held_out,
+            )
         parts = sorted({name for r in record.steps for name in r.get("reward_parts", {})})
         for style, name in zip(("--", ":", "-.") * len(parts), parts, strict=False):
             reward_ax.plot(
@@ -69,6 +94,12 @@ def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
                 color=colour,
                 label=f"{prefix}{name}",
             )
+        for name, metric_ax in zip(names, metric_axes, strict=True):
+            key = f"{METRIC}{name}"
+            reported = [r for r in record.steps if key in r]
+            metric_ax.plot([r["step"] for r in reported], [r[key] for r in reported], color=colour)
+            held = [r for r in record.evals if key in r]
+            metric_ax.plot([r["step"] for r in held], [r[key] for r in held], "o", **held_out)
         datums_ax.plot(
             steps, [r["datums"] for r in record.steps], color=colour, drawstyle="steps-mid"
         )
@@ -79,6 +110,14 @@ def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
     reward_ax.set_ylabel("reward (mean)")
     reward_ax.grid(alpha=0.3)
     reward_ax.legend(loc="lower right", fontsize="small")
+    for name, metric_ax in zip(names, metric_axes, strict=True):
+        metric_ax.set_ylabel("mean")
+        metric_ax.set_title(
+            f"the task's metric {shown(name, 40)} (held-out, greedy: points)",
+            fontsize="small",
+            loc="left",
+        )
+        metric_ax.grid(alpha=0.3)
     datums_ax.set_ylabel("datums trained on")
     datums_ax.set_xlabel("step")
     datums_ax.xaxis.set_major_locator(MaxNLocator(integer=True))

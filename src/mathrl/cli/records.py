@@ -31,11 +31,14 @@ A step's record in metrics.jsonl (`step_record`):
     sampler_path              the checkpoint this step's samples were drawn from
     reward_parts              each named reward part's mean over the step's samples
     truncated                 samples that ran into the token limit
+    metric/NAME               only for a task that reports metrics beside its reward
+                              (`Adapter`'s `metrics`): metric NAME's mean over the step's
+                              samples that report it
 
 An evaluation's record (`eval_record`) has `"eval": true`, `step` (0: before
 training), `accuracy`, `correct`, `problems`, `mean_reward`, `sampler_path`,
-`seconds` and `reward_parts`: the greedy completions'. An evaluation that
-also drew samples (`eval_k`) adds `samples` (drawn per problem at the
+`seconds`, `reward_parts` and any `metric/NAME`: the greedy completions'. An
+evaluation that also drew samples (`eval_k`) adds `samples` (drawn per problem at the
 sampling temperature), `pass@K` for each K asked (the unbiased estimate of
 Chen et al. 2021, averaged over the problems), `maj@K` for each K where the
 task names its answers (`final_answer`), and `sampled_mean_reward`.
@@ -51,7 +54,8 @@ A samples.jsonl line (`sample_record`) is one group of a step: `step`,
 `problem` (its place in the batch), `prompt` (text, or the conversation) and
 `completions`, each with its `text`, how it `ended` (`stop`, `end_of_turn`,
 `end_of_sequence`, `length`) and at which `stop`, its `reward` and reward
-`parts`, its `advantage`, and whether it was `trained` on. For an episode of
+`parts`, its `advantage`, and whether it was `trained` on, and, for a task
+that reports metrics, its `metrics` (names to numbers). For an episode of
 several turns, `text` is its last turn and `earlier` lists the turns before
 it, each the `model`'s text and the `reply` it got. Texts are cut at
 SAMPLE_TEXT characters.
@@ -59,6 +63,7 @@ SAMPLE_TEXT characters.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -66,6 +71,8 @@ from mathrl.report import EvalMetrics, SampleGroup, StepMetrics
 
 SAMPLE_TEXT = 2_000
 """Characters of a prompt or completion kept in samples.jsonl."""
+METRIC = "metric/"
+"""What starts the key of each of the task's metrics in a record (`metric/NAME`)."""
 
 
 def step_record(m: StepMetrics) -> dict[str, Any]:
@@ -90,7 +97,13 @@ def step_record(m: StepMetrics) -> dict[str, Any]:
         "truncated": m.truncated,
         "mean_abs_advantage": m.mean_abs_advantage,
         "kl": m.kl,
+        **metric_keys(m.metrics),
     }
+
+
+def metric_keys(metrics: Mapping[str, float]) -> dict[str, float]:
+    """A record's keys for the task's metrics: `metric/NAME` each (none: no keys)."""
+    return {f"{METRIC}{name}": value for name, value in metrics.items()}
 
 
 def sample_record(group: SampleGroup) -> dict[str, Any]:
@@ -116,6 +129,7 @@ def sample_record(group: SampleGroup) -> dict[str, Any]:
                     if s.earlier
                     else {}
                 ),
+                **({"metrics": dict(s.metrics)} if s.metrics else {}),
             }
             for s in group.samples
         ],
@@ -135,11 +149,11 @@ def eval_record(m: EvalMetrics) -> dict[str, Any]:
 
 def metrics_of(m: EvalMetrics) -> dict[str, Any]:
     """An evaluation's fields as records hold them: pass@k and maj@k one key each, and only
-    when it drew samples."""
+    when it drew samples; each of the task's metrics one key (`metric/NAME`)."""
+    drawn = ("samples", "pass_at_k", "majority_at_k", "sampled_mean_reward")
     greedy = {
-        name: value
-        for name, value in asdict(m).items()
-        if name not in ("samples", "pass_at_k", "majority_at_k", "sampled_mean_reward")
+        **{name: value for name, value in asdict(m).items() if name not in (*drawn, "metrics")},
+        **metric_keys(m.metrics),
     }
     if not m.samples:
         return greedy

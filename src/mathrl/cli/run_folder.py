@@ -18,8 +18,9 @@ A run folder holds:
   reward and greedy accuracy.
 - `samples.jsonl`: what the model wrote: for the first `log_samples` groups
   of each step (2 by default), the prompt, and each completion's text, how it
-  ended, its reward and reward parts, its advantage and whether it was
-  trained on. The file stops growing at SAMPLES_BYTES.
+  ended, its reward and reward parts (and the task's metrics, if it reports
+  any), its advantage and whether it was trained on. The file stops growing
+  at SAMPLES_BYTES.
 
 `mathrl.cli.records` says what each field of each record means.
 """

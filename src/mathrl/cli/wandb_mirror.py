@@ -6,7 +6,9 @@ module imports it. W&B's own settings apply (`WANDB_MODE=offline` writes the
 run under the run folder and needs no network or key). The W&B run's id comes
 from the run folder, so a resumed run goes on in the same W&B run. Nothing
 secret goes to W&B: its config is the run's settings, which hold no key. W&B failing
-mid-run stops the mirror with one warning, never the training.
+mid-run stops the mirror with one warning, never the training. Keys: `train/...` per
+step and `eval/...` per evaluation; reward parts as `train/reward/NAME`, the task's
+metrics as `train/metric/NAME` (and `eval/` alike).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class WandbMirror(Observer):
             "train/sampling_seconds": metrics.sampling_seconds,
             "train/training_seconds": metrics.training_seconds,
             **{f"train/reward/{name}": value for name, value in metrics.reward_parts.items()},
+            **{f"train/metric/{name}": value for name, value in metrics.metrics.items()},
         }
         if metrics.loss is not None:
             logged["train/loss"] = metrics.loss
@@ -127,6 +130,7 @@ class WandbMirror(Observer):
                 **{f"eval/reward/{name}": value for name, value in metrics.reward_parts.items()},
                 **{f"eval/pass@{k}": value for k, value in metrics.pass_at_k.items()},
                 **{f"eval/maj@{k}": value for k, value in metrics.majority_at_k.items()},
+                **{f"eval/metric/{name}": value for name, value in metrics.metrics.items()},
             }
         )
 
