@@ -55,6 +55,12 @@ class Moody(Retry):
         return Feedback(f"Try again ({next(self.calls)}): ")
 
 
+class MeasuresBadly(Retry):
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        said = super().feedback(problem, responses)
+        return Feedback(said.reply, said.reward, metrics={"tries": float("inf")})
+
+
 class PaysForNoise(Retry):
     def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
         said = super().feedback(problem, responses)
@@ -180,6 +186,9 @@ class NoisyHint(Guesses):
         (PaysAWrongGuess(), r"^the episode of wrong_completions' ' \d+' at every turn earns 1, as "
             r"much as the reference episode on .*: the task's wrong_completions, played every "
             r"turn, must earn less than the reference episode( \(\d+ times\))?$"),
+        (MeasuresBadly(), r"^feedback\(turn 1 of the reference episode\) returned "
+            r"Feedback\(metrics=\{'tries': inf\}\): metrics must be a mapping of names to "
+            r"finite numbers"),
         (NoisyHint(), r"^feedback\(turn 1 of the episode of wrong_completions' ' \d+'\) returned "
             r"Feedback\(reply='Wrong \(0\)\. .* then .*'Wrong \(1\)\. .* for the same "
             r"history: the environment must be deterministic"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 from collections.abc import Awaitable, Sequence
@@ -226,6 +227,39 @@ class AnswerNotText(MathAdapter):
         return len(completion)
 
 
+class MetricRaises(MathAdapter):
+    """Reports the answer as a metric, with int() of model output: hostile text sets it off."""
+
+    def metrics(self, completion: Response, problem: AdditionProblem) -> dict[str, float]:
+        return {"answer": int(completion)}
+
+
+class MetricNotFinite(MathAdapter):
+    """Reports a share that divides by zero's stand-in: inf."""
+
+    def metrics(self, completion: Response, problem: AdditionProblem) -> dict[str, float]:
+        return {"share": math.inf}
+
+
+class MetricNotAMapping(MathAdapter):
+    def metrics(self, completion: Response, problem: AdditionProblem) -> Any:
+        return completion.tokens  # the mistake under test: a number, not named numbers
+
+
+class MetricMoody(MathAdapter):
+    """Reports a fresh random number each call: not pure."""
+
+    def metrics(self, completion: Response, problem: AdditionProblem) -> dict[str, float]:
+        return {"noise": random.random()}
+
+
+class Measured(MathAdapter):
+    """Reports each completion's length in tokens and whether it names a number."""
+
+    def metrics(self, completion: Response, problem: AdditionProblem) -> dict[str, float]:
+        return {"tokens": completion.tokens, "answered": parse_answer(completion) is not None}
+
+
 class OneAnswer:
     """Every problem has the same reference: no other reference can serve as a wrong answer."""
 
@@ -283,6 +317,14 @@ class OneAnswer:
         (AnswersNothing(), r"^final_answer\(the reference, .*\) = None, then None: the "
                            r"reference completion must name its answer, a str, the same each"),
         (AnswerNotText(), r"^final_answer\(.*\) = \d+: it must return a str or None"),
+        (MetricRaises(), r"^metrics\(.*\) raised ValueError: invalid literal for int\(\)"),
+        (MetricNotFinite(), r"^metrics\(the reference, .*\) returned \{'share': inf\}: metrics "
+                            r"must be a mapping of names to finite numbers, e\.g\. "),
+        (MetricNotAMapping(), r"^metrics\(the reference, .*\) returned 4: metrics must be a "
+                              r"mapping of names to finite numbers"),
+        (MetricMoody(), r"^metrics\(the reference, .*\) returned \{'noise': 0\.\d+\}, then "
+                        r"\{'noise': 0\.\d+\}: metrics must be pure, the same for the same "
+                        r"completion( \(\d+ times\))?$"),
     ],
 )  # fmt: skip
 def test_each_check_names_what_it_found(adapter: Any, expected: str) -> None:
@@ -493,6 +535,11 @@ def test_every_completion_the_checker_makes_up_carries_its_token_count() -> None
     # " 42\n" ended at its stop: 4 tokens; cut off as " 42": 3; the checker counts them all,
     # so the task gets every check the addition task does.
     assert checks_passed(CountsTokens()) == checks_passed(MathAdapter())
+
+
+def test_a_task_that_reports_sound_metrics_passes_with_more_checks() -> None:
+    # Its metrics are called on the reference, wrong and hostile completions, ended both ways.
+    assert checks_passed(Measured()) > checks_passed(MathAdapter())
 
 
 def test_a_reward_that_fails_on_many_texts_is_one_violation_with_a_count() -> None:

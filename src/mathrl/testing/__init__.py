@@ -42,6 +42,10 @@ it happened):
 - `final_answer`, if the task names its answers (`answer_checks.py`): the
   reference, ended as asked, names a str, the same each time; hostile
   completions name a str or None and never make it raise;
+- `metrics`, if the task reports metrics beside its reward
+  (`metric_checks.py`): on the reference, wrong and hostile completions,
+  ended either way, a mapping of names to finite numbers, never raising, the
+  same twice for the reference; an environment's `Feedback.metrics` too;
 - `preflight()`, if the task has one: None or one printable line, or
   `Unavailable`, which passes through (no check stands in for what is missing);
 - with `learns`: 20 steps raise accuracy by at least 10 points, or, when
@@ -70,6 +74,7 @@ from mathrl.testing.episode_checks import EpisodeChecks
 from mathrl.testing.evaluate_checks import check_evaluate
 from mathrl.testing.group_checks import check_group_laws
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
+from mathrl.testing.metric_checks import check_metrics
 from mathrl.testing.new_interpreter import check_across_processes
 from mathrl.testing.reward_checks import RewardChecks
 from mathrl.text import one_line, shown
@@ -135,6 +140,7 @@ def check_adapter(
         if scored is not None and task.rewards_groups:
             check_group_laws(rewards, problem, scored[0], scored[2])
     check_final_answer(checker, [*train[:2], *held[:1]], tokenizer)
+    check_metrics(checker, [*train[:2], *held[:1]], tokenizer)
     if task.plays_episodes:
         EpisodeChecks(checker, rewards, tokenizer).run([*train[:2], *held[:1]])
     check_evaluate(checker)  # on every reward seen, episodes' too

@@ -27,9 +27,10 @@ from typing import Any
 from mathrl.adapter import Ending, Feedback, Prompt, Response
 from mathrl.backend import Tokenizer
 from mathrl.episodes import reply_tokens, text_tokens
-from mathrl.rewards import reward_total
+from mathrl.rewards import metric_values, reward_total
 from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, WRONG
+from mathrl.testing.metric_checks import SHAPE
 from mathrl.testing.reward_checks import RewardChecks, ended_as_asked, sampled
 from mathrl.text import shown
 
@@ -243,6 +244,11 @@ class EpisodeChecks:
         ):
             return None
         assert total is not None
+        self.c.expect(
+            metric_values(said.metrics) is not None,
+            f"{what} returned Feedback(metrics={shown(said.metrics, 80)}): {SHAPE}",
+            key="feedback-metrics",
+        )
         ok, again = self.c.call(what, lambda: method(problem, tuple(history)), key="feedback")
         self.c.expect(
             not ok or again == said,
