@@ -16,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a window
 
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from mathrl.cli.records import METRIC
@@ -40,9 +41,18 @@ def metric_names(records: Sequence[RunRecord]) -> list[str]:
 
 
 def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
-    """Draw accuracy (held-out greedy accuracy as points), mean reward and its parts (the
-    held-out mean reward as points), each of the task's metrics (a panel each, held-out as
-    points), and datums."""
+    """Draw the runs' curves (`figure_of`) into the PNG file `out`."""
+    figure = figure_of(records)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=100)
+    plt.close(figure)
+    return out
+
+
+def figure_of(records: Sequence[RunRecord]) -> Figure:
+    """Accuracy (held-out greedy accuracy as points), mean reward and its parts (the held-out
+    greedy mean reward as points), each of the task's metrics (a panel each, held-out as
+    points), and datums, one panel under the other."""
     several = len(records) > 1
     names = metric_names(records)
     figure, axes = plt.subplots(
@@ -124,7 +134,4 @@ def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
     datums_ax.grid(alpha=0.3)
     title = "mathrl: several runs" if several else f"mathrl: {label_of(records[0], False)}"
     figure.suptitle(title)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=100)
-    plt.close(figure)
-    return out
+    return figure
