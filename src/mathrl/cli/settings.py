@@ -296,7 +296,8 @@ def _read(
         except ValueError:
             value = None
         if value is None or not setting.rule.check(value):
-            raise ConfigError(f"{source} must be {setting.requirement} (got {shown(raw)})")
+            got = setting.rule.quote(raw)
+            raise ConfigError(f"{source} must be {setting.requirement} (got {got})")
         yield setting, value, source
 
 
