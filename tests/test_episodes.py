@@ -253,6 +253,22 @@ def test_a_feedback_that_fails_or_returns_the_wrong_thing_is_a_task_error() -> N
         play(as_task(Broken()), Scripted("3\n"), 5)
 
 
+class BrokenLater(Guess):
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        if len(responses) == 2:
+            raise KeyError(problem)
+        return super().feedback(problem, responses)
+
+
+def test_a_feedback_failure_names_the_models_turn() -> None:
+    # The first guess is answered; the environment fails on the second, and says so.
+    with pytest.raises(TaskError) as raised:
+        play(as_task(BrokenLater()), Scripted("3\n", "7\n"), 5)
+    assert str(raised.value) == (
+        "task 'guess' failed: feedback raised KeyError: 5 (on the model's turn 2: '7\\n')"
+    )
+
+
 class Stuck(Guess):
     def __init__(self) -> None:
         super().__init__()

@@ -190,8 +190,9 @@ def test_a_held_out_set_that_repeats_problems_is_warned_about() -> None:
     assert len(problems) == 12
     assert warnings == [
         "the 12 held-out problems of task 'small-space' hold only 5 distinct ones (7 repeats), "
-        "so each evaluation counts some problems several times; lower the number of held-out "
-        "problems to 5 or widen the task's problem space"
+        "so each evaluation counts some problems several times; set eval_problems "
+        "(--eval-problems) to 5 or fewer, or draw them without replacement (rng.sample) from "
+        "at least 12 problems"
     ]
 
 

@@ -207,7 +207,8 @@ def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], list[st
         warnings.append(
             f"the {len(problems)} held-out problems of task {task.name!r} hold only {distinct} "
             f"distinct ones ({len(problems) - distinct} repeats), so each evaluation counts "
-            f"some problems several times; lower the number of held-out problems to {distinct} "
-            "or widen the task's problem space"
+            f"some problems several times; set eval_problems (--eval-problems) to {distinct} "
+            f"or fewer, or draw them without replacement (rng.sample) from at least "
+            f"{len(problems)} problems"
         )
     return problems, warnings

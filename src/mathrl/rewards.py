@@ -39,8 +39,11 @@ class TaskError(Exception):
         else:  # the input once: in the (on ...) below, escaped and cut, not in the error too
             detail = one_line(elided(str(exc), given), 200) or type(exc).__name__
             what = f"{method} raised {type(exc).__name__}: {detail}"
-        # A Response shows as its text.
-        super().__init__(f"task {task.name!r} failed: {what} (on {shown(given, 60)})")
+        # A Response shows as its text; in an episode, with the model's turn it was.
+        on = shown(given, 60)
+        if isinstance(given, Response) and (task.plays_episodes or given.turn > 1):
+            on = f"the model's turn {given.turn}: {on}"
+        super().__init__(f"task {task.name!r} failed: {what} (on {on})")
         self.task_identity = task.identity
         self.method = method
         self.late = isinstance(exc, Late)
