@@ -83,6 +83,12 @@ def response_of(
     return Response(text, "length", turn=turn)
 
 
+def ended_tokens(tokenizer: Tokenizer, text: str, stops: Sequence[str]) -> int:
+    """The tokens sampling takes to write `text` and end it as the task asks: with its first
+    stop sequence, or else with one end-of-turn (conversation) or end-of-sequence token."""
+    return len(tokenizer.encode(text + stops[0])) if stops else len(tokenizer.encode(text)) + 1
+
+
 def reward_total(value: object) -> tuple[float, dict[str, float]] | None:
     """(total, parts) of a reward, a number or named parts; None if it is neither.
 

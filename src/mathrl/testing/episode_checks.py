@@ -177,7 +177,7 @@ class EpisodeChecks:
             response = ended_as_asked(text, stops, chat) if ended is None else Response(text, ended)
             history.append(Response(str(response), response.ended, response.stop, turn))
             if not repeat and (turn > 1 or first is None):  # a reference turn: within max_tokens
-                self.rewards.fits(text, stops, chat, f"{where}, turn {turn}")
+                self.rewards.fits(text, stops, f"{where}, turn {turn}")
             turn_T = text_tokens(self.tokenizer, str(response))
             closing = {
                 "end_of_turn": [self.tokenizer.end_of_turn_id],
