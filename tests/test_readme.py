@@ -99,7 +99,8 @@ def test_the_asyncio_snippet_trains_over_mint(
     task_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The README points at the mint backend's docstring for it.
-    assert "`help(mathrl.service.mint_backend)`\nthe same on MinT, in asyncio" in README
+    said = " ".join(README.split())
+    assert "`help(mathrl.service.mint_backend)` the same on MinT, in asyncio" in said
     doc = mathrl.service.mint_backend.__doc__ or ""
     snippet = textwrap.dedent(doc.split("(`Subtraction` is the README's task):\n", 1)[1])
     monkeypatch.syspath_prepend(str(task_folder))
