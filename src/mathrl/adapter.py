@@ -99,11 +99,25 @@ class Feedback:
     text prompt the reply is text appended to the context as it is; for a
     conversation it is a message of `role` in the chat template. `reward`:
     this turn's reward (a number or named parts), added to the episode's.
+
+    The limits of the model's next turn (as tinker's `Env.step` returns the
+    next stop condition), for that turn only; None: the task's defaults.
+    `stop`: the next turn's stop sequences, non-empty strings, in place of
+    the task's `stop` (`()`: none, so the turn ends at end-of-sequence, or
+    end-of-turn for a conversation). `max_tokens`: the next turn's budget,
+    an integer >= 1, in place of the run's max_tokens; the turn gets the
+    smaller of it and what is left of the episode's `episode_tokens`, so it
+    must not exceed `episode_tokens`. The turn's `Response.stop` is the one
+    of these that ended it. A run ends on an invalid limit (one line naming
+    the task and the turn), and `check_adapter` reports one, and a reference
+    turn that does not fit the limits its feedback set.
     """
 
     reply: str | None = None
     reward: Reward = 0.0
     role: str = "user"
+    stop: tuple[str, ...] | None = None
+    max_tokens: int | None = None
 
 
 class Adapter(Protocol[ProblemT]):
@@ -188,7 +202,8 @@ class Adapter(Protocol[ProblemT]):
       then. Default 1 (more needs `feedback`).
     - `episode_tokens: int`: the most tokens an episode may add after its
       prompt, the model's and the environment's together; a turn's budget is
-      the smaller of `max_tokens` and what is left, and the episode ends when
+      the smaller of `max_tokens` (or the one its feedback sets,
+      `Feedback.max_tokens`) and what is left, and the episode ends when
       nothing is. Default `2 * max_turns * max_tokens`.
     - `reference_turn(problem, responses) -> str`: the reference of the
       model's next turn after `responses` (and the environment's replies to
