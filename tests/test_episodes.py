@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import strategies as st_
+from conftest import checks_passed
 from mathrl.adapter import AdapterError, Feedback, Message, Response
 from mathrl.backend import Completion, SampleParams
 from mathrl.config import TrainConfig
@@ -36,9 +37,10 @@ from mathrl.loop import run_grpo
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
 from mathrl.rollout import run_problems
+from mathrl.tasks.addition import AdditionProblem, MathAdapter, reward
 from mathrl.text import shown
 from mathrl.workers import Workers
-from mathrl_fakes import ByteTokenizer, FakeBackend
+from mathrl_fakes import ByteTokenizer, FakeBackend, RecordingBackend
 from observing import Everything
 
 TOK = ByteTokenizer()
@@ -622,3 +624,58 @@ def test_a_feedback_that_sets_invalid_limits_ends_the_run_naming_the_task_and_tu
     assert message.startswith("task 'guess' failed: feedback raised ValueError: after turn 1, ")
     assert re.search(expected, message), message
     assert "\n" not in message
+
+
+class SumThenNext(MathAdapter):
+    """Two turns: the sum, ended by the task's newline; then the sum plus one, ended by the
+    ";" the feedback sets for that turn, within the 5 tokens it sets (" 199;" at most), fewer
+    than the task's 8. Each right turn pays 0.5; the second only if it ended at ";"."""
+
+    name = "sum-then-next"
+    max_turns = 2
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        if len(responses) > 1:
+            return Feedback(None)
+        right = super().compute_reward(responses[-1], problem) == 1.0
+        return Feedback(" Plus one: ", 0.5 if right else 0.0, stop=(";",), max_tokens=5)
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        last = completion if isinstance(completion, Response) else Response(completion)
+        right = reward(last.text, problem.answer + 1) == 1.0
+        return 0.5 if right and last.turn == 2 and last.stop == ";" else 0.0
+
+    def reference_turn(self, problem: AdditionProblem, responses: Sequence[Response]) -> str:
+        return f" {problem.answer + 1}"
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+def test_a_game_whose_second_turn_has_its_own_stop_and_budget_learns_on_the_fake(
+    tmp_path: Path,
+) -> None:
+    checks_passed(SumThenNext())  # its limits fit: the check of them passes
+    config = TrainConfig(steps=16, batch=8, group=4)
+    backend = RecordingBackend(
+        FakeBackend.for_run(
+            SumThenNext(), run_problems(SumThenNext(), config), checkpoint_dir=tmp_path
+        )
+    )
+    observer = Everything()
+    result = run_grpo(backend, SumThenNext(), config, observer)
+    # Each group's first turns with the task's limits, then each episode's second turn
+    # with those its feedback set; the fake keeps to them.
+    firsts = [call for call in backend.samples if call.params.stop == ("\n",)]
+    seconds = [call for call in backend.samples if call.params.stop == (";",)]
+    assert {c.params.max_tokens for c in firsts} == {8}
+    assert {c.params.max_tokens for c in seconds} == {5}
+    assert len(firsts) + len(seconds) == len(backend.samples)
+    assert len(seconds) == sum(len(c.completions_G) for c in firsts)
+    assert all(len(c.tokens) <= 5 for call in seconds for c in call.completions_G)
+    # The run read each second turn with its own stops: it ended at ";", never the newline.
+    finals = [s for g in observer.samples for s in g.samples]
+    assert all(s.earlier and s.stop in (";", None) for s in finals)
+    assert any(s.stop == ";" for s in finals)
+    rewards = [m.mean_reward for m in result.steps]
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.2
