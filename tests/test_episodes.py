@@ -656,7 +656,7 @@ def test_a_game_whose_second_turn_has_its_own_stop_and_budget_learns_on_the_fake
     tmp_path: Path,
 ) -> None:
     checks_passed(SumThenNext())  # its limits fit: the check of them passes
-    config = TrainConfig(steps=16, batch=8, group=4)
+    config = TrainConfig(steps=16, batch=8, group=4, eval_every=8, eval_problems=16)
     backend = RecordingBackend(
         FakeBackend.for_run(
             SumThenNext(), run_problems(SumThenNext(), config), checkpoint_dir=tmp_path
@@ -665,13 +665,15 @@ def test_a_game_whose_second_turn_has_its_own_stop_and_budget_learns_on_the_fake
     observer = Everything()
     result = run_grpo(backend, SumThenNext(), config, observer)
     # Each group's first turns with the task's limits, then each episode's second turn
-    # with those its feedback set; the fake keeps to them.
+    # with those its feedback set, in training and in evaluation (greedy); the fake keeps
+    # to them.
     firsts = [call for call in backend.samples if call.params.stop == ("\n",)]
     seconds = [call for call in backend.samples if call.params.stop == (";",)]
     assert {c.params.max_tokens for c in firsts} == {8}
     assert {c.params.max_tokens for c in seconds} == {5}
     assert len(firsts) + len(seconds) == len(backend.samples)
     assert len(seconds) == sum(len(c.completions_G) for c in firsts)
+    assert {c.params.temperature for c in seconds} == {0.0, 1.0}
     assert all(len(c.tokens) <= 5 for call in seconds for c in call.completions_G)
     # The run read each second turn with its own stops: it ended at ";", never the newline.
     finals = [s for g in observer.samples for s in g.samples]
@@ -679,3 +681,4 @@ def test_a_game_whose_second_turn_has_its_own_stop_and_budget_learns_on_the_fake
     assert any(s.stop == ";" for s in finals)
     rewards = [m.mean_reward for m in result.steps]
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.2
+    assert result.evaluations[-1].accuracy > result.evaluations[0].accuracy

@@ -100,17 +100,18 @@ class Feedback:
     conversation it is a message of `role` in the chat template. `reward`:
     this turn's reward (a number or named parts), added to the episode's.
 
-    The limits of the model's next turn (as tinker's `Env.step` returns the
-    next stop condition), for that turn only; None: the task's defaults.
-    `stop`: the next turn's stop sequences, non-empty strings, in place of
-    the task's `stop` (`()`: none, so the turn ends at end-of-sequence, or
-    end-of-turn for a conversation). `max_tokens`: the next turn's budget,
-    an integer >= 1, in place of the run's max_tokens; the turn gets the
-    smaller of it and what is left of the episode's `episode_tokens`, so it
-    must not exceed `episode_tokens`. The turn's `Response.stop` is the one
-    of these that ended it. A run ends on an invalid limit (one line naming
-    the task and the turn), and `check_adapter` reports one, and a reference
-    turn that does not fit the limits its feedback set.
+    `stop` and `max_tokens` set the limits of the model's next turn, and of
+    that turn only (as tinker's `Env.step` returns the next stop condition);
+    None keeps the defaults: the task's `stop`, the run's max_tokens.
+    `stop`: a tuple of non-empty strings that end the next turn instead
+    (`()`: none, so it ends at end-of-sequence, or end-of-turn for a
+    conversation); that turn's `Response.stop` is the one that ended it.
+    `max_tokens`: an integer >= 1, the next turn's budget instead; the turn
+    gets the smaller of it and what is left of `episode_tokens`, so it must
+    not exceed `episode_tokens`. A run ends on an invalid limit, with one
+    line naming the task and the turn; `check_adapter` reports one, and a
+    reference turn (`reference_turn`) that holds one of its turn's stops or
+    needs more tokens than its turn's budget.
     """
 
     reply: str | None = None
