@@ -378,6 +378,17 @@ def worded(exc: BackendError) -> str:
     return f"{exc} ({wording(exc.settings)})" if exc.settings else str(exc)
 
 
+def advised(message: str, flags: Mapping[str, str] | None = None) -> str:
+    """A warning, with the settings it names (`report.Advice`) spelled as the command line
+    does; `flags` spells a command's own flag for a field (`eval`'s `--problems`)."""
+    settings: tuple[str, ...] = getattr(message, "settings", ())
+    if not settings:
+        return str(message)
+    own = flags or {}
+    named = [own[f] if f in own else wording([f]) for f in settings]
+    return f"{message} ({', '.join(named)})"
+
+
 def api_key(env: Mapping[str, str]) -> str:
     """MINT_API_KEY, checked: set, not blank, and shaped like a MinT key (never echoed)."""
     key = env.get("MINT_API_KEY", "")

@@ -25,7 +25,15 @@ from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
-from mathrl.cli.settings import BY_FIELD, FakeOptions, TaskOptions, api_key, base_url, worded
+from mathrl.cli.settings import (
+    BY_FIELD,
+    FakeOptions,
+    TaskOptions,
+    advised,
+    api_key,
+    base_url,
+    worded,
+)
 from mathrl.cli.wandb_mirror import WandbMirror
 from mathrl.config import Config, ConfigError
 from mathrl.loop import run_grpo_async
@@ -105,7 +113,7 @@ class SeedLines(Observer):
         )
 
     def on_warning(self, message: str) -> None:
-        self.say(message)
+        self.say(advised(message))
 
     def on_tempered_ratio(self, note: TemperedRatio) -> None:
         self.say(tempered_ratio_note(note))
