@@ -7,7 +7,7 @@ from fractions import Fraction
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from mathrl.backend import Datum
+from mathrl.backend import Datum, SampleParams
 from mathrl.cli.settings import SETTINGS
 from mathrl.config import MAX_SEED, TrainConfig
 from mathrl.grpo import episode_datum
@@ -153,6 +153,33 @@ configs = st.builds(
 
 stop_strings = st.lists(st.text(min_size=1, max_size=3), max_size=4).map(tuple)
 """Stop strings as SampleParams holds them."""
+
+turn_stops = st.none() | stop_strings
+"""The stops a feedback may set for the next turn (`Feedback.stop`); None: the task's."""
+
+turn_budgets = st.none() | st.integers(min_value=1, max_value=4096)
+"""The budget a feedback may set for the next turn (`Feedback.max_tokens`); None: the run's."""
+
+bad_turn_stops = st.one_of(
+    st.text(max_size=3),  # one string, not a tuple of them
+    stop_strings.map(lambda stops: (*stops, "")),
+    st.lists(st.integers() | st.none(), min_size=1, max_size=3).map(tuple),
+    st.integers(),
+)
+"""What `Feedback.stop` must not be."""
+
+bad_turn_budgets = st.one_of(st.integers(max_value=0), st.booleans(), st.floats(), st.text())
+"""What `Feedback.max_tokens` must not be."""
+
+sample_params = st.builds(
+    SampleParams,
+    max_tokens=st.integers(min_value=1, max_value=4096),
+    temperature=st.sampled_from([0.0, 0.5, 1.0]),
+    stop=stop_strings,
+    seed=st.none() | st.integers(min_value=0, max_value=2**31 - 1),
+    end_of_turn=st.booleans(),
+)
+"""Any valid sampling parameters."""
 
 fault_rates = st.sampled_from([0.1, 0.2, 0.3])
 """A share of fake calls that fail transiently."""

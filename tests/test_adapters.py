@@ -21,8 +21,8 @@ from cli_process import run_main
 from conftest import checks_passed
 from mathrl.adapter import DEFAULT_MAX_TOKENS, DEFAULT_STOP, AdapterError, Response
 from mathrl.checkpoints import run_fingerprint
-from mathrl.cli.loader import load_task
-from mathrl.config import TrainConfig
+from mathrl.cli.loader import load_task, task_target
+from mathrl.config import ConfigError, TrainConfig
 from mathrl.resolved import as_task
 from mathrl.tasks import BUILT_IN
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
@@ -297,8 +297,8 @@ def test_a_built_in_task_has_one_name_wherever_it_is_named(name: str) -> None:
         ("mathrl.tasks.addition:Nothing",
          "--adapter: module 'mathrl.tasks.addition' has no attribute 'Nothing'"),
         ("mathrl.tasks.addition:FEWSHOT", "--adapter: str is not an adapter"),
-        ("noclass", f"{MUST_BE} (got 'noclass')"),
-        ("a:b:c", f"{MUST_BE} (got 'a:b:c')"),
+        ("noclass", f"{MUST_BE} (got 'noclass', with no ':Class' after the module or file)"),
+        ("a:b:c", f"{MUST_BE} (got 'a:b:c', with a second ':' in the class part 'b:c')"),
         ("exploding:Task",
          "--adapter: importing 'exploding' failed (ZeroDivisionError: division by zero)"),
         ("missing.py:Task", "--adapter: no such file 'missing.py'"),
@@ -312,6 +312,23 @@ def test_an_adapter_that_cannot_be_loaded_exits_2_with_one_line(
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"mathrl: error: {message}")
+
+
+@pytest.mark.parametrize(
+    ("spec", "got"),
+    [
+        # 80 characters: the message keeps the last 60, where the ':Class' is missing.
+        ("/home/someone/projects/tasks/folders/that/go/on/and/on/for/ever/mytask_module.py",
+         "...'ts/tasks/folders/that/go/on/and/on/for/ever/mytask_module.py' "
+         "(80 characters), with no ':Class' after the module or file"),
+        (":Task", "':Task', with no module or file before the ':'"),
+        ("mytask.py:", "'mytask.py:', with nothing after the ':'"),
+    ],
+)  # fmt: skip
+def test_a_malformed_adapter_spec_is_quoted_where_it_is_wrong(spec: str, got: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        task_target(spec, "--adapter")
+    assert str(raised.value) == f"{MUST_BE} (got {got})"
 
 
 # -- new tasks through the command line ------------------------------------------------

@@ -17,7 +17,12 @@ from cli_process import run_main
 from mathrl.cli.commands import main
 from mathrl.cli.parsers import shown_default
 from mathrl.cli.settings import SETTINGS
+from mathrl.cli.train import VARIED_GROUPS, longest_reference, untrained_step_advice
 from mathrl.config import DEFAULT_BASE_URL, Config
+from mathrl.report import StepMetrics
+from mathrl.resolved import as_task
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl_fakes.tokenizer import ByteTokenizer
 
 STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)")
 ALWAYS_RIGHT = """
@@ -205,8 +210,14 @@ def test_a_step_with_only_constant_groups_says_why_on_stderr(tmp_path: Path) -> 
     assert "Step 2: accuracy=0.0%, datums=0" in done.stdout
     advice = done.stderr.splitlines()[1:]
     assert len(advice) == 2
-    for name in ("MINT_RL_GROUP", "MINT_RL_BATCH", "MINT_RL_TEMPERATURE", "MINT_RL_MAX_TOKENS"):
-        assert name in advice[0]
+    # Every completion ran into the limit of 1 token; step 1's longest reference, " 1xx" and
+    # "\n" to stop, takes 4 or 5 of the fake's byte tokens.
+    assert re.fullmatch(
+        r"mathrl: step 1: all 10 groups had equal rewards, so nothing was trained: 40 of 40 "
+        r"completions hit the token limit of 1, and the reference takes ([45]) tokens\. "
+        r"Raise --max-tokens \(MINT_RL_MAX_TOKENS\) to \1 or more\.",
+        advice[0],
+    ), advice[0]
 
 
 SAMPLE_LINE = re.compile(r"Q: What is \d+ \+ \d+\? A: -> '.*': (correct|wrong) \(reward [01]\)")
@@ -314,3 +325,72 @@ def test_main_in_process(
     saved = out[-1].removeprefix("Saved: ")
     assert main(["sample", "--backend", "fake", "--model-path", saved, "--problems", "3"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("Accuracy: ")
+
+
+ALPHABET = """
+from mathrl.tasks.addition import MathAdapter
+
+class Alphabet(MathAdapter):
+    name = "alphabet"
+
+    def reference_completion(self, problem):
+        return " abcdefghijklmnopqrstuvwxyz"
+"""
+
+
+def test_a_token_limit_below_the_references_length_is_named_as_the_cause(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "alphabet.py").write_text(ALPHABET)
+    done = run_main(
+        tmp_path, "--backend", "fake", "--adapter", "alphabet:Alphabet",
+        "--steps", "1", "--batch", "2", "--group", "4", "--max-tokens", "4",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1] == "Step 1: accuracy=0.0%, datums=0"
+    # The reference is 27 bytes and its stop "\n" one more: 28 tokens of the fake's bytes.
+    assert re.search(
+        r"^mathrl: step 1: all 2 groups had equal rewards, so nothing was trained: [1-8] of 8 "
+        r"completions hit the token limit of 4, and the reference takes 28 tokens\. Raise "
+        r"--max-tokens \(MINT_RL_MAX_TOKENS\) to 28 or more\.$",
+        done.stderr,
+        re.MULTILINE,
+    ), done.stderr
+
+
+def untrained(truncated: int) -> StepMetrics:
+    """Step 3 of 2 groups of 4 that trained nothing, `truncated` of its 8 cut off."""
+    return StepMetrics(3, 0.25, 0.25, 0, 2, 4, 2, 64, None, truncated=truncated)
+
+
+@pytest.mark.parametrize(
+    ("truncated", "reference", "advice"),
+    [
+        (0, 99, f"step 3: all 2 groups had equal rewards, so nothing was trained. {VARIED_GROUPS}"),
+        (5, None, "step 3: all 2 groups had equal rewards, so nothing was trained: 5 of 8 "
+                  f"completions hit the token limit of 16. {VARIED_GROUPS}"),
+        (8, 12, "step 3: all 2 groups had equal rewards, so nothing was trained: 8 of 8 "
+                f"completions hit the token limit of 16, though the reference takes only 12. "
+                f"{VARIED_GROUPS}"),
+        (8, 37, "step 3: all 2 groups had equal rewards, so nothing was trained: 8 of 8 "
+                "completions hit the token limit of 16, and the reference takes 37 tokens. "
+                "Raise --max-tokens (MINT_RL_MAX_TOKENS) to 37 or more."),
+    ],
+)  # fmt: skip
+def test_a_step_that_trained_nothing_says_what_to_change(
+    truncated: int, reference: int | None, advice: str
+) -> None:
+    assert untrained_step_advice(untrained(truncated), 16, lambda step: reference) == advice
+
+
+class NoReference(MathAdapter):
+    def reference_completion(self, problem: AdditionProblem) -> str:
+        raise RuntimeError("no reference here")
+
+
+def test_the_longest_reference_is_none_when_the_task_cannot_say() -> None:
+    # Addition's references are " 123" and the like: a byte a character, and "\n" to stop.
+    problems = MathAdapter().build_dataset(0, 1, 4)
+    longest = max(len(f" {p.answer}\n") for p in problems)
+    assert longest_reference(as_task(MathAdapter()), ByteTokenizer(), 0, 4)(1) == longest
+    assert longest_reference(as_task(NoReference()), ByteTokenizer(), 0, 4)(1) is None

@@ -22,7 +22,7 @@ from mathrl.cli.settings import (
 )
 from mathrl.config import DEFAULTS, LOSS_FIELDS, TRAIN_FIELDS, Config, ConfigError, TrainConfig
 from mathrl.losses import PARAMETERS, Loss
-from mathrl.text import listed, one_line, shown
+from mathrl.text import listed, one_line, shown, shown_end
 
 NO_FLAGS: dict[str, str | None] = {}
 
@@ -74,7 +74,7 @@ def test_a_bad_value_names_its_source_and_never_escapes_as_another_error(
         assert message.endswith("loss only (got --loss importance_sampling)")
         return
     assert not message or message == (
-        f"{source} must be {SETTINGS[index].requirement} (got {shown(raw)})"
+        f"{source} must be {SETTINGS[index].requirement} (got {SETTINGS[index].rule.quote(raw)})"
     )
 
 
@@ -127,6 +127,24 @@ def test_shown_keeps_the_longest_start_that_fits(text: str, limit: int) -> None:
     else:
         kept = one_line(repr(fits[0]), 10 * len(text) + 2)
         assert shown(text, limit) == f"{kept}... ({len(text):,} characters)"
+
+
+def test_shown_end_keeps_the_end_of_a_long_value() -> None:
+    # 100 characters: '...', then the last 40 quoted (42 with the quotes), then the length.
+    assert shown_end("a" * 60 + "b" * 40) == "..." + repr("b" * 40) + " (100 characters)"
+    assert shown_end("path/task.py") == "'path/task.py'"
+
+
+@given(st_.unicode_text, st.integers(min_value=0, max_value=60))
+def test_shown_end_keeps_the_longest_end_that_fits(text: str, limit: int) -> None:
+    # The naive rule, escaping every end of the text in turn, longest first.
+    squeezed = re.sub(" +", " ", text)
+    ends = [squeezed[n:] for n in range(len(squeezed) + 1)]
+    fits = [e for e in ends if len(one_line(repr(e), 10 * len(text) + 2)) <= limit + 2]
+    kept = one_line(repr(fits[0]), 10 * len(text) + 2)
+    line = shown_end(text, limit)
+    assert line == (kept if fits[0] == squeezed else f"...{kept} ({len(text):,} characters)")
+    assert line.isprintable()
 
 
 @given(st_.words)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -158,6 +159,35 @@ class NoisyHint(Guesses):
         return Feedback(f"Wrong ({next(self.calls) % 10}). Guess again: ")
 
 
+class Semicolon(Retry):
+    """After a wrong answer, the second try ends with ";" and has 5 tokens (" 198;" at most):
+    per-turn limits that fit."""
+
+    limits: dict[str, Any] = {"stop": (";",), "max_tokens": 5}  # noqa: RUF012  # read only
+
+    def __init__(self) -> None:
+        self.histories: list[tuple[Response, ...]] = []
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        self.histories.append(tuple(responses))
+        said = super().feedback(problem, responses)
+        return said if said.reply is None else replace(said, **self.limits)
+
+
+def limited(**limits: Any) -> Semicolon:
+    """A `Semicolon` whose feedback sets `limits` for the second try instead."""
+    task = Semicolon()
+    task.limits = limits
+    return task
+
+
+class TaskStopInLaterTurn(Retry):
+    """The second try's reference holds the task's stop, a newline: it would be cut there."""
+
+    def reference_turn(self, problem: AdditionProblem, responses: Sequence[Response]) -> str:
+        return f" {problem.answer}\nDone."
+
+
 @pytest.mark.parametrize(
     ("adapter", "expected"),
     [
@@ -192,6 +222,26 @@ class NoisyHint(Guesses):
         (NoisyHint(), r"^feedback\(turn 1 of the episode of wrong_completions' ' \d+'\) returned "
             r"Feedback\(reply='Wrong \(0\)\. .* then .*'Wrong \(1\)\. .* for the same "
             r"history: the environment must be deterministic"),
+        (limited(max_tokens=0), r"^feedback\(turn 1 of .*\) sets the next turn's limits "
+            r"wrong: Feedback\.max_tokens must be an integer >= 1, or None for the run's "
+            r"max_tokens \(got 0\)"),
+        (limited(stop=";"), r"^feedback\(turn 1 of .*\) sets the next turn's limits wrong: "
+            r"Feedback\.stop must be a tuple of non-empty strings, .* \(got ';'\)"),
+        (limited(stop=(";", "")), r"^feedback\(turn 1 of .*\) sets the next turn's limits "
+            r"wrong: Feedback\.stop must be .* \(got \(';', ''\)\)"),
+        (limited(max_tokens=500), r"^feedback\(turn 1 of .*\) sets the next turn's max_tokens "
+            r"to 500, more than the episode's budget of 32 tokens: lower Feedback\.max_tokens "
+            r"to at most 32, or raise the task's episode_tokens"),
+        (limited(stop=(" ",)), r"^reference_turn\(.*, turn 2\) = ' \d+' contains the stop "
+            r"sequence ' ' that feedback\(turn 1 of .*\) set for it, so sampling would stop "
+            r"before it ends: leave ' ' out of Feedback\.stop, or write the reference without "
+            r"it"),
+        (limited(max_tokens=2), r"^reference_turn\(.*, turn 2\) ended as its turn asks takes "
+            r"\d tokens on ByteTokenizer, more than the max_tokens=2 that feedback\(turn 1 of "
+            r".*\) set for it: raise Feedback\.max_tokens to at least \d"),
+        (TaskStopInLaterTurn(), r"^reference_turn\(.*, turn 2\) = ' \d+\\nDone\.' contains "
+            r"the task's stop sequence '\\n', so sampling would stop before it ends: set the "
+            r"turn's own stops \(Feedback\.stop\), or write the reference without it"),
     ],
 )  # fmt: skip
 def test_each_episode_check_names_what_it_found(adapter: Any, expected: str) -> None:
@@ -254,3 +304,13 @@ def test_an_episode_that_pays_turns_cut_off_at_the_token_limit_is_warned_of() ->
         "completion.ended == 'length'"
     )
     assert "warning" not in check_adapter(NeedsItsEnding(), across_processes=False)
+
+
+def test_per_turn_limits_that_fit_pass_and_each_turn_ends_as_its_feedback_set() -> None:
+    task = Semicolon()
+    checks_passed(task)
+    # The checker plays the second try with the stop its feedback set, and says so.
+    seconds = [h for h in task.histories if len(h) == 2]
+    assert seconds
+    assert all((h[0].stop, h[1].stop) == ("\n", ";") for h in seconds if h[1].ended == "stop")
+    assert any(h[1].ended == "stop" for h in seconds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -16,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import strategies as st_
+from conftest import checks_passed
 from mathrl.adapter import AdapterError, Feedback, Message, Response
 from mathrl.backend import Completion, SampleParams
 from mathrl.config import TrainConfig
@@ -26,6 +28,8 @@ from mathrl.episodes import (
     add_scores,
     all_or_none,
     episode_metrics,
+    limits_error,
+    next_turn_params,
     text_tokens,
     turn_seed,
 )
@@ -34,8 +38,10 @@ from mathrl.loop import run_grpo
 from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
 from mathrl.rollout import run_problems
+from mathrl.tasks.addition import AdditionProblem, MathAdapter, reward
+from mathrl.text import shown
 from mathrl.workers import Workers
-from mathrl_fakes import ByteTokenizer, FakeBackend
+from mathrl_fakes import ByteTokenizer, FakeBackend, RecordingBackend
 from observing import Everything
 
 TOK = ByteTokenizer()
@@ -328,6 +334,22 @@ def test_episode_metrics_worked_example() -> None:
     assert episode_metrics([], {}) == {}
 
 
+class BrokenLater(Guess):
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        if len(responses) == 2:
+            raise KeyError(problem)
+        return super().feedback(problem, responses)
+
+
+def test_a_feedback_failure_names_the_models_turn() -> None:
+    # The first guess is answered; the environment fails on the second, and says so.
+    with pytest.raises(TaskError) as raised:
+        play(as_task(BrokenLater()), Scripted("3\n", "7\n"), 5)
+    assert str(raised.value) == (
+        "task 'guess' failed: feedback raised KeyError: 5 (on the model's turn 2: '7\\n')"
+    )
+
+
 class Stuck(Guess):
     def __init__(self) -> None:
         super().__init__()
@@ -580,3 +602,166 @@ def test_an_async_judge_has_the_pools_time_and_its_own_timeouts_are_its_errors()
             play(as_task(SlowJudge()), Scripted("5\n"), 5, workers=workers)
         with pytest.raises(TaskError, match=r"raised TimeoutError: the judge's own service"):
             play(as_task(JudgeTimesOut()), Scripted("5\n"), 5, workers=workers)
+
+
+class Relay(Guess):
+    """After a miss, the next guess ends with ";" and has 3 tokens; then the task's again."""
+
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        said = super().feedback(problem, responses)
+        if len(responses) == 1 and said.reply is not None:
+            return replace(said, stop=(";",), max_tokens=3)
+        return said
+
+
+def test_feedback_sets_the_next_turns_stop_and_budget_for_that_turn_only() -> None:
+    sampler = Scripted("3\n", "4;", "5\n")
+    (episode,) = play(as_task(Relay()), sampler, 5)
+    limits = [(p.stop, p.max_tokens) for _, _, p in sampler.requests]
+    # Turn 1: the task's stop and the run's 8. Turn 2: what turn 1's feedback set. Turn 3:
+    # the defaults again, within what is left of 2 * 3 * 8 = 48: 2 + 8 + 2 + 8 = 20 used.
+    assert limits == [(("\n",), 8), ((";",), 3), (("\n",), 8)]
+    # Each turn's Response reports the stop that ended it, read with that turn's stops.
+    assert [(t.response.ended, t.response.stop) for t in episode.turns] == [
+        ("stop", "\n"),
+        ("stop", ";"),
+        ("stop", "\n"),
+    ]
+    assert episode.turns[1].response.text == "4"
+
+
+def test_a_turn_that_runs_past_the_budget_its_feedback_set_is_cut_off() -> None:
+    sampler = Scripted("3\n", "444;", "5\n")
+    (episode,) = play(as_task(Relay()), sampler, 5)
+    second = episode.turns[1].response
+    assert (str(second), second.ended, second.stop) == ("444", "length", None)
+
+
+def test_the_budget_a_feedback_sets_is_capped_by_what_is_left_of_the_episode() -> None:
+    relay = Relay()
+    relay.episode_tokens = 12  # type: ignore[attr-defined]  # declared on this instance only
+    sampler = Scripted("3\n", "4;")
+    play(as_task(relay), sampler, 5)
+    # Turn 1: 2 tokens, reply "higher: " 8: 10 used, so turn 2 gets min(3, 12 - 10) = 2.
+    assert sampler.requests[1][2].max_tokens == 2
+
+
+@given(st_.sample_params, st_.turn_stops, st_.turn_budgets, st.integers(1, 4096), st_.seeds)
+def test_a_turns_params_are_the_episodes_with_the_limits_its_feedback_sets(
+    params: SampleParams, stop: tuple[str, ...] | None, budget: int | None, left: int, seed: int
+) -> None:
+    said = Feedback("reply", stop=stop, max_tokens=budget)
+    assert limits_error(said) is None
+    later = next_turn_params(params, said, left, seed)
+    assert later.stop == (params.stop if stop is None else stop)
+    assert later.max_tokens == min(params.max_tokens if budget is None else budget, left)
+    assert 1 <= later.max_tokens <= left
+    assert later.seed == seed
+    assert (later.temperature, later.end_of_turn) == (params.temperature, params.end_of_turn)
+
+
+@given(st.booleans(), st.data())
+def test_an_invalid_limit_is_named_with_what_it_got(bad_stop: bool, data: st.DataObject) -> None:
+    stop = data.draw(st_.bad_turn_stops if bad_stop else st_.turn_stops)
+    budget = data.draw(st_.turn_budgets if bad_stop else st_.bad_turn_budgets)
+    wrong = limits_error(Feedback("reply", stop=stop, max_tokens=budget))
+    field, value = ("stop", stop) if bad_stop else ("max_tokens", budget)
+    assert wrong is not None
+    assert wrong.startswith(f"Feedback.{field} must be ")
+    assert wrong.endswith(f"(got {shown(value)})")
+
+
+def test_a_feedback_setting_a_list_of_stops_is_read_as_a_tuple() -> None:
+    # A list is what a task author may well write; the request holds a tuple.
+    said = Feedback("r", stop=[";", "."])  # type: ignore[arg-type]  # a list, as written
+    assert limits_error(said) is None
+    assert next_turn_params(PARAMS, said, 5, 1).stop == (";", ".")
+
+
+class SetsLimits(Guess):
+    def __init__(self, **limits: Any) -> None:
+        super().__init__()
+        self.limits = limits
+
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        return replace(super().feedback(problem, responses), **self.limits)
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"max_tokens": 0}, r"Feedback\.max_tokens must be an integer >= 1, or None for the "
+            r"run's max_tokens \(got 0\)"),
+        ({"max_tokens": True}, r"Feedback\.max_tokens must be .* \(got True\)"),
+        ({"stop": "\n"}, r"Feedback\.stop must be a tuple of non-empty strings, e\.g\. "
+            r"\('\\n',\), or None for the task's stop \(got '\\n'\)"),
+        ({"stop": ("",)}, r"Feedback\.stop must be .* \(got \(''\,\)\)"),
+    ],
+)  # fmt: skip
+def test_a_feedback_that_sets_invalid_limits_ends_the_run_naming_the_task_and_turn(
+    limits: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(TaskError) as excinfo:
+        play(as_task(SetsLimits(**limits)), Scripted("3\n"), 5)
+    message = str(excinfo.value)
+    assert message.startswith("task 'guess' failed: feedback raised ValueError: after turn 1, ")
+    assert re.search(expected, message), message
+    assert "\n" not in message
+
+
+class SumThenNext(MathAdapter):
+    """Two turns: the sum, ended by the task's newline; then the sum plus one, ended by the
+    ";" the feedback sets for that turn, within the 5 tokens it sets (" 199;" at most), fewer
+    than the task's 8. Each right turn pays 0.5; the second only if it ended at ";"."""
+
+    name = "sum-then-next"
+    max_turns = 2
+
+    def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
+        if len(responses) > 1:
+            return Feedback(None)
+        right = super().compute_reward(responses[-1], problem) == 1.0
+        return Feedback(" Plus one: ", 0.5 if right else 0.0, stop=(";",), max_tokens=5)
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        last = completion if isinstance(completion, Response) else Response(completion)
+        right = reward(last.text, problem.answer + 1) == 1.0
+        return 0.5 if right and last.turn == 2 and last.stop == ";" else 0.0
+
+    def reference_turn(self, problem: AdditionProblem, responses: Sequence[Response]) -> str:
+        return f" {problem.answer + 1}"
+
+    def evaluate(self, rewards: Sequence[float]) -> float:
+        return sum(r >= 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+def test_a_game_whose_second_turn_has_its_own_stop_and_budget_learns_on_the_fake(
+    tmp_path: Path,
+) -> None:
+    checks_passed(SumThenNext())  # its limits fit: the check of them passes
+    config = TrainConfig(steps=16, batch=8, group=4, eval_every=8, eval_problems=16)
+    backend = RecordingBackend(
+        FakeBackend.for_run(
+            SumThenNext(), run_problems(SumThenNext(), config), checkpoint_dir=tmp_path
+        )
+    )
+    observer = Everything()
+    result = run_grpo(backend, SumThenNext(), config, observer)
+    # Each group's first turns with the task's limits, then each episode's second turn
+    # with those its feedback set, in training and in evaluation (greedy); the fake keeps
+    # to them.
+    firsts = [call for call in backend.samples if call.params.stop == ("\n",)]
+    seconds = [call for call in backend.samples if call.params.stop == (";",)]
+    assert {c.params.max_tokens for c in firsts} == {8}
+    assert {c.params.max_tokens for c in seconds} == {5}
+    assert len(firsts) + len(seconds) == len(backend.samples)
+    assert len(seconds) == sum(len(c.completions_G) for c in firsts)
+    assert {c.params.temperature for c in seconds} == {0.0, 1.0}
+    assert all(len(c.tokens) <= 5 for call in seconds for c in call.completions_G)
+    # The run read each second turn with its own stops: it ended at ";", never the newline.
+    finals = [s for g in observer.samples for s in g.samples]
+    assert all(s.earlier and s.stop in (";", None) for s in finals)
+    assert any(s.stop == ";" for s in finals)
+    rewards = [m.mean_reward for m in result.steps]
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.2
+    assert result.evaluations[-1].accuracy > result.evaluations[0].accuracy

@@ -128,5 +128,6 @@ def test_built_in_tasks_go_by_short_name(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr == (
         "mathrl: error: MINT_RL_ADAPTER must be addition, code, code-feedback, math, preference, "
-        "reasoning-gym or module:Class, e.g. mymod:MyTask (got 'subtraction')\n"
+        "reasoning-gym or module:Class, e.g. mymod:MyTask (got 'subtraction', with no ':Class' "
+        "after the module or file)\n"
     ).replace("MINT_RL_ADAPTER", "--adapter")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 import tempfile
@@ -99,7 +100,8 @@ def test_the_asyncio_snippet_trains_over_mint(
     task_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The README points at the mint backend's docstring for it.
-    assert "`help(mathrl.service.mint_backend)`\nthe same on MinT, in asyncio" in README
+    said = " ".join(README.split())
+    assert "`help(mathrl.service.mint_backend)` the same on MinT, in asyncio" in said
     doc = mathrl.service.mint_backend.__doc__ or ""
     snippet = textwrap.dedent(doc.split("(`Subtraction` is the README's task):\n", 1)[1])
     monkeypatch.syspath_prepend(str(task_folder))
@@ -155,3 +157,37 @@ def test_each_test_the_seed_table_names_exists() -> None:
     assert len(named) >= 10
     sources = "\n".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
     assert {name for name in named if f"def {name}(" not in sources} == set()
+
+
+def test_the_readme_is_a_tour_that_cites_only_what_ships() -> None:
+    # A tour of at most 400 lines: reference material lives in the docstrings it describes.
+    assert len(README.splitlines()) <= 400
+    # Every module or attribute it names by dotted path exists, so `help(...)` on it works.
+    for name in sorted(set(re.findall(r"`(mathrl(?:_fakes)?(?:\.[A-Za-z_]+)+)`", README))):
+        assert resolves(name), f"the README names {name}, which is not there"
+
+
+def resolves(dotted: str) -> bool:
+    """True if `dotted` is a module, or an attribute (of an attribute...) of one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            if not hasattr(target, part):
+                return False
+            target = getattr(target, part)
+        return True
+    return False
+
+
+def test_resolves_tells_a_missing_name() -> None:
+    assert resolves("mathrl.pairwise.win_rates")
+    assert not resolves("mathrl.pairwise.no_such_function")
+    assert not resolves("mathrl.no_such_module")
+
+
+def test_the_readme_names_no_shared_notes() -> None:
+    assert "../shared" not in README

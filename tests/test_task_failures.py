@@ -10,6 +10,7 @@ import pytest
 
 from cli_process import Result, run_main
 from mathrl.adapter import Response
+from mathrl.cli.settings import advised
 from mathrl.config import TrainConfig
 from mathrl.evaluation import evaluation_set
 from mathrl.loop import run_grpo
@@ -190,9 +191,15 @@ def test_a_held_out_set_that_repeats_problems_is_warned_about() -> None:
     assert len(problems) == 12
     assert warnings == [
         "the 12 held-out problems of task 'small-space' hold only 5 distinct ones (7 repeats), "
-        "so each evaluation counts some problems several times; lower the number of held-out "
-        "problems to 5 or widen the task's problem space"
+        "so each evaluation counts some problems several times; set eval_problems to 5 or "
+        "fewer, or draw them without replacement (rng.sample) from at least 12 problems"
     ]
+    # The command line spells the setting as it does: for a run, and for `eval`.
+    assert advised(warnings[0]).endswith("12 problems (MINT_RL_EVAL_PROBLEMS, --eval-problems)")
+    assert advised(warnings[0], {"eval_problems": "--problems"}).endswith(
+        "12 problems (--problems)"
+    )
+    assert advised("a plain warning") == "a plain warning"
 
 
 class Masked(MathAdapter):

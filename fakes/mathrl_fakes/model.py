@@ -15,7 +15,7 @@ import functools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from mathrl.adapter import Ending, Response
@@ -123,13 +123,15 @@ class FakeModel:
                 self._then[prompt_T] = ref.then
         self.table.add(targets, earlier)
 
-    def _next_turn(self, context: Sequence[int]) -> bool:
+    def _next_turn(self, context: Sequence[int], stop: Sequence[str]) -> bool:
         """Learn `context` as an episode's next turn, if it is one; True if it was.
 
         A later turn's prompt is an earlier turn's prompt, one of the
         completions sampled after it, then the environment's reply: the
         completion is read back as the task's reward would see it, and the
-        task's `reference_turn` gives the next reference (`Reference.then`).
+        task's `reference_turn` gives the next reference (`Reference.then`),
+        which ends as the turn's request asks: with its first of `stop`
+        (the stops the environment set for the turn), or else end-of-sequence.
         """
         n, _ = self.table.split(context)
         prompt = tuple(context[:n])
@@ -142,13 +144,17 @@ class FakeModel:
         if length == len(rest):  # no reply after it: not a next turn
             return False
         first = self.table.turns(context[:n])[0][0]  # the episode's first prompt's length
-        self.learn({tuple(context): then(response)}, earlier=n, first=tuple(context[:first]))
+        reference = replace(then(response), stop=stop[0] if stop else "")
+        self.learn({tuple(context): reference}, earlier=n, first=tuple(context[:first]))
         return True
 
-    def target_of(self, context: Sequence[int], *, exact: bool) -> tuple[int, Target | None]:
-        """(prompt length, target) for a context, refusing unknown prompts unless told not to."""
+    def target_of(
+        self, context: Sequence[int], *, exact: bool, stop: Sequence[str] = ()
+    ) -> tuple[int, Target | None]:
+        """(prompt length, target) for a context, refusing unknown prompts unless told not to;
+        `stop`: the stops of the request that asks for it (see `_next_turn`)."""
         n, target = self.table.split(context)
-        if exact and n != len(context) and target is not None and self._next_turn(context):
+        if exact and n != len(context) and target is not None and self._next_turn(context, stop):
             n, target = self.table.split(context)
         while self._more is not None and not (
             target is not None and (n == len(context) or not exact)
@@ -182,7 +188,7 @@ class FakeModel:
     ) -> list[Completion]:
         """`num_samples` completions under `theta`; sample g draws from `uniforms(key/g)`."""
         self.requests += 1
-        _, target = self.target_of(prompt_T, exact=True)
+        _, target = self.target_of(prompt_T, exact=True, stop=params.stop)
         drawn = [
             self._complete(theta, target, uniforms(f"{key}/{g}", params.max_tokens), params)
             for g in range(num_samples)

@@ -120,11 +120,26 @@ class Feedback:
     its reward (see `Adapter`'s `metrics`); the episode keeps, for each name,
     the value of the latest turn that reported it, so report a running count
     (feedback sees every turn) rather than this turn's increment.
+
+    `stop` and `max_tokens` set the limits of the model's next turn, and of
+    that turn only (as tinker's `Env.step` returns the next stop condition);
+    None keeps the defaults: the task's `stop`, the run's max_tokens.
+    `stop`: a tuple of non-empty strings that end the next turn instead
+    (`()`: none, so it ends at end-of-sequence, or end-of-turn for a
+    conversation); that turn's `Response.stop` is the one that ended it.
+    `max_tokens`: an integer >= 1, the next turn's budget instead; the turn
+    gets the smaller of it and what is left of `episode_tokens`, so it must
+    not exceed `episode_tokens`. A run ends on an invalid limit, with one
+    line naming the task and the turn; `check_adapter` reports one, and a
+    reference turn (`reference_turn`) that holds one of its turn's stops or
+    needs more tokens than its turn's budget.
     """
 
     reply: str | None = None
     reward: Reward = 0.0
     role: str = "user"
+    stop: tuple[str, ...] | None = None
+    max_tokens: int | None = None
     metrics: Metrics = field(default_factory=dict)
 
 
@@ -224,7 +239,8 @@ class Adapter(Protocol[ProblemT]):
       then. Default 1 (more needs `feedback`).
     - `episode_tokens: int`: the most tokens an episode may add after its
       prompt, the model's and the environment's together; a turn's budget is
-      the smaller of `max_tokens` and what is left, and the episode ends when
+      the smaller of `max_tokens` (or the one its feedback sets,
+      `Feedback.max_tokens`) and what is left, and the episode ends when
       nothing is. Default `2 * max_turns * max_tokens`.
     - `reference_turn(problem, responses) -> str`: the reference of the
       model's next turn after `responses` (and the environment's replies to

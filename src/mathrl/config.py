@@ -22,7 +22,7 @@ from mathrl.grpo import SCALES
 from mathrl.losses import DEFAULT_LOSS, LOSSES, PARAMETERS, Loss, LossName, losses_taking
 from mathrl.passk import MAX_SAMPLES
 from mathrl.tasks import BUILT_IN
-from mathrl.text import listed
+from mathrl.text import listed, shown, shown_end
 
 DEFAULT_BASE_URL = "https://mint.macaron.xin"
 """mint 0.2.0's endpoint when none is given (mint's `_MINT_DEFAULT_BASE_URL`)."""
@@ -44,6 +44,8 @@ class Rule:
 
     phrase: str | Callable[[], str]
     check: Callable[[Any], bool]
+    quote: Callable[[str], str] = shown
+    """How a message quotes a value given as text that the rule refuses."""
 
     @property
     def requirement(self) -> str:
@@ -94,6 +96,7 @@ RULES: dict[str, Rule] = {
     "adapter": Rule(
         f"{', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask",
         lambda s: s in BUILT_IN or (0 < len(s) <= 500 and s.count(":") == 1),
+        lambda s: adapter_spec_shown(s),
     ),
     "base_model": Rule(
         "a model name (printable, at most 200 characters)",
@@ -218,6 +221,20 @@ DEFAULTS: dict[str, Any] = {
     **{f.name: f.default for f in fields(Config) if f.name != "train"},
 }
 """Every field's built-in default (None: decided elsewhere, e.g. by the task)."""
+
+
+def adapter_spec_shown(spec: str) -> str:
+    """A task spec quoted where it is wrong (the end of a long path, say), and what is wrong."""
+    module_name, sep, attr = spec.partition(":")
+    if not spec.strip() or spec in BUILT_IN or (module_name and attr and ":" not in attr):
+        return shown(spec, 60)
+    if not sep:
+        return f"{shown_end(spec, 60)}, with no ':Class' after the module or file"
+    if not module_name:
+        return f"{shown(spec, 60)}, with no module or file before the ':'"
+    if not attr:
+        return f"{shown_end(spec, 60)}, with nothing after the ':'"
+    return f"{shown_end(spec, 60)}, with a second ':' in the class part {shown_end(attr, 30)}"
 
 
 def _check_fields(obj: Any, owner: str) -> None:

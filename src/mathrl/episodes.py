@@ -20,6 +20,12 @@ tokens: the text encoded for a text prompt, or the chat template's next
 message and the assistant's opening for a conversation. A conversation's
 turn cut off at the token limit has no end-of-turn token, so the reply
 starts with one (an environment token, which trains nothing).
+
+Limits: the first turn samples with the task's stop sequences and the run's
+max_tokens; each later turn with those its feedback sets (`Feedback.stop`,
+`Feedback.max_tokens`), or those, and never more tokens than the episode's
+budget has left (`next_turn_params`). A feedback that sets invalid limits
+ends the run (`limits_error`), as a feedback that returns no `Feedback` does.
 """
 
 from __future__ import annotations
@@ -95,6 +101,38 @@ class Episode:
             [t.reply_T for t in self.turns[:-1]],
             advantage,
         )
+
+
+def limits_error(said: Feedback) -> str | None:
+    """What is wrong with the next turn's limits that `said` sets, in one phrase; None if
+    they are valid: `stop` None or a tuple (or list) of non-empty strings, `max_tokens`
+    None or an integer >= 1."""
+    stop, max_tokens = said.stop, said.max_tokens
+    if stop is not None and not (
+        isinstance(stop, tuple | list) and all(isinstance(s, str) and s for s in stop)
+    ):
+        return (
+            "Feedback.stop must be a tuple of non-empty strings, e.g. ('\\n',), or None for "
+            f"the task's stop (got {shown(stop)})"
+        )
+    if max_tokens is not None and not (
+        isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1
+    ):
+        return (
+            "Feedback.max_tokens must be an integer >= 1, or None for the run's max_tokens "
+            f"(got {shown(max_tokens)})"
+        )
+    return None
+
+
+def next_turn_params(params: SampleParams, said: Feedback, left: int, seed: int) -> SampleParams:
+    """How to sample the turn after the feedback `said` (valid: `limits_error`), with `left`
+    of the episode's tokens left, at `seed`: `params`, the episode's (the task's stops and
+    the run's max_tokens), with the limits `said` sets in their place, the budget at most
+    `left`."""
+    stop = params.stop if said.stop is None else tuple(said.stop)
+    max_tokens = params.max_tokens if said.max_tokens is None else said.max_tokens
+    return replace(params, stop=stop, max_tokens=min(max_tokens, left), seed=seed)
 
 
 def turn_seed(request_seed: int, member: int, turn: int) -> int:
@@ -236,13 +274,13 @@ class Player(Generic[P]):
         task, tokenizer = self.task, self.tokenizer
         chat = not isinstance(prompt, str)
         budget = task.episode_budget(params.max_tokens)
-        context_T, used = list(prompt_T), 0
+        context_T, used, stop = list(prompt_T), 0, params.stop
         turns: list[Turn] = []
         scores: list[Score] = []
         said_metrics: list[dict[str, float]] = []
         while True:
             turn = len(turns) + 1
-            response = response_of(tokenizer, completion.tokens, params.stop, chat, turn)
+            response = response_of(tokenizer, completion.tokens, stop, chat, turn)
             used += len(completion.tokens)
             history = (*(t.response for t in turns), response)
             said = await self._feedback(problem, history, shared)
@@ -257,7 +295,8 @@ class Player(Generic[P]):
             used += len(reply_T)
             context_T += [*completion.tokens, *reply_T]
             seed = turn_seed(params.seed or 0, member, turn + 1)
-            later = replace(params, max_tokens=min(params.max_tokens, budget - used), seed=seed)
+            later = next_turn_params(params, said, budget - used, seed)
+            stop = later.stop
             (completion,) = await self.sampler.sample(context_T, 1, later)
         end: Score = (0.0, {})
         if not task.rewards_groups:
@@ -297,6 +336,10 @@ class Player(Generic[P]):
                 problem_ = ValueError(
                     f"it must return a Feedback(reply=text or None, reward=...) (got {shown(said)})"
                 )
+                raise TaskError(self.task, "feedback", problem_, history[-1])
+            wrong = limits_error(said)
+            if wrong is not None:
+                problem_ = ValueError(f"after turn {len(history)}, {wrong}")
                 raise TaskError(self.task, "feedback", problem_, history[-1])
             return said
 

@@ -21,7 +21,7 @@ from mathrl.backend import Sampler, Tokenizer
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Player, all_or_none
 from mathrl.passk import majority_at_k, pass_at_k
-from mathrl.report import EvalMetrics
+from mathrl.report import Advice, EvalMetrics
 from mathrl.resolved import Task, prompt_key
 from mathrl.rewards import TaskError, response_key, task_call
 from mathrl.rollout import metric_means, part_means, play_groups, prompt_tokens
@@ -209,10 +209,11 @@ def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], list[st
         problems = kept
     distinct = len({prompt_key(task.adapter.make_prompt(p)) for p in problems})
     if distinct < len(problems):
-        warnings.append(
+        advice = (
             f"the {len(problems)} held-out problems of task {task.name!r} hold only {distinct} "
             f"distinct ones ({len(problems) - distinct} repeats), so each evaluation counts "
-            f"some problems several times; lower the number of held-out problems to {distinct} "
-            "or widen the task's problem space"
+            f"some problems several times; set eval_problems to {distinct} or fewer, or draw "
+            f"them without replacement (rng.sample) from at least {len(problems)} problems"
         )
+        warnings.append(Advice(advice, ("eval_problems",)))
     return problems, warnings

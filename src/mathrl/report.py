@@ -14,6 +14,18 @@ from dataclasses import dataclass, field
 from mathrl.losses import Loss
 
 
+class Advice(str):
+    """A warning that names the run settings which would change it, by `TrainConfig` field
+    (`settings`); the command line adds their flags and variables, as for a `BackendError`."""
+
+    settings: tuple[str, ...]
+
+    def __new__(cls, message: str, settings: tuple[str, ...] = ()) -> Advice:
+        self = super().__new__(cls, message)
+        self.settings = settings
+        return self
+
+
 @dataclass(frozen=True, slots=True)
 class StepMetrics:
     """What one training step did."""

@@ -41,8 +41,11 @@ class TaskError(Exception):
         else:  # the input once: in the (on ...) below, escaped and cut, not in the error too
             detail = one_line(elided(str(exc), given), 200) or type(exc).__name__
             what = f"{method} raised {type(exc).__name__}: {detail}"
-        # A Response shows as its text.
-        super().__init__(f"task {task.name!r} failed: {what} (on {shown(given, 60)})")
+        # A Response shows as its text; in an episode, with the model's turn it was.
+        on = shown(given, 60)
+        if isinstance(given, Response) and (task.plays_episodes or given.turn > 1):
+            on = f"the model's turn {given.turn}: {on}"
+        super().__init__(f"task {task.name!r} failed: {what} (on {on})")
         self.task_identity = task.identity
         self.method = method
         self.late = isinstance(exc, Late)
@@ -80,6 +83,12 @@ def response_of(
         if text.endswith(s):
             return Response(text, "stop", s, turn, count)
     return Response(text, "length", None, turn, count)
+
+
+def ended_tokens(tokenizer: Tokenizer, text: str, stops: Sequence[str]) -> int:
+    """The tokens sampling takes to write `text` and end it as the task asks: with its first
+    stop sequence, or else with one end-of-turn (conversation) or end-of-sequence token."""
+    return len(tokenizer.encode(text + stops[0])) if stops else len(tokenizer.encode(text)) + 1
 
 
 def reward_total(value: object) -> tuple[float, dict[str, float]] | None:

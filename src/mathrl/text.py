@@ -69,6 +69,18 @@ def shown(value: object, limit: int = 40) -> str:
     return f"{one_line(repr(head[:low]), most)}... ({len(value):,} characters)"
 
 
+def shown_end(value: str, limit: int = 40) -> str:
+    """`value` quoted like `shown`, but a long one keeps its end, not its start: for a path
+    or spec whose wrong part is its last (`...'ever/task.py' (82 characters)`)."""
+    squeezed = _SPACES.sub(" ", value)
+    most = 10 * (limit + 1) + 2  # an escape is at most 10 characters
+    tail = squeezed[-limit - 1 :] if limit else ""
+    while len(one_line(repr(tail), most)) > limit + 2:  # escapes took room: drop one
+        tail = tail[1:]
+    kept = one_line(repr(tail), most)
+    return kept if tail == squeezed else f"...{kept} ({len(value):,} characters)"
+
+
 def listed(words: Iterable[str], conjunction: str) -> str:
     """`a`, `a or b`, `a, b or c`: the words (at least one) as a sentence lists them."""
     *rest, last = words

@@ -28,7 +28,15 @@ from mathrl.cli.loader import load_recorded_task, load_task
 from mathrl.cli.parsers import BACKENDS, SAMPLE_FIELDS
 from mathrl.cli.records import eval_file_record
 from mathrl.cli.run_folder import CONFIG, EVALS, RunFolder, RunFolderError, RunRecord, read_run
-from mathrl.cli.settings import BY_FIELD, api_key, base_url, build_config, parse_count, task_options
+from mathrl.cli.settings import (
+    BY_FIELD,
+    advised,
+    api_key,
+    base_url,
+    build_config,
+    parse_count,
+    task_options,
+)
 from mathrl.cli.task_args import given_task_args
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import MAX_COMPLETIONS_PER_STEP, Config, ConfigError
@@ -195,7 +203,7 @@ async def evaluate_weights(
     Returns the exit code."""
     config, task = plan.config, plan.task
     for warning in plan.warnings:
-        say(warning)
+        say(advised(warning, {"eval_problems": "--problems"}))
     tokenizer, sampler = await _open(plan, env, say)
     print(model_line(config, tokenizer.vocab_size), flush=True)
     started = time.monotonic()

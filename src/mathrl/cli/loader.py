@@ -24,7 +24,7 @@ from typing import Any
 from mathrl.adapter import AdapterError, OptionError
 from mathrl.cli.settings import BY_FIELD, TaskOptions
 from mathrl.cli.task_args import FLAG, converted, task_options_of
-from mathrl.config import ConfigError
+from mathrl.config import ConfigError, adapter_spec_shown
 from mathrl.resolved import Task, as_task
 from mathrl.tasks import BUILT_IN
 from mathrl.text import describe, shown
@@ -97,7 +97,7 @@ def task_target(spec: str, source: str) -> Any:
     if not (sep and module_name and attr and ":" not in attr):
         raise ConfigError(
             f"{source} must be {', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask "
-            f"(got {shown(spec)})"
+            f"(got {adapter_spec_shown(spec)})"
         )
     module = _import(module_name, source)
     target: Any = module

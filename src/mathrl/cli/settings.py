@@ -296,7 +296,8 @@ def _read(
         except ValueError:
             value = None
         if value is None or not setting.rule.check(value):
-            raise ConfigError(f"{source} must be {setting.requirement} (got {shown(raw)})")
+            got = setting.rule.quote(raw)
+            raise ConfigError(f"{source} must be {setting.requirement} (got {got})")
         yield setting, value, source
 
 
@@ -375,6 +376,17 @@ def wording(settings: Iterable[str]) -> str:
 def worded(exc: BackendError) -> str:
     """A library error's message, with the settings it names spelled as flags and variables."""
     return f"{exc} ({wording(exc.settings)})" if exc.settings else str(exc)
+
+
+def advised(message: str, flags: Mapping[str, str] | None = None) -> str:
+    """A warning, with the settings it names (`report.Advice`) spelled as the command line
+    does; `flags` spells a command's own flag for a field (`eval`'s `--problems`)."""
+    settings: tuple[str, ...] = getattr(message, "settings", ())
+    if not settings:
+        return str(message)
+    own = flags or {}
+    named = [own[f] if f in own else wording([f]) for f in settings]
+    return f"{message} ({', '.join(named)})"
 
 
 def api_key(env: Mapping[str, str]) -> str:

@@ -25,7 +25,15 @@ from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
-from mathrl.cli.settings import BY_FIELD, FakeOptions, TaskOptions, api_key, base_url, worded
+from mathrl.cli.settings import (
+    BY_FIELD,
+    FakeOptions,
+    TaskOptions,
+    advised,
+    api_key,
+    base_url,
+    worded,
+)
 from mathrl.cli.wandb_mirror import WandbMirror
 from mathrl.config import Config, ConfigError
 from mathrl.loop import run_grpo_async
@@ -39,7 +47,7 @@ from mathrl.report import (
     TemperedRatio,
 )
 from mathrl.resolved import Task
-from mathrl.rewards import TaskError, task_call
+from mathrl.rewards import TaskError, ended_tokens, task_call
 from mathrl.rollout import run_problems
 from mathrl.service.hf_tokenizer import NoChatTemplate
 from mathrl.service.recovery import RetryingBackend
@@ -76,8 +84,18 @@ class Stdout:
 class SeedLines(Observer):
     """The seed demo's stdout lines, eval lines, and advice on stderr."""
 
-    def __init__(self, out: Stdout, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        out: Stdout,
+        say: Callable[[str], None],
+        max_tokens: int = 0,
+        reference_tokens: Callable[[int], int | None] = lambda step: None,
+    ) -> None:
+        """`max_tokens`: a completion's token limit; `reference_tokens(step)`: the most tokens
+        a reference of that step's problems takes (None if unknown), asked only to explain
+        a step that trained nothing while completions hit the limit."""
         self.out, self.say = out, say
+        self.max_tokens, self.reference_tokens = max_tokens, reference_tokens
 
     def on_step(self, m: StepMetrics) -> None:
         self.out.line(f"Step {m.step}: accuracy={m.accuracy:.1%}, datums={m.datums}")
@@ -86,11 +104,7 @@ class SeedLines(Observer):
                 f"step {m.step}: every completion was right, so there was nothing left to learn."
             )
         elif m.datums == 0:
-            self.say(
-                f"step {m.step}: all {m.groups} groups had equal rewards, so nothing was trained. "
-                "Sample more varied groups: raise MINT_RL_GROUP or MINT_RL_BATCH, "
-                "raise MINT_RL_TEMPERATURE, or raise MINT_RL_MAX_TOKENS."
-            )
+            self.say(untrained_step_advice(m, self.max_tokens, self.reference_tokens))
 
     def on_eval(self, m: EvalMetrics) -> None:
         passes = "".join(f", pass@{k}={value:.1%}" for k, value in m.pass_at_k.items())
@@ -99,10 +113,64 @@ class SeedLines(Observer):
         )
 
     def on_warning(self, message: str) -> None:
-        self.say(message)
+        self.say(advised(message))
 
     def on_tempered_ratio(self, note: TemperedRatio) -> None:
         self.say(tempered_ratio_note(note))
+
+
+VARIED_GROUPS = (
+    "Sample more varied groups: raise --group or --batch (MINT_RL_GROUP, MINT_RL_BATCH), "
+    "--temperature (MINT_RL_TEMPERATURE) or --max-tokens (MINT_RL_MAX_TOKENS)."
+)
+
+
+def untrained_step_advice(
+    m: StepMetrics, max_tokens: int, reference_tokens: Callable[[int], int | None]
+) -> str:
+    """What to change after a step whose groups all had equal rewards.
+
+    When completions hit the token limit, it says how many, against what the
+    reference takes: a limit below the reference's length is the likely cause.
+    """
+    said = f"step {m.step}: all {m.groups} groups had equal rewards, so nothing was trained"
+    if not m.truncated:
+        return f"{said}. {VARIED_GROUPS}"
+    completions = m.groups * m.group_size
+    said += f": {m.truncated} of {completions} completions hit the token limit of {max_tokens}"
+    needed = reference_tokens(m.step)
+    if needed is None:
+        return f"{said}. {VARIED_GROUPS}"
+    if needed > max_tokens:
+        return (
+            f"{said}, and the reference takes {needed} tokens. Raise --max-tokens "
+            f"(MINT_RL_MAX_TOKENS) to {needed} or more."
+        )
+    return f"{said}, though the reference takes only {needed}. {VARIED_GROUPS}"
+
+
+def longest_reference(
+    task: Task[Any], tokenizer: Tokenizer, seed: int, batch: int
+) -> Callable[[int], int | None]:
+    """`step -> the most tokens a reference of the step's problems takes`, ended as the task
+    asks (an episode's first turn: `reference_turn`); None if the task fails to say."""
+
+    def longest(step: int) -> int | None:
+        try:
+            problems = task.adapter.build_dataset(seed, step, batch)
+            return max(
+                ended_tokens(
+                    tokenizer,
+                    task.reference_turn(p, ()),
+                    task.stop_for(task.adapter.make_prompt(p)),
+                )
+                for p in problems
+            )
+        # The task's own code, which may raise anything: the advice then goes without it.
+        except Exception:
+            return None
+
+    return longest
 
 
 def tempered_ratio_note(note: TemperedRatio) -> str:
@@ -270,7 +338,12 @@ async def train(
                 if mirrors:
                     speak(f"mirroring metrics to W&B: {mirrors[0].where}")
                 out.line(model_line(config, backend.tokenizer.vocab_size))
-                observer = Observers(folder, latest, SeedLines(out, speak), progress, *mirrors)
+                max_tokens = config.train.max_tokens or task.max_tokens
+                references = longest_reference(
+                    task, backend.tokenizer, config.train.seed, config.train.batch
+                )
+                lines = SeedLines(out, speak, max_tokens, references)
+                observer = Observers(folder, latest, lines, progress, *mirrors)
                 result = await run_grpo_async(
                     backend, task, config.train, observer,
                     resume=plan.resume, stop=stop, workers=workers,

@@ -14,9 +14,11 @@ it happened):
   another hash seed (`new_interpreter.py`), exact sizes, different problems
   across seeds and steps, prompts that are text or well-formed conversations,
   held-out problems disjoint from the first training steps';
-- rewards (`reward_checks.py`): the reference, ended as the task asks, earns
-  the maximum and fits `max_tokens` on the tokenizer in use (by default the
-  fake's, which counts UTF-8 bytes, more than real tokenizers do); wrong
+- rewards (`reward_checks.py`; every completion it makes up is a `Response`
+  that says how it ended and its `tokens` on the tokenizer in use): the
+  reference, ended as the task asks, earns the maximum and fits `max_tokens`
+  on the tokenizer in use (by default the fake's, which counts UTF-8 bytes,
+  more than real tokenizers do); wrong
   answers (the task's `wrong_completions` too) earn less, as does the
   reference in full-width look-alike digits; rewards are finite numbers or
   named parts and never raise on hostile completions (`inputs.py`: empty,

@@ -14,6 +14,13 @@ correct; `wrong_completions` played every turn must earn less; the recovery
 must earn no less than staying wrong; the episodes that end in the
 reference's turns must fit the episode's token budget on the tokenizer in
 use. The cut-off reference earning as much is a warning, not a violation.
+
+Per-turn limits (`Feedback.stop`, `Feedback.max_tokens`): every feedback's
+must be valid (`mathrl.episodes.limits_error`), and its max_tokens at most
+the episode's budget; each of the reference's later turns must fit its own
+turn's limits, those its feedback set or else the task's: contain none of
+the turn's stop sequences, and take, ended as the turn asks, no more than
+the turn's max_tokens.
 """
 
 from __future__ import annotations
@@ -26,8 +33,8 @@ from typing import Any
 
 from mathrl.adapter import Ending, Feedback, Prompt, Response
 from mathrl.backend import Tokenizer
-from mathrl.episodes import reply_tokens, text_tokens
-from mathrl.rewards import metric_values, reward_total
+from mathrl.episodes import limits_error, reply_tokens, text_tokens
+from mathrl.rewards import ended_tokens, metric_values, reward_total
 from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, WRONG
 from mathrl.testing.metric_checks import SHAPE
@@ -166,7 +173,9 @@ class EpisodeChecks:
         Turn 1 is `first` (default: the reference's), later turns `first` again if
         `repeat`, else the reference's; each ends as the task asks unless `ended`.
         """
-        stops, chat = self.task.stop_for(prompt), not isinstance(prompt, str)
+        chat = not isinstance(prompt, str)
+        stops = self.task.stop_for(prompt)
+        set_by: tuple[Feedback, str] | None = None  # the feedback that set the turn's limits
         history: list[Response] = []
         used, said, finished = 0, list[float](), False
         for turn in range(1, self.task.max_turns + 1):
@@ -183,8 +192,8 @@ class EpisodeChecks:
             history.append(
                 Response(str(response), response.ended, response.stop, turn, response.tokens)
             )
-            if not repeat and (turn > 1 or first is None):  # a reference turn: within max_tokens
-                self.rewards.fits(text, stops, chat, f"{where}, turn {turn}")
+            if not repeat and (turn > 1 or first is None):  # a reference turn: within limits
+                self.fits(text, stops, where, turn, set_by)
             turn_T = text_tokens(self.tokenizer, str(response))
             closing = {
                 "end_of_turn": [self.tokenizer.end_of_turn_id],
@@ -200,6 +209,9 @@ class EpisodeChecks:
                 finished = answer[0].reply is None
                 break
             used += len(reply_tokens(self.tokenizer, self.task, prompt, turn_T, answer[0]))
+            sets = answer[0].stop is not None or answer[0].max_tokens is not None
+            set_by = (answer[0], f"feedback(turn {turn} of {label})") if sets else None
+            stops = self.task.stop_for(prompt) if answer[0].stop is None else tuple(answer[0].stop)
         budget = self.task.episode_budget(self.task.max_tokens)
         self.c.expect(
             repeat or used <= budget,
@@ -208,6 +220,45 @@ class EpisodeChecks:
             key="episode-budget",
         )
         return _Played(label, history[-1], tuple(said), finished)
+
+    def fits(
+        self,
+        text: str,
+        stops: Sequence[str],
+        where: str,
+        turn: int,
+        set_by: tuple[Feedback, str] | None,
+    ) -> None:
+        """A reference turn fits its turn's limits: those its feedback set (`set_by`, with
+        the call that returned it), or the task's. The first turn's stops are the reward
+        checks' (`stop-in-reference`)."""
+        where = f"{where}, turn {turn}"
+        if turn > 1:
+            for stop in stops:
+                if set_by is not None and set_by[0].stop is not None:
+                    origin = f"the stop sequence {stop!r} that {set_by[1]} set for it"
+                    fix = f"leave {stop!r} out of Feedback.stop"
+                else:
+                    origin = f"the task's stop sequence {stop!r}"
+                    fix = "set the turn's own stops (Feedback.stop)"
+                self.c.expect(
+                    stop not in text,
+                    f"reference_turn({where}) = {shown(text, 40)} contains {origin}, so "
+                    f"sampling would stop before it ends: {fix}, or write the reference "
+                    "without it",
+                    key=f"stop-in-turn-{stop}",
+                )
+        if set_by is None or set_by[0].max_tokens is None:
+            self.rewards.fits(text, stops, where)
+            return
+        needed = ended_tokens(self.tokenizer, text, stops)
+        self.c.expect(
+            needed <= set_by[0].max_tokens,
+            f"reference_turn({where}) ended as its turn asks takes {needed} tokens on "
+            f"{type(self.tokenizer).__name__}, more than the max_tokens={set_by[0].max_tokens} "
+            f"that {set_by[1]} set for it: raise Feedback.max_tokens to at least {needed}",
+            key="turn-max-tokens",
+        )
 
     def reference_turn(self, problem: Any, history: Sequence[Response], where: str) -> str | None:
         what = f"reference_turn({where})" if history else f"reference_completion({where})"
@@ -249,6 +300,8 @@ class EpisodeChecks:
             f"{what} returned Feedback(metrics={shown(said.metrics, 80)}): {SHAPE}",
             key="feedback-metrics",
         )
+        if not self.limits(what, said):
+            return None
         ok, again = self.c.call(what, lambda: method(problem, tuple(history)), key="feedback")
         self.c.expect(
             not ok or again == said,
@@ -257,3 +310,22 @@ class EpisodeChecks:
             key="feedback-determinism",
         )
         return said, total[0]
+
+    def limits(self, what: str, said: Feedback) -> bool:
+        """The limits `said` sets for the next turn are valid (else False: the episode cannot
+        go on), and its max_tokens fits the episode's budget (what is left of it caps the
+        turn at run time)."""
+        wrong = limits_error(said)
+        if not self.c.expect(
+            wrong is None, f"{what} sets the next turn's limits wrong: {wrong}", key="turn-limits"
+        ):
+            return False
+        budget = self.task.episode_budget(self.task.max_tokens)
+        self.c.expect(
+            said.max_tokens is None or said.max_tokens <= budget,
+            f"{what} sets the next turn's max_tokens to {said.max_tokens}, more than the "
+            f"episode's budget of {budget} tokens: lower Feedback.max_tokens to at most "
+            f"{budget}, or raise the task's episode_tokens",
+            key="turn-budget",
+        )
+        return True

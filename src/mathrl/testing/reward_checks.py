@@ -24,7 +24,7 @@ from typing import Any
 from mathrl.adapter import Ending, Response
 from mathrl.backend import Tokenizer
 from mathrl.episodes import text_tokens
-from mathrl.rewards import response_key, reward_total
+from mathrl.rewards import ended_tokens, response_key, reward_total
 from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.text import describe, shown
@@ -93,7 +93,7 @@ class RewardChecks:
                 f"{stop!r}, so sampling would stop before it ends",
                 key=f"stop-in-reference-{stop}",
             )
-        self.fits(ref, stops, chat, where)
+        self.fits(ref, stops, where)
         reference = ended_as_asked(ref, stops, chat, self.tokenizer)
         ok, own = c.call(
             f"wrong_completions({where})", partial(self.task.wrong_completions, problem)
@@ -136,10 +136,9 @@ class RewardChecks:
             )
         return reference, best, where
 
-    def fits(self, ref: str, stops: Sequence[str], chat: bool, where: str) -> None:
+    def fits(self, ref: str, stops: Sequence[str], where: str) -> None:
         """The reference, ended as asked, fits in the task's max_tokens on this tokenizer."""
-        ending = 0 if stops else 1  # the end-of-sequence or end-of-turn token
-        needed = len(self.tokenizer.encode(ref + (stops[0] if stops else ""))) + ending
+        needed = ended_tokens(self.tokenizer, ref, stops)
         self.c.expect(
             needed <= self.task.max_tokens,
             f"reference_completion({where}) ended as the task asks takes {needed} tokens on "
