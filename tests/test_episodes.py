@@ -30,13 +30,12 @@ from mathrl.episodes import (
     episode_metrics,
     limits_error,
     next_turn_params,
-    text_tokens,
     turn_seed,
 )
 from mathrl.grpo import episode_datum
 from mathrl.loop import run_grpo
 from mathrl.resolved import Task, as_task
-from mathrl.rewards import TaskError
+from mathrl.rewards import TaskError, ended_tokens, text_tokens
 from mathrl.rollout import run_problems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter, reward
 from mathrl.text import shown
@@ -542,6 +541,10 @@ def test_a_reply_in_mid_sequence_has_no_beginning_of_text_token() -> None:
     # "hi" is [104, 105]; encoded alone it is [255, 104, 105]; a reply is just [104, 105].
     assert text_tokens(WithBos(), "hi") == [104, 105]
     assert text_tokens(ByteTokenizer(), "hi") == [104, 105]
+    # A reference's length counts no beginning-of-text token either: "hi" and "\n" is 3,
+    # "hi" and one end-of-sequence token is 3 too.
+    assert ended_tokens(WithBos(), "hi", ("\n",)) == 3
+    assert ended_tokens(WithBos(), "hi", ()) == 3
 
 
 class EmptyReply(Guess):

@@ -54,6 +54,7 @@ from mathrl.rewards import (
     reward_of,
     rewards_alone,
     task_call,
+    text_tokens,
 )
 from mathrl.text import shown
 from mathrl.workers import Workers, in_process
@@ -153,13 +154,6 @@ def reply_tokens(
     )
     message = {"role": said.role, "content": said.reply}
     return opening + tokenizer.render_reply(message, task.chat_template_options)
-
-
-def text_tokens(tokenizer: Tokenizer, text: str) -> list[int]:
-    """`text`'s tokens in the middle of a sequence: without what the tokenizer adds to any
-    text at its start (a Llama tokenizer's beginning-of-text token, say)."""
-    tokens, added = tokenizer.encode(text), tokenizer.encode("")
-    return tokens[len(added) :] if added and tokens[: len(added)] == added else tokens
 
 
 async def all_or_none(awaitables: Sequence[Awaitable[T]]) -> list[T]:

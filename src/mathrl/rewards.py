@@ -85,10 +85,19 @@ def response_of(
     return Response(text, "length", None, turn, count)
 
 
+def text_tokens(tokenizer: Tokenizer, text: str) -> list[int]:
+    """`text`'s tokens in the middle of a sequence: without what the tokenizer adds to any
+    text at its start (a Llama tokenizer's beginning-of-text token, say)."""
+    tokens, added = tokenizer.encode(text), tokenizer.encode("")
+    return tokens[len(added) :] if added and tokens[: len(added)] == added else tokens
+
+
 def ended_tokens(tokenizer: Tokenizer, text: str, stops: Sequence[str]) -> int:
     """The tokens sampling takes to write `text` and end it as the task asks: with its first
     stop sequence, or else with one end-of-turn (conversation) or end-of-sequence token."""
-    return len(tokenizer.encode(text + stops[0])) if stops else len(tokenizer.encode(text)) + 1
+    if stops:
+        return len(text_tokens(tokenizer, text + stops[0]))
+    return len(text_tokens(tokenizer, text)) + 1
 
 
 def reward_total(value: object) -> tuple[float, dict[str, float]] | None:

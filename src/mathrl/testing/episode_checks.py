@@ -33,8 +33,8 @@ from typing import Any
 
 from mathrl.adapter import Ending, Feedback, Prompt, Response
 from mathrl.backend import Tokenizer
-from mathrl.episodes import limits_error, reply_tokens, text_tokens
-from mathrl.rewards import ended_tokens, metric_values, reward_total
+from mathrl.episodes import limits_error, reply_tokens
+from mathrl.rewards import ended_tokens, metric_values, reward_total, text_tokens
 from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, WRONG
 from mathrl.testing.metric_checks import SHAPE

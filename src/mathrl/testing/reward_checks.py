@@ -23,8 +23,7 @@ from typing import Any
 
 from mathrl.adapter import Ending, Response
 from mathrl.backend import Tokenizer
-from mathrl.episodes import text_tokens
-from mathrl.rewards import ended_tokens, response_key, reward_total
+from mathrl.rewards import ended_tokens, response_key, reward_total, text_tokens
 from mathrl.testing.checker import Checker, problem_name
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.text import describe, shown
