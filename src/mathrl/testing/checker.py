@@ -157,6 +157,32 @@ class Checker:
 
     # -- problems -----------------------------------------------------------------
 
+    def shared_prompts(self) -> None:
+        """A warning when problems drawn so far share a prompt but not its reference: a model
+        sees the prompt, not the problem (a game's hidden secret), so it cannot learn each
+        one's; the fake learns the one most of them have."""
+        references: dict[str, dict[str, str]] = {}
+        for draw in self.draws:
+            for problem in draw.problems:
+                try:
+                    prompt = prompt_key(self.adapter.make_prompt(problem))
+                    reference = str(self.adapter.reference_completion(problem))
+                except Exception:  # a violation of its own already
+                    continue
+                references.setdefault(prompt, {}).setdefault(reference, prompt)
+        for prompt, by_reference in references.items():
+            first, second, *_ = [*by_reference, "", ""]
+            self.warn(
+                len(by_reference) < 2,
+                f"problems that share the prompt {shown(prompt, 40)} have different "
+                f"references ({shown(first)} and {shown(second)}), but a model sees the "
+                "prompt, not the problem: it cannot learn to write each one's (the fake "
+                "learns the one most of them have); make the first turn's reference what the "
+                "prompt tells, and let the environment's replies tell the rest "
+                "(reference_turn)",
+                key="shared-prompt",
+            )
+
     def dataset(self, seeds: Sequence[int], steps: Sequence[int], size: int) -> list[Any]:
         """Determinism, size and variety of build_dataset; returns some of its problems."""
         saved = random.getstate()
@@ -228,7 +254,7 @@ class Checker:
             and isinstance(again, list)
             and prompts == again_prompts
             and equal_by_value(problems, again)
-            and _same_keys(self.adapter, problems, again),
+            and _same_keys(problems, again),
             f"{what} depends on or advances the global random state: draw from a private "
             f"random.Random seeded by {seeded_by}, never from the `random` module",
             key=f"global-random-{method}",
@@ -284,25 +310,22 @@ def equal_by_value(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return True
 
 
-def _same_keys(adapter: Any, problems: Sequence[Any], again: object) -> bool:
-    """Whether two draws gave the same problems, compared as `problem_key`s."""
-    if not isinstance(again, list) or len(again) != len(problems):
-        return False
+def _same_keys(problems: Sequence[Any], again: Sequence[Any]) -> bool:
+    """Whether two draws gave the same problems by fingerprint (a problem without one says
+    nothing here: it is compared by its prompt)."""
+    return list(map(_fingerprint, problems)) == list(map(_fingerprint, again))
+
+
+def _fingerprint(problem: Any) -> str | None:
     try:
-        keys = [problem_key(adapter, p) for p in problems]
-        return keys == [problem_key(adapter, p) for p in again]
-    except Exception:  # make_prompt raised: already a violation of its own
-        return True
+        return problem_fingerprint(problem)
+    except Unfingerprintable:
+        return None
 
 
 def _named(adapter: Any, problems: Sequence[Any]) -> str:
-    """The first of `problems` as a message names it (its prompt)."""
-    if not problems:
-        return ""
-    try:
-        return problem_name(adapter.make_prompt(problems[0]))
-    except Exception:  # make_prompt raised: already a violation of its own
-        return shown(problems[0])
+    """The first of `problems` as a message names it (its prompt, already checked)."""
+    return problem_name(adapter.make_prompt(problems[0])) if problems else ""
 
 
 def _count(value: Any) -> str:
