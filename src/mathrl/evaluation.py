@@ -70,6 +70,9 @@ class Evaluation:
     parts_P: list[dict[str, float]]
     accuracy: float
     samples: Samples | None = None
+    episodes_P: Sequence[Episode] = ()
+    """Each greedy episode whole: every turn and the environment's reply to it (`sample`
+    prints them for a task that plays episodes)."""
 
     @property
     def texts_P(self) -> list[str]:
@@ -129,6 +132,7 @@ async def evaluate(
         [e.parts for e in episodes_P],
         task.adapter.evaluate(rewards_P),
         drawn,
+        episodes_P,
     )
 
 
