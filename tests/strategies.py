@@ -370,3 +370,26 @@ def judged_items(
                 table[a, b] = draw(outcomes)
                 table[b, a] = 1 - table[a, b]
     return items, table
+
+
+problem_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+)
+"""The values a problem is built from, each its `repr` in `mathrl.problem_keys`."""
+
+problem_values = st.recursive(
+    problem_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(st.text(max_size=4), inner, max_size=4),
+        st.frozensets(st.text(max_size=4), max_size=4),
+    ),
+    max_leaves=12,
+)
+"""A problem as a task may build it: nested lists, tuples, dicts and sets of plain values."""

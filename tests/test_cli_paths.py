@@ -342,6 +342,53 @@ def test_sample_takes_a_run_folders_backend_task_and_model_from_its_record(
     assert env.stdout == by_folder.stdout
 
 
+GAME = "doubles.secret_game:SecretGame"
+
+
+def test_sample_takes_a_saved_path_inside_its_run_folder_and_prints_whole_episodes(
+    tmp_path: Path,
+) -> None:
+    trained = run_main(tmp_path, "--backend", "fake", "--adapter", GAME, "--steps", "2",
+                       "--log-dir", "G", "--fake-checkpoints", "G/ckpt")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    saved = trained.stdout.splitlines()[-1].removeprefix("Saved: ")
+    # No MINT_API_KEY, no --backend, no --adapter: the run folder holding the path says.
+    by_path = run_main(tmp_path, "sample", "--model-path", saved, "--problems", "3")
+    by_folder = run_main(tmp_path, "sample", "--model-path", "G", "--problems", "3")
+    assert by_path.returncode == 0, by_path.stderr
+    assert by_path.stdout == by_folder.stdout
+    # Each problem: its question and verdict, then each turn and the reply to it, numbered.
+    lines = by_path.stdout.splitlines()
+    assert lines[0] == "Model: Qwen/Qwen3-0.6B, Vocab: 257, Backend: fake"
+    assert re.fullmatch(r"Guess: -> [1-5] turns?: (correct|wrong) \(reward [01]\)", lines[1])
+    assert re.fullmatch(r"  turn 1: '.*'", lines[2])
+    episode = lines[1 : next(i for i, line in enumerate(lines[2:], 2) if line[0] != " ")]
+    turns = int(lines[1].split(" -> ")[1].split(" ")[0])
+    assert [line.split(":")[0] for line in episode[1:]] == [
+        f"  {kind} {n}" for n in range(1, turns + 1) for kind in ("turn", "reply")
+    ][: 2 * turns - 1]
+    assert lines[-1].startswith("Accuracy: ")
+    refused = run_main(tmp_path, "sample", "--model-path", saved, "--adapter", "addition")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        f"mathrl: error: --adapter addition cannot be given with --model-path {saved} (in the "
+        f"run folder {tmp_path / 'G'}): the run folder's config.json records --adapter {GAME}; "
+        "leave it out\n"
+    )
+
+
+def test_sample_takes_a_checkpoint_file_for_the_fakes_without_a_key(tmp_path: Path) -> None:
+    trained = run_main(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "A")
+    saved = Path(trained.stdout.splitlines()[-1].removeprefix("Saved: "))
+    # Outside any run folder that records it: a file is the fake's (MinT's are tinker://).
+    loose = tmp_path / "elsewhere" / saved.name
+    loose.parent.mkdir()
+    loose.write_bytes(saved.read_bytes())
+    done = run_main(tmp_path, "sample", "--model-path", str(loose), "--problems", "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "Model: Qwen/Qwen3-0.6B, Vocab: 257, Backend: fake"
+
+
 def test_sample_shows_bytes_that_are_not_text_escaped(tmp_path: Path) -> None:
     trained = run_main(tmp_path, "--backend", "fake", "--steps", "1", "--log-dir", "R")
     untrained = json.loads((tmp_path / "R" / "checkpoints.jsonl").read_text().splitlines()[0])

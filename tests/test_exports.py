@@ -78,10 +78,13 @@ def test_the_fakes_and_the_conformance_kit_are_public_too() -> None:
     ]  # fmt: skip
 
 
-CONTRACT = {"mathrl.adapter", "mathrl.backend", "mathrl.losses", "mathrl.resolved"}
+CONTRACT = {
+    "mathrl.adapter", "mathrl.backend", "mathrl.losses", "mathrl.problem_keys", "mathrl.resolved"
+}  # fmt: skip
 """What the fake may know of mathrl: the task and backend contracts and the types they use
 (`mathrl.resolved` fills in the task contract's documented defaults; `mathrl.losses` is the
-loss a backend computes)."""
+loss a backend computes; `mathrl.problem_keys` says which problems are one, for problems that
+share a prompt)."""
 
 
 def test_the_fake_knows_only_the_contract() -> None:

@@ -17,10 +17,10 @@ from cli_process import run_main
 from mathrl.cli.loader import load_task
 from mathrl.resolved import as_task
 from mathrl.tasks import BUILT_IN
-from mathrl.tasks.addition import MathAdapter
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.testing import check_adapter
 from mathrl.testing.checker import Checker
-from mathrl.testing.new_interpreter import check_across_processes
+from mathrl.testing.new_interpreter import check_across_processes, drawn
 
 HASH_SEEDED = '''
 import random
@@ -70,6 +70,17 @@ class Guess:
 
     def evaluate(self, rewards):
         return sum(r == 1.0 for r in rewards) / len(rewards) if rewards else 0.0
+
+
+class Shorter(Guess):
+    """Draws one problem fewer in a process whose hash seed the checker set."""
+
+    def build_dataset(self, seed, step, size):
+        import os
+
+        rng = random.Random(f"guess/{seed}/{step}")
+        short = os.environ.get("PYTHONHASHSEED") in ("1", "2")
+        return [rng.randint(1, 10**9) for _ in range(size - short)]
 
 
 class Needy(Guess):
@@ -140,6 +151,35 @@ def test_problems_that_share_a_prompt_and_a_reference_are_told_apart(
         r"problems in every process .*"
     )
     assert any(found.fullmatch(line) for line in checker.report()), checker.report()
+
+
+def test_a_draw_of_another_size_there_is_told_by_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = in_module(tmp_path, monkeypatch, "shorter", GUESS)
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    checker = drawn_elsewhere(module.Shorter())
+    found = re.compile(
+        r"build_dataset\(seed=0, step=1, size=8\) gave other problems in a new interpreter "
+        r"\(PYTHONHASHSEED=1\): 8 problems here, 7 there; .*"
+    )
+    assert any(found.fullmatch(line) for line in checker.report()), checker.report()
+
+
+def test_a_problem_without_a_fingerprint_is_compared_by_prompt_and_reference() -> None:
+    # No fingerprint (nothing of its own to compare): None, and the other parts still count.
+    assert drawn(MathAdapter(), AdditionProblem(2, 3))[2] is not None
+    assert drawn(Opaque(), object())[:3] == ("the prompt", " 42", None)
+
+
+class Opaque:
+    """A task whose problems are bare objects."""
+
+    def make_prompt(self, problem: object) -> str:
+        return "the prompt"
+
+    def reference_completion(self, problem: object) -> str:
+        return " 42"
 
 
 def test_a_task_that_cannot_be_made_there_is_warned_of(

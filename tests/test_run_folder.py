@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from mathrl.cli.run_folder import RunFolder, RunFolderError, _fresh, read_jsonl, read_run
+from mathrl.cli.run_folder import (
+    RunFolder,
+    RunFolderError,
+    _fresh,
+    read_jsonl,
+    read_run,
+    run_holding,
+)
 from mathrl.config import Config, TrainConfig
 from mathrl.report import Checkpoint
 
@@ -107,3 +114,20 @@ def test_a_folder_that_cannot_be_written_is_a_one_line_error(tmp_path: Path) -> 
     (tmp_path / "run" / "metrics.jsonl").mkdir()  # where a file should be
     with pytest.raises(RunFolderError, match=r"cannot write .*metrics\.jsonl \(Is a directory\)"):
         folder.append("metrics.jsonl", {"step": 1})
+
+
+def test_a_checkpoint_is_found_in_the_run_folder_that_records_it(tmp_path: Path) -> None:
+    run = folder_with(tmp_path / "run", Checkpoint(1, "sampler", "elsewhere/task-step1.json"))
+    (run / "ckpt").mkdir()
+    saved, stray = run / "ckpt" / "task-step1.json", run / "ckpt" / "other.json"
+    saved.write_text("{}")
+    stray.write_text("{}")
+    # Recorded (by its name: the run may have been made from another folder) or the folder.
+    assert run_holding(str(saved)) == read_run(run)
+    assert run_holding(str(run)) == read_run(run)
+    # Inside it but never recorded; a config.json another program wrote above it; no file.
+    assert run_holding(str(stray)) is None
+    (tmp_path / "config.json").write_text('{"name": "not a run"}')
+    assert run_holding(str(stray)) is None
+    assert run_holding(str(run / "ckpt" / "missing.json")) is None
+    assert run_holding("x" * 5000) is None  # too long a name to look up

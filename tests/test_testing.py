@@ -289,7 +289,7 @@ class OneAnswer:
                       r"8 problems \(got 9\)$"),
         (SameEveryStep(), r"^build_dataset gave the same problems for \(seed=0, step=1\) and "),
         (BrokenHeldout(), r"^heldout_dataset\(seed=0, size=32\) raised RuntimeError: no held-out"),
-        (HeldoutIsTraining(), r"^heldout_dataset\(seed=0, size=32\) shares \d+ of 32 prompts with "
+        (HeldoutIsTraining(), r"^heldout_dataset\(seed=0, size=32\) shares \d+ of 32 problems with "
                               r"training steps 1-10 \(size 8\)"),
         (HeldoutFromGlobalRandom(), r"^heldout_dataset\(seed=0, size=32\) depends on or advances "
                                     r"the global random state: draw from a private random\.Random "

@@ -35,7 +35,7 @@ from mathrl_fakes.policy import (
     position_at,
     uniforms,
 )
-from mathrl_fakes.references import TOKENIZER, PromptKey, Reference
+from mathrl_fakes.references import TOKENIZER, Known, PromptKey, Reference
 
 P = TypeVar("P")
 ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.95, 1e-12
@@ -95,7 +95,8 @@ class FakeModel:
         """Sample requests served: how far a run has got."""
         self.unknown_prompts = unknown_prompts
         self.table = ReferenceTable({})
-        self._then: dict[tuple[int, ...], Callable[[Response], Reference]] = {}
+        self._known: dict[tuple[int, ...], Known[Any]] = {}
+        """What each prompt may be (`Reference.known`): merged as more problems are told."""
         self._served: OrderedDict[tuple[int, ...], dict[tuple[int, ...], Response]] = OrderedDict()
         """What was sampled after prompts with a next turn, the latest SERVED_PROMPTS of them."""
         self.learn(references)
@@ -116,11 +117,18 @@ class FakeModel:
         `first`: see `target_of_reference`)."""
         targets: dict[tuple[int, ...], Target] = {}
         for prompt, ref in references.items():
-            prompt_T, targets[prompt_T] = target_of_reference(
+            prompt_T = tuple(TOKENIZER.encode(prompt) if isinstance(prompt, str) else prompt)
+            if ref.known is not None:
+                before = self._known.get(prompt_T)
+                known = ref.known if before is None else before.merged(ref.known)
+                if known is before:  # no problem it did not know already
+                    continue
+                if before is not None:
+                    ref = known.reference()
+                self._known[prompt_T] = known
+            _, targets[prompt_T] = target_of_reference(
                 prompt, ref.answer, ref.stop, tuple(ref.wrong), first
             )
-            if ref.then is not None:
-                self._then[prompt_T] = ref.then
         self.table.add(targets, earlier)
 
     def _next_turn(self, context: Sequence[int], stop: Sequence[str]) -> bool:
@@ -129,23 +137,27 @@ class FakeModel:
         A later turn's prompt is an earlier turn's prompt, one of the
         completions sampled after it, then the environment's reply: the
         completion is read back as the task's reward would see it, and the
-        task's `reference_turn` gives the next reference (`Reference.then`),
-        which ends as the turn's request asks: with its first of `stop`
-        (the stops the environment set for the turn), or else end-of-sequence.
+        task's `reference_turn` gives the next reference (`Known.then`), for
+        the problems whose environment replies so, which ends as the turn's
+        request asks: with its first of `stop` (the stops the environment set
+        for the turn), or else end-of-sequence.
         """
         n, _ = self.table.split(context)
         prompt = tuple(context[:n])
-        then, served = self._then.get(prompt), self._served.get(prompt, {})
+        known, served = self._known.get(prompt), self._served.get(prompt, {})
         rest = tuple(context[n:])
         read = [(len(tokens), r) for tokens, r in served.items() if rest[: len(tokens)] == tokens]
-        if then is None or not read:
+        if known is None or not known.goes_on or not read:
             return False
         length, response = max(read, key=lambda pair: pair[0])
         if length == len(rest):  # no reply after it: not a next turn
             return False
-        first = self.table.turns(context[:n])[0][0]  # the episode's first prompt's length
-        reference = replace(then(response), stop=stop[0] if stop else "")
-        self.learn({tuple(context): reference}, earlier=n, first=tuple(context[:first]))
+        first = tuple(context[: self.table.turns(context[:n])[0][0]])  # the episode's first
+        reference = known.then(response, rest[:length], rest[length:], self._known[first])
+        if reference is None:  # no problem the fake knows replies so
+            return False
+        reference = replace(reference, stop=stop[0] if stop else "")
+        self.learn({tuple(context): reference}, earlier=n, first=first)
         return True
 
     def target_of(
@@ -153,9 +165,7 @@ class FakeModel:
     ) -> tuple[int, Target | None]:
         """(prompt length, target) for a context, refusing unknown prompts unless told not to;
         `stop`: the stops of the request that asks for it (see `_next_turn`)."""
-        n, target = self.table.split(context)
-        if exact and n != len(context) and target is not None and self._next_turn(context, stop):
-            n, target = self.table.split(context)
+        n, target = self._split(context, exact, stop)
         while self._more is not None and not (
             target is not None and (n == len(context) or not exact)
         ):
@@ -163,7 +173,7 @@ class FakeModel:
             if references is None:
                 break
             self.learn(references)
-            n, target = self.table.split(context)
+            n, target = self._split(context, exact, stop)
         if target is not None and (n == len(context) or not exact):
             return n, target
         if self.unknown_prompts == "uniform":
@@ -175,6 +185,15 @@ class FakeModel:
             "build it with FakeBackend.for_run(task, mathrl.run_problems(task, config)), with "
             "first_step=k + 1 to resume after step k, or with for_problems(task, problems)"
         )
+
+    def _split(
+        self, context: Sequence[int], exact: bool, stop: Sequence[str]
+    ) -> tuple[int, Target | None]:
+        """`table.split`, after learning `context` as an episode's next turn if it is one."""
+        n, target = self.table.split(context)
+        if exact and n != len(context) and target is not None and self._next_turn(context, stop):
+            n, target = self.table.split(context)
+        return n, target
 
     # -- sampling -----------------------------------------------------------------
 
@@ -194,7 +213,8 @@ class FakeModel:
             for g in range(num_samples)
         ]
         prompt = tuple(prompt_T)
-        if prompt in self._then:
+        known = self._known.get(prompt)
+        if known is not None and known.goes_on:
             served = self._served.setdefault(prompt, {})
             for completion, response in drawn:
                 served[completion.tokens] = response

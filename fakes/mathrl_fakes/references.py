@@ -5,15 +5,42 @@ these references. It never parses a prompt: a text prompt is known by its
 text, a conversation by its tokens in the fake's chat template. It knows the
 task only through the Adapter contract, and a run only through what it is
 given (`RunProblems`): which problems the run draws is the loop's business.
+
+Problems may share a prompt (a game whose secret the prompt hides). The
+sampler sees tokens only, so the fake knows a context as the problems it may
+be (`Known`, told apart by `mathrl.problem_keys`), as a real model can only
+know what its context shows:
+
+- the reference of a context is the one its problems agree on; where they
+  disagree (a first guess that peeks at the secret), the one most of them
+  have, ties going to the first in text order, with the others written now
+  and then as the task's wrong answers are (a model that cannot see the
+  secret learns the answer that is right most often);
+- an episode's later turn is a context that shows the environment's replies:
+  its problems are those of the first prompt whose `feedback` gives those
+  same replies to the same turns, and its reference is theirs
+  (`reference_turn`). The fake asks `feedback` only when it knows more than
+  one problem of the first prompt (a prompt it knows one problem of is taken
+  to be that problem, as it always was: the environment of a code task runs
+  code, which the fake should not run again); when none replies so, it is
+  told the run's next problems, as for a prompt it does not know.
+
+Which problems share a prompt grows as a run goes (the fake is told each
+step's problems as the run gets there), so where they disagree the reference
+may change with it, and such a run may not resume line for line on the fake;
+`check_adapter` warns about a first turn whose reference depends on what the
+prompt hides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, Protocol, TypeVar
 
-from mathrl.adapter import Adapter, Response
+from mathrl.adapter import Adapter, Feedback, Prompt, Response
+from mathrl.problem_keys import problem_key
 from mathrl.resolved import Task, as_task
 from mathrl_fakes.policy import ByteTokenizer
 
@@ -22,6 +49,7 @@ P_co = TypeVar("P_co", covariant=True)
 TOKENIZER = ByteTokenizer()
 LOOKAHEAD = 2
 """How many steps beyond the one its sample requests have reached a run's fake may look."""
+Tokens = tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,60 +60,124 @@ class Reference:
     stop: str = ""
     wrong: tuple[str, ...] = ()
     """Wrong answers the task names, written now and then instead (each with `stop`)."""
-    then: Callable[[Response], Reference] | None = field(default=None, compare=False)
-    """An episode's next turn: its reference, given what the model wrote in this one."""
+    known: Known[Any] | None = field(default=None, compare=False)
+    """The problems the prompt may be, and the model's turns so far: how the fake merges
+    what it is told of problems that share a prompt, and learns an episode's next turn."""
 
 
 PromptKey = str | tuple[int, ...]
 """A prompt as the fake knows it: its text, or its tokens (a conversation, rendered)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Known(Generic[P]):
+    """A context as the fake knows it: the problems it may be, after the model's `history`."""
+
+    task: Task[P]
+    prompt: Prompt
+    """The episode's first prompt (a reply renders as text, or as a chat message)."""
+    problems: tuple[tuple[str, P], ...]
+    """(problem_key, problem) of each problem it may be, in the order the fake was told."""
+    history: tuple[Response, ...] = ()
+    replies: tuple[tuple[Tokens, Tokens], ...] = ()
+    """For each turn of `history`: the tokens the model wrote, and the reply's after them."""
+
+    @property
+    def goes_on(self) -> bool:
+        """Whether the model's turn after this context may have a next one."""
+        return len(self.history) + 1 < self.task.max_turns
+
+    def merged(self, other: Known[P]) -> Known[P]:
+        """These problems and `other`'s (of the same first prompt); `self` if none is new."""
+        keys = {key for key, _ in self.problems}
+        more = tuple((key, p) for key, p in other.problems if key not in keys)
+        return replace(self, problems=self.problems + more) if more else self
+
+    def reference(self) -> Reference:
+        """The reference its problems agree on, or the one most of them have (see the
+        module docstring); the others, and on a first turn the task's wrong answers, as
+        `wrong`."""
+        task = self.task
+        counts = Counter(task.reference_turn(p, self.history) for _, p in self.problems)
+        answer, *others = sorted(counts, key=lambda a: (-counts[a], a))
+        wrong = [str(w) for _, p in self.problems for w in task.wrong_completions(p)]
+        named = wrong if not self.history else []
+        stops = task.stop_for(self.prompt)
+        chosen = tuple(w for w in dict.fromkeys([*named, *others]) if w != answer)
+        return Reference(answer, stops[0] if stops else "", chosen, self)
+
+    def then(
+        self, response: Response, wrote_T: Tokens, reply_T: Tokens, first: Known[P]
+    ) -> Reference | None:
+        """The reference of the turn after `response` (the model wrote `wrote_T`, then came
+        `reply_T`), among `first`'s problems (the episode's first prompt's, as the fake now
+        knows them) whose environment replies so to every turn; None if none does."""
+        turn = len(self.history) + 1
+        said = (
+            *self.history,
+            Response(str(response), response.ended, response.stop, turn, response.tokens),
+        )
+        replies = (*self.replies, (wrote_T, reply_T))
+        problems = first.problems
+        if len(problems) > 1:
+            problems = tuple((key, p) for key, p in problems if self._replays(p, said, replies))
+        if not problems:
+            return None
+        return replace(self, problems=problems, history=said, replies=replies).reference()
+
+    def _replays(
+        self, problem: P, said: tuple[Response, ...], replies: tuple[tuple[Tokens, Tokens], ...]
+    ) -> bool:
+        """Whether `problem`'s environment gives `replies` to the turns `said`."""
+        feedback = self.task.feedback
+        assert feedback is not None  # an episode of several turns has feedback
+        for turn, (wrote_T, reply_T) in enumerate(replies, 1):
+            try:
+                reply = feedback(problem, said[:turn])
+                if not isinstance(reply, Feedback) or reply.reply is None:
+                    return False
+                rendered = self._rendered(wrote_T, reply)
+            except Exception:  # a task's error: this problem does not reply so
+                return False
+            if tuple(rendered) != reply_T:
+                return False
+        return True
+
+    def _rendered(self, wrote_T: Tokens, said: Feedback) -> Tokens:
+        """The reply's tokens after the model's turn `wrote_T`, as `mathrl.episodes` says an
+        episode's context grows: a text prompt's reply is its text; a conversation's is the
+        chat template's next message, after an end-of-turn if the turn was cut off."""
+        assert said.reply is not None
+        if isinstance(self.prompt, str):
+            return tuple(TOKENIZER.encode(said.reply))
+        eot = TOKENIZER.end_of_turn_id
+        opening = () if wrote_T and wrote_T[-1] == eot else (eot,)
+        message = {"role": said.role, "content": said.reply}
+        return (*opening, *TOKENIZER.render_reply(message, self.task.chat_template_options))
+
+
 def references_for(task: Adapter[P] | Task[P], problems: Sequence[P]) -> dict[PromptKey, Reference]:
     """Prompt -> Reference, through the task's own methods (never by parsing a prompt).
 
     A text prompt is keyed by its text; a conversation by its tokens in the
-    fake's chat template. The reference ends as the task asks: with its first
-    stop sequence, or else end-of-sequence (which is also the fake's
+    fake's chat template. Problems that share a prompt share one Reference
+    (see the module docstring). The reference ends as the task asks: with its
+    first stop sequence, or else end-of-sequence (which is also the fake's
     end-of-turn).
     """
     resolved = as_task(task)
     adapter = resolved.adapter
-    references: dict[PromptKey, Reference] = {}
+    known: dict[PromptKey, Known[P]] = {}
     for p in problems:
         prompt = adapter.make_prompt(p)
-        stops = resolved.stop_for(prompt)
         key: PromptKey = (
             prompt
             if isinstance(prompt, str)
             else tuple(TOKENIZER.render_chat(prompt, resolved.chat_template_options))
         )
-        wrong = tuple(str(w) for w in resolved.wrong_completions(p))
-        stop = stops[0] if stops else ""
-        then = _next_turn(resolved, p, (), stop) if resolved.max_turns > 1 else None
-        references[key] = Reference(adapter.reference_completion(p), stop, wrong, then)
-    return references
-
-
-def _next_turn(
-    task: Task[P], problem: P, history: tuple[Response, ...], stop: str
-) -> Callable[[Response], Reference]:
-    """How the fake learns an episode's later turns: the task's `reference_turn`.
-
-    Given the model's response to turn k (the fake reads it from the tokens it
-    sampled itself), the reference of turn k + 1 is
-    `reference_turn(problem, responses so far)`.
-    """
-
-    def then(response: Response) -> Reference:
-        turn = len(history) + 1
-        said = (
-            *history,
-            Response(str(response), response.ended, response.stop, turn, response.tokens),
-        )
-        later = _next_turn(task, problem, said, stop) if turn + 1 < task.max_turns else None
-        return Reference(task.reference_turn(problem, said), stop, (), later)
-
-    return then
+        told = Known(resolved, prompt, ((problem_key(adapter, p), p),))
+        known[key] = known[key].merged(told) if key in known else told
+    return {key: k.reference() for key, k in known.items()}
 
 
 class RunProblems(Protocol[P_co]):

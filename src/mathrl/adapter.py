@@ -266,6 +266,12 @@ class Adapter(Protocol[ProblemT]):
         `random` module, so a run replays exactly and a resumed run draws what
         the uninterrupted one would have. Different seeds or steps should give
         different problems.
+
+        Problems may share a prompt (a game whose secret is in the problem):
+        they are told apart by value (`mathrl.problem_keys`), so build them of
+        plain data (numbers, strings, tuples, dicts, sets, dataclasses), and
+        let the first turn's reference be what the prompt tells (the
+        environment's replies tell the rest).
         """
         ...
 

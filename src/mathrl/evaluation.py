@@ -21,8 +21,9 @@ from mathrl.backend import Sampler, Tokenizer
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Player, all_or_none
 from mathrl.passk import majority_at_k, pass_at_k
+from mathrl.problem_keys import problem_key
 from mathrl.report import Advice, EvalMetrics
-from mathrl.resolved import Task, prompt_key
+from mathrl.resolved import Task
 from mathrl.rewards import TaskError, response_key, task_call
 from mathrl.rollout import metric_means, part_means, play_groups, prompt_tokens
 from mathrl.text import shown
@@ -71,6 +72,9 @@ class Evaluation:
     samples: Samples | None = None
     metrics_P: list[dict[str, float]] = field(default_factory=list)
     """What the task reported beside each greedy completion's reward (none by default)."""
+    episodes_P: Sequence[Episode] = ()
+    """Each greedy episode whole: every turn and the environment's reply to it (`sample`
+    prints them for a task that plays episodes)."""
 
     @property
     def texts_P(self) -> list[str]:
@@ -133,6 +137,7 @@ async def evaluate(
         task.adapter.evaluate(rewards_P),
         drawn,
         [e.metrics for e in episodes_P],
+        episodes_P,
     )
 
 
@@ -188,7 +193,8 @@ def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], list[st
 
     A task that declares `heldout_dataset` keeps it apart from training
     itself (`mathrl.testing` checks that). For one that does not, problems
-    whose prompt this run trains on are left out here, so evaluation stays
+    this run trains on (`mathrl.problem_keys`: the same problem, not just the
+    same prompt, which problems of a game may share) are left out here, so evaluation stays
     honest, and a warning says how many. Only the first GUARDED_PROBLEMS
     training problems are drawn to compare: a run longer than that is
     checked over its first steps only. A set that repeats problems (a small
@@ -198,8 +204,8 @@ def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], list[st
     warnings = []
     if not task.declares_heldout:
         steps = min(config.steps, max(1, GUARDED_PROBLEMS // config.batch))
-        training = task.training_prompts(config.seed, steps, config.batch)
-        kept = [p for p in problems if prompt_key(task.adapter.make_prompt(p)) not in training]
+        training = task.training_problems(config.seed, steps, config.batch)
+        kept = [p for p in problems if problem_key(task.adapter, p) not in training]
         if len(kept) < len(problems):
             warnings.append(
                 f"{len(problems) - len(kept)} of {len(problems)} held-out problems of task "
@@ -207,7 +213,7 @@ def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], list[st
                 "of evaluation; declare heldout_dataset on the task to avoid this"
             )
         problems = kept
-    distinct = len({prompt_key(task.adapter.make_prompt(p)) for p in problems})
+    distinct = len({problem_key(task.adapter, p) for p in problems})
     if distinct < len(problems):
         advice = (
             f"the {len(problems)} held-out problems of task {task.name!r} hold only {distinct} "

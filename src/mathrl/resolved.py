@@ -26,6 +26,8 @@ from mathrl.adapter import (
     Prompt,
     Response,
 )
+from mathrl.problem_keys import problem_key
+from mathrl.problem_keys import prompt_key as prompt_key
 from mathrl.tasks import BUILT_IN
 from mathrl.text import shown
 
@@ -161,25 +163,18 @@ class Task(Generic[P]):
         own: Callable[[P], Sequence[str]] | None = getattr(self.adapter, "wrong_completions", None)
         return own(problem) if own is not None else ()
 
-    def training_prompts(self, seed: int, steps: int, batch: int) -> set[str]:
-        """The prompts (as `prompt_key`s) of training steps 1 to `steps` at `batch` a step.
+    def training_problems(self, seed: int, steps: int, batch: int) -> set[str]:
+        """The problems (as `problem_key`s) of training steps 1 to `steps` at `batch` a step.
 
         Held-out problems must avoid these: the loop leaves out those that do
-        not, and `mathrl.testing` reports them.
+        not, and `mathrl.testing` reports them. Problems, not prompts: problems
+        may share a prompt (a game whose secret it hides).
         """
-        make_prompt = self.adapter.make_prompt
         return {
-            prompt_key(make_prompt(p))
+            problem_key(self.adapter, p)
             for step in range(1, steps + 1)
             for p in self.adapter.build_dataset(seed, step, batch)
         }
-
-
-def prompt_key(prompt: Prompt) -> str:
-    """A prompt as one string, to compare prompts: the text, or the conversation's turns."""
-    if isinstance(prompt, str):
-        return prompt
-    return "\x00".join(f"{m.get('role', '')}\x01{m.get('content', '')}" for m in prompt)
 
 
 def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:

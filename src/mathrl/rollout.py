@@ -27,8 +27,9 @@ from mathrl.backend import Datum, SampleParams, Tokenizer, TrainResult
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Player, all_or_none
 from mathrl.grpo import is_constant_group
+from mathrl.problem_keys import problem_key
 from mathrl.report import Sample, SampleGroup, StepMetrics
-from mathrl.resolved import Task, as_task, prompt_key
+from mathrl.resolved import Task, as_task
 from mathrl.rewards import TaskError
 
 P = TypeVar("P")
@@ -197,10 +198,8 @@ class RunProblems(Generic[P]):
         `build_dataset` if two draws differ: the run would draw other problems again."""
         problems = step_problems(self.task, self.config, step)
         again = step_problems(self.task, self.config, step)
-        make_prompt = self.task.adapter.make_prompt
-        if [prompt_key(make_prompt(p)) for p in problems] != [
-            prompt_key(make_prompt(p)) for p in again
-        ]:
+        adapter = self.task.adapter
+        if [problem_key(adapter, p) for p in problems] != [problem_key(adapter, p) for p in again]:
             problem = ValueError(
                 "two calls gave different problems: it is not deterministic (draw from a "
                 "random.Random seeded by (seed, step), never from the global random module)"

@@ -71,6 +71,7 @@ from mathrl.cli.run_folder import (
     RunFolderError,
     check_new,
     read_run,
+    run_holding,
     run_record,
     unwritable,
 )
@@ -405,9 +406,11 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     flags = {**_flags(args), "temperature": args.temperature}
     backend = args.backend
     try:
-        record = run_record(args.model_path)
+        record = run_holding(args.model_path)
     except RunFolderError as exc:
         raise ConfigError(f"--model-path: {exc}") from None
+    if record is None and backend is None and os.path.isfile(args.model_path):
+        backend = "fake"  # a file: the fake's checkpoint (MinT's paths are tinker://)
     if record is not None:  # a run folder: what it recorded decides, and a flag must agree
         recorded = dict(record.config["settings"])
         if recorded.get("backend") not in BACKENDS:  # "python": made from Python, no backend
@@ -418,7 +421,7 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
                 **({"backend": args.backend} if args.backend else {}),
             },
             recorded,
-            f"--model-path {record.path}",
+            f"--model-path {_given_path(args.model_path, record.path)}",
             f"the run folder's {CONFIG}",
         )
         flags.update(adapter=recorded.get("adapter"), base_model=recorded.get("base_model"))
@@ -429,13 +432,21 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     options, given = task_options(_flags(args), env), given_task_args(args.task_arg)
     if record is not None:
         recorded_args = record.config["settings"].get("task_args") or {}
-        where = f"--model-path {record.path}"
+        where = f"--model-path {_given_path(args.model_path, record.path)}"
         task = load_recorded_task(config.adapter, "--adapter", recorded_args, given, where,
                                   options, _say)  # fmt: skip
     else:
         task = load_task(config.adapter, options=options, note=_say, task_args=given)
     _preflight(task)
     return asyncio.run(sample(config, task, env, args.model_path, count, _say))
+
+
+def _given_path(given: str, run: Path) -> str:
+    """How a message names `--model-path`: the run folder, or the checkpoint given and the
+    run folder it is in."""
+    if run_record(given) is not None:
+        return str(run)
+    return f"{given} (in the run folder {run})"
 
 
 def _eval_command(argv: Sequence[str], env: Mapping[str, str]) -> int:

@@ -137,12 +137,14 @@ def train_parser() -> Parser:
 def sample_parser() -> Parser:
     parser = Parser(
         prog="python -m mathrl sample",
-        description="Sample greedy answers to a task's held-out problems from saved weights.",
+        description="Sample greedy answers to a task's held-out problems from saved weights "
+        "(a whole episode, turn by turn, for a task that plays episodes).",
     )
     parser.add_argument(
         "--model-path",
         required=True,
-        help="the path a run printed as `Saved:`, or a run folder (its latest weights)",
+        help="the path a run printed as `Saved:`, or a run folder (its latest weights); a run "
+        "folder, or one holding the path, gives the task, its options, the model and the backend",
     )
     parser.add_argument(
         "--problems",
@@ -152,8 +154,8 @@ def sample_parser() -> Parser:
     parser.add_argument(
         "--backend",
         choices=BACKENDS,
-        help="mint (default; a run folder's own backend): weights saved on MinT; fake: a fake "
-        "run's checkpoint file",
+        help="mint (default; a run folder's own backend; fake for a file): weights saved on "
+        "MinT; fake: a fake run's checkpoint file",
     )
     _add_settings(
         parser,

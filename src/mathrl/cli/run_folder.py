@@ -311,6 +311,31 @@ def run_record(path: str) -> RunRecord | None:
     return read_run(folder)
 
 
+def run_holding(path: str) -> RunRecord | None:
+    """The run folder at `path` (`run_record`), or else the one above `path` that records
+    it as a checkpoint (a `Saved:` path inside its run folder, where `--fake-checkpoints`
+    can put them); None if neither."""
+    record = run_record(path)
+    if record is not None:
+        return record
+    try:
+        checkpoint = Path(path).absolute()
+        if not checkpoint.is_file():
+            return None
+    except OSError:  # a name too long to be a file, say
+        return None
+    for folder in checkpoint.parents:
+        if not (folder / CONFIG).is_file():
+            continue
+        try:
+            found = read_run(folder)
+        except RunFolderError:  # another program's config.json
+            continue
+        if checkpoint.name in {Path(str(c.get("path"))).name for c in found.checkpoints}:
+            return found
+    return None
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a .jsonl file; a torn last line (a crash mid-write) is skipped."""
     try:

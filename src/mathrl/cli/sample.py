@@ -1,7 +1,9 @@
 """`python -m mathrl sample`: a task's held-out problems, answered by saved weights.
 
 For: looking at what a checkpoint does, greedily by default, on problems
-training never drew. It refuses weights trained for another task, wherever
+training never drew: one line a problem, or, for a task that plays episodes,
+its whole episode (each of the model's turns and the environment's reply to
+it, numbered). It refuses weights trained for another task, wherever
 the checkpoint's name or file says which task that was.
 """
 
@@ -17,6 +19,7 @@ from mathrl.cli.run_folder import RunFolderError, run_record
 from mathrl.cli.settings import api_key, base_url
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError
+from mathrl.episodes import Episode
 from mathrl.evaluation import evaluate
 from mathrl.resolved import Task
 from mathrl.service.retry import Retrier, RetryingSampler
@@ -60,7 +63,11 @@ async def sample(
         result = await evaluate(
             tokenizer, sampler, task, config.train, problems, greedy=greedy, workers=workers
         )
-    for line in _lines(task, problems, result.texts_P, result.rewards_P):
+    if task.plays_episodes:
+        lines = _episode_lines(task, problems, result.episodes_P)
+    else:
+        lines = _lines(task, problems, result.texts_P, result.rewards_P)
+    for line in lines:
         print(line)
     correct = round(result.accuracy * count)
     print(f"Accuracy: {result.accuracy:.1%} ({correct}/{count})", flush=True)
@@ -113,6 +120,31 @@ def _lines(
     task: Task[Any], problems: Sequence[Any], texts: Sequence[str], rewards: Sequence[float]
 ) -> list[str]:
     """One line a problem: the question (what differs between prompts), answer, verdict."""
+    lines = []
+    for question, text, reward in zip(_questions(task, problems), texts, rewards, strict=True):
+        lines.append(f"{question} -> {quoted(text)}: {_verdict(task, reward)}")
+    return lines
+
+
+def _episode_lines(
+    task: Task[Any], problems: Sequence[Any], episodes: Sequence[Episode]
+) -> list[str]:
+    """A problem's whole episode: the question and verdict, then each of the model's turns,
+    numbered, each followed by the environment's reply to it (none after the last)."""
+    lines = []
+    for question, episode in zip(_questions(task, problems), episodes, strict=True):
+        n = len(episode.turns)
+        turns = f"{n} turn{'s' * (n != 1)}"
+        lines.append(f"{question} -> {turns}: {_verdict(task, episode.reward)}")
+        for number, turn in enumerate(episode.turns, 1):
+            lines.append(f"  turn {number}: {quoted(str(turn.response))}")
+            if turn.reply is not None:
+                lines.append(f"  reply {number}: {quoted(turn.reply)}")
+    return lines
+
+
+def _questions(task: Task[Any], problems: Sequence[Any]) -> list[str]:
+    """Each problem's question: what differs between their prompts, cut to 60 characters."""
     # A conversation shows as its last message: what the model answers.
     prompts = [
         prompt if isinstance(prompt, str) else str(prompt[-1].get("content", "")) if prompt else ""
@@ -121,10 +153,13 @@ def _lines(
     # The lines every prompt shares (a few-shot header, say) are left out.
     common = os.path.commonprefix(prompts) if len(prompts) > 1 else ""  # noqa: RUF071
     common = common[: common.rfind("\n") + 1]  # whole lines only: keep "Q: What is 1..." whole
-    lines = []
-    for prompt, text, reward in zip(prompts, texts, rewards, strict=True):
+    questions = []
+    for prompt in prompts:
         question = " ".join(prompt[len(common) :].split()) or " ".join(prompt.split())
-        question = question if len(question) <= 60 else f"{question[:57]}..."
-        verdict = "correct" if task.adapter.evaluate([reward]) == 1.0 else "wrong"
-        lines.append(f"{question} -> {quoted(text)}: {verdict} (reward {reward:g})")
-    return lines
+        questions.append(question if len(question) <= 60 else f"{question[:57]}...")
+    return questions
+
+
+def _verdict(task: Task[Any], reward: float) -> str:
+    correct = task.adapter.evaluate([reward]) == 1.0
+    return f"{'correct' if correct else 'wrong'} (reward {reward:g})"

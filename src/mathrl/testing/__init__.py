@@ -13,7 +13,10 @@ it happened):
   (`build_dataset` and `heldout_dataset` both), and in a new interpreter with
   another hash seed (`new_interpreter.py`), exact sizes, different problems
   across seeds and steps, prompts that are text or well-formed conversations,
-  held-out problems disjoint from the first training steps';
+  held-out problems disjoint from the first training steps' (problems, told
+  apart by value: `mathrl.problem_keys`, since problems may share a prompt),
+  and a warning when problems share a prompt but not its reference (a model
+  cannot see what the prompt hides);
 - rewards (`reward_checks.py`; every completion it makes up is a `Response`
   that says how it ended and its `tokens` on the tokenizer in use): the
   reference, ended as the task asks, earns the maximum and fits `max_tokens`
@@ -135,6 +138,7 @@ def check_adapter(
     held = checker.heldout(seeds[0], heldout_size, guard_steps, size) if train else []
     if across_processes and checker.draws:
         check_across_processes(checker)
+    checker.shared_prompts()
     tokenizer = tokenizer or ByteTokenizer()
     rewards = RewardChecks(checker, tokenizer)
     for problem in [*train[:2], *held[:1]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from mathrl.problem_keys import Unfingerprintable, problem_fingerprint, problem_key
 from mathrl.resolved import Task, prompt_key
 from mathrl.text import describe, shown
 
@@ -136,12 +137,58 @@ class Checker:
             return [prompt_key(p) for p in prompts]
         return None
 
+    def keys(self, what: str, problems: Sequence[Any]) -> list[str]:
+        """The problems as compared (`mathrl.problem_keys`): each one's fingerprint, or, with a
+        violation saying why it has none, its prompt."""
+        keys = []
+        for problem in problems:
+            try:
+                keys.append(problem_fingerprint(problem))
+            except Unfingerprintable as exc:
+                self.expect(
+                    False,
+                    f"a problem of {what} cannot be told apart from others by its value: {exc} "
+                    "(problems may share a prompt, so they are compared by value; see "
+                    "mathrl.problem_keys)",
+                    key="fingerprint",
+                )
+                keys.append(problem_key(self.adapter, problem))
+        return keys
+
     # -- problems -----------------------------------------------------------------
+
+    def shared_prompts(self) -> None:
+        """A warning when problems drawn so far share a prompt but not its reference: a model
+        sees the prompt, not the problem (a game's hidden secret), so it cannot learn each
+        one's; the fake learns the one most of them have."""
+        references: dict[str, dict[str, str]] = {}
+        for draw in self.draws:
+            for problem in draw.problems:
+                try:
+                    prompt = prompt_key(self.adapter.make_prompt(problem))
+                    reference = str(self.adapter.reference_completion(problem))
+                except Exception:  # a violation of its own already
+                    continue
+                references.setdefault(prompt, {}).setdefault(reference, prompt)
+        for prompt, by_reference in references.items():
+            first, second, *_ = [*by_reference, "", ""]
+            self.warn(
+                len(by_reference) < 2,
+                f"problems that share the prompt {shown(prompt, 40)} have different "
+                f"references ({shown(first)} and {shown(second)}), but a model sees the "
+                "prompt, not the problem: it cannot learn to write each one's (the fake "
+                "learns the one most of them have); make the first turn's reference what the "
+                "prompt tells, and let the environment's replies tell the rest "
+                "(reference_turn)",
+                key="shared-prompt",
+            )
 
     def dataset(self, seeds: Sequence[int], steps: Sequence[int], size: int) -> list[Any]:
         """Determinism, size and variety of build_dataset; returns some of its problems."""
         saved = random.getstate()
         drawn: dict[tuple[int, int], list[str]] = {}
+        """Each draw's problems, as compared (`keys`): problems, not prompts, which they may
+        share."""
         sample: list[Any] = []
         try:
             for seed in seeds:
@@ -176,7 +223,9 @@ class Checker:
         if problems is None:
             return None
         sample.extend(problems[:2])
-        return self.prompts(what, problems)
+        if self.prompts(what, problems) is None:
+            return None
+        return self.keys(what, problems)
 
     def _drawn_twice(
         self, what: str, method: str, draw: Callable[[], Any], size: int, seeded_by: str
@@ -204,7 +253,8 @@ class Checker:
             not advanced
             and isinstance(again, list)
             and prompts == again_prompts
-            and equal_by_value(problems, again),
+            and equal_by_value(problems, again)
+            and _same_keys(problems, again),
             f"{what} depends on or advances the global random state: draw from a private "
             f"random.Random seeded by {seeded_by}, never from the `random` module",
             key=f"global-random-{method}",
@@ -227,19 +277,21 @@ class Checker:
         if problems is None:
             return []
         self.draws.append(Draw(what, "heldout", (seed, size), problems))
-        prompts = self.prompts(what, problems) or []
+        if self.prompts(what, problems) is None:
+            return problems
+        keys = self.keys(what, problems)
         ok, training = self.call(
             f"build_dataset or make_prompt for training steps 1-{guard_steps} (size {batch})",
-            partial(self.task.training_prompts, seed, guard_steps, batch),
+            partial(self.task.training_problems, seed, guard_steps, batch),
             key="build_dataset",
         )
-        shared = [p for p in prompts if ok and p in training]
+        shared = [p for p, k in zip(problems, keys, strict=True) if ok and k in training]
         advice = "" if declared else "; declare heldout_dataset(seed, size) on the task"
         self.expect(
             not shared,
-            f"{what} shares {len(shared)} of {size} prompts with training steps 1-{guard_steps} "
-            f"(size {batch}), e.g. {shown(shared[:1])}: held-out problems must be ones "
-            f"training never draws{advice}",
+            f"{what} shares {len(shared)} of {size} problems with training steps "
+            f"1-{guard_steps} (size {batch}), e.g. {_named(self.adapter, shared[:1])}: "
+            f"held-out problems must be ones training never draws{advice}",
         )
         return problems
 
@@ -256,6 +308,24 @@ def equal_by_value(a: Sequence[Any], b: Sequence[Any]) -> bool:
         except Exception:  # an == that raises (an array's, say) tells nothing either way
             continue
     return True
+
+
+def _same_keys(problems: Sequence[Any], again: Sequence[Any]) -> bool:
+    """Whether two draws gave the same problems by fingerprint (a problem without one says
+    nothing here: it is compared by its prompt)."""
+    return list(map(_fingerprint, problems)) == list(map(_fingerprint, again))
+
+
+def _fingerprint(problem: Any) -> str | None:
+    try:
+        return problem_fingerprint(problem)
+    except Unfingerprintable:
+        return None
+
+
+def _named(adapter: Any, problems: Sequence[Any]) -> str:
+    """The first of `problems` as a message names it (its prompt, already checked)."""
+    return problem_name(adapter.make_prompt(problems[0])) if problems else ""
 
 
 def _count(value: Any) -> str:

@@ -11,9 +11,11 @@ The new interpreter builds the task again as a resumed run does: its class,
 imported by module name (or from the module's file, for a task loaded from a
 path), called with the task's `options`. It makes every draw the checker made
 (`Checker.draws`) and answers, for each problem, its prompt, its reference
-and the problem itself (pickled, when it can be), which are compared with
-this process's: the prompt and the reference always, the problem where it
-compares by value (problems that share a prompt differ there). A task that
+and its fingerprint (`mathrl.problem_keys`: its value, canonical, so a set
+of strings compares whatever the hash seed), which are compared with this
+process's: problems that share a prompt (a game's hidden secret) differ in
+their fingerprints. A problem without a fingerprint is compared by its
+prompt and reference (the checker says why it has none). A task that
 cannot be built again so (a class defined in a function, or in the script
 being run) is not compared, with a warning that says why.
 
@@ -33,16 +35,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mathrl.problem_keys import Unfingerprintable, problem_fingerprint
 from mathrl.resolved import as_task, prompt_key
-from mathrl.testing.checker import Checker, equal_by_value
+from mathrl.testing.checker import Checker
 from mathrl.text import describe, one_line, shown
 
 TIMEOUT = 300.0
 """Seconds the new interpreter may take to import the task and draw its problems."""
 
-Drawn = tuple[str, str, bytes | None]
+Drawn = tuple[str, str, str | None, str]
 """A problem as the two processes compare it: its prompt, its reference (each as text, or
-what the call raised) and the problem pickled (None if it cannot be)."""
+what the call raised), its fingerprint (None if it has none) and how it is shown."""
 
 
 def check_across_processes(checker: Checker) -> None:
@@ -69,12 +72,11 @@ def check_across_processes(checker: Checker) -> None:
         )
         return
     for draw, answer in zip(checker.draws, there, strict=True):
-        problems = draw.problems
-        here = [drawn(checker.adapter, p) for p in problems]
+        here = [drawn(checker.adapter, p) for p in draw.problems]
         checker.expect(
-            isinstance(answer, list) and _same(here, answer, problems),
+            isinstance(answer, list) and [d[:3] for d in here] == [d[:3] for d in answer],
             f"{draw.what} gave other problems in a new interpreter (PYTHONHASHSEED={hash_seed}): "
-            f"{_difference(here, answer, problems)}; a task must draw the same problems in "
+            f"{_difference(here, answer)}; a task must draw the same problems in "
             "every process (so a resumed run trains on what the first would have): seed a "
             "random.Random with a string or numbers, never hash() of a string, id(), the "
             "time or the order of a set",
@@ -93,44 +95,27 @@ def drawn(adapter: Any, problem: Any) -> Drawn:
     except Exception as exc:
         reference = f"reference_completion raised {type(exc).__name__}: {describe(exc, 80)}"
     try:
-        pickled: bytes | None = pickle.dumps(problem)
-    except Exception:  # a problem that cannot be pickled is compared by prompt and reference
-        pickled = None
-    return prompt, reference, pickled
+        fingerprint: str | None = problem_fingerprint(problem)
+    except Unfingerprintable:  # compared by prompt and reference; the checker says why
+        fingerprint = None
+    return prompt, reference, fingerprint, shown(problem, 60)
 
 
-def _same(here: list[Drawn], there: list[Drawn], problems: list[Any]) -> bool:
-    if [d[:2] for d in here] != [d[:2] for d in there]:
-        return False
-    return equal_by_value(
-        problems, [_unpickled(d[2], p) for d, p in zip(there, problems, strict=True)]
-    )
-
-
-def _unpickled(pickled: bytes | None, fallback: Any) -> Any:
-    """The other process's problem, or `fallback` (this one's) when it cannot be read here."""
-    if pickled is None:
-        return fallback
-    try:
-        return pickle.loads(pickled)
-    except Exception:
-        return fallback
-
-
-def _difference(here: list[Drawn], there: object, problems: list[Any]) -> str:
+def _difference(here: list[Drawn], there: object) -> str:
     """The first difference between this process's problems and the other's, in words."""
     if not isinstance(there, list):
         return f"there it {there}"
-    for i, ((prompt, reference, _), (prompt2, reference2, pickled), problem) in enumerate(
-        zip(here, there, problems, strict=True)
+    if len(there) != len(here):
+        return f"{len(here)} problems here, {len(there)} there"
+    for i, ((prompt, reference, key, problem), (prompt2, reference2, key2, problem2)) in enumerate(
+        zip(here, there, strict=True)
     ):
         if prompt != prompt2:
             return f"problem {i}'s prompt is {shown(prompt)} here, {shown(prompt2)} there"
         if reference != reference2:
             return f"problem {i}'s reference is {shown(reference)} here, {shown(reference2)} there"
-        other = _unpickled(pickled, problem)
-        if not equal_by_value([problem], [other]):
-            return f"problem {i} is {shown(problem, 60)} here, {shown(other, 60)} there"
+        if key != key2:
+            return f"problem {i} is {problem} here, {problem2} there"
     return "the same problems"  # unreachable when called on a difference
 
 
