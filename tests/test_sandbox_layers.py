@@ -229,7 +229,7 @@ def test_the_opt_in_runs_with_what_is_there_and_says_what_is_missing(
     assert run.returncode == 0, run.stderr
     warning = run.stderr.splitlines()[0]
     assert warning.startswith("mathrl: warning: sandbox without "), warning
-    assert "pid, net, ipc, mount, tmpfs (missing layers allowed): " in warning
+    assert "pid, net, ipc, mount, tmpfs, seccomp (missing layers allowed): " in warning
     assert "Landlock ABI" in warning  # what could be set up still is
     assert run.stdout.splitlines()[1] == "Step 1: accuracy=75.0%, datums=2"
     recorded = json.loads((folder / "config.json").read_text())
@@ -261,7 +261,7 @@ def test_a_resumed_run_takes_the_opt_in_as_given_again(tmp_path: Path) -> None:
     assert resumed.stdout.splitlines()[1].startswith("Step 2: ")
     records = json.loads((tmp_path / "run" / "config.json").read_text())["preflight"]
     assert len(records) == 2  # one a session, each with what was missing
-    missing = "pid, net, ipc, mount, tmpfs (missing layers allowed): "
+    missing = "pid, net, ipc, mount, tmpfs, seccomp (missing layers allowed): "
     assert all(missing in record["line"] for record in records)
 
 

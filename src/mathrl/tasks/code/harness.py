@@ -19,13 +19,34 @@ BANNED = """ctypes _ctypes _posixsubprocess _posixshmem _multiprocessing sqlite3
     nis""".split()
 
 
-def guard(root):
+def native_modules():
+    # The interpreter's own extension modules, but the banned ones: (name, path) as its import
+    # system names them (a folder of sys.path, which -I -S leaves to the standard library's,
+    # "/", the file), from the folders inside the interpreter's installation. Nothing else
+    # may be loaded as native code (_imp.create_dynamic), whatever name it is given.
+    import _imp
+    real, prefix = os.path.realpath, os.path.realpath(sys.base_prefix) + "/"
+    found = set()
+    for folder in sys.path:
+        if not real(folder).startswith(prefix) or not os.path.isdir(folder):
+            continue
+        for file in os.listdir(folder):
+            for suffix in _imp.extension_suffixes():
+                name = file[: -len(suffix)]
+                if file.endswith(suffix) and name.isidentifier() and not (
+                        name in BANNED or name.startswith(("_test", "_xx"))):
+                    found.add((name, folder.rstrip("/") + "/" + file))
+                    break
+    return frozenset(found)
+
+
+def guard(root, native):
     # The hook's state is this call's cells, all immutable: the completion can rebind builtins
     # and module attributes, and see these values in a traceback, but not change them.
-    deny, is_a, length, tup = PermissionError, isinstance, len, tuple
+    deny, is_a, length, tup, kind = PermissionError, isinstance, len, tuple, type
     stat, link = os.stat, os.readlink
     encode, split, starts, join = str.encode, bytes.split, bytes.startswith, bytes.join
-    parts_of, name_starts = str.split, str.startswith
+    parts_of, name_starts, identifier = str.split, str.startswith, str.isidentifier
     top = encode(root, "utf-8", "surrogateescape")
     base = tup(part for part in split(top, b"/") if part)
     size, writes = length(base), os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
@@ -57,9 +78,20 @@ def guard(root):
                 raise deny("sandbox: fcntl command %d is not allowed" % args[1])
             return
         if event == "import":
+            # A plain dotted name, of str itself: the C loader reads a name up to a NUL
+            # ("_ctypes\0" is _ctypes), and a subclass could answer comparisons as it likes.
+            if kind(args[0]) is not str:
+                raise deny("sandbox: importing a module by that name is not allowed")
             for name in parts_of(args[0], "."):  # all: "x._ctypes" would load _ctypes too
+                if not identifier(name):
+                    raise deny("sandbox: importing a module by that name is not allowed")
                 if name in modules or name_starts(name, ("_test", "_xx")):
                     raise deny("sandbox: importing " + name + " is not allowed")
+            # Native code (_imp.create_dynamic, with the file it loads): only the
+            # interpreter's own modules, by their own names and files.
+            origin = args[1]
+            if origin is not None and (kind(origin) is not str or (args[0], origin) not in native):
+                raise deny("sandbox: loading that extension module is not allowed")
             return
         if event == "open":
             if is_a(args[0], int):  # a descriptor it already has
@@ -136,8 +168,9 @@ def describe(exc):
 
 def main():
     if sys.argv[1:] == ["hook"]:  # first: a sandbox started ahead waits, guarded, for its call
+        native = native_modules()
         disarm()
-        sys.addaudithook(guard(os.getcwd()))
+        sys.addaudithook(guard(os.getcwd(), native))
     # All of it, before untrusted code runs. Its length comes first: a copy of the pipe's write
     # end in another child of the trainer (a fork made while this waited) would hold off EOF.
     size = int(sys.stdin.buffer.readline())
