@@ -289,6 +289,7 @@ class Kernel:
         allowed = [
             (b".", rights),
             (self.prefix, read),
+            (os.fsencode(self.executable), _EXECUTE | _READ_FILE),  # should it be elsewhere
             *((os.fsencode(p), read) for p in READS),
             (b"/proc", _READ_FILE | _READ_DIR),
             *((os.fsencode(p), _READ_FILE) for p in READ_FILES),
