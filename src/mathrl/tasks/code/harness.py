@@ -2,8 +2,9 @@
 
 `mathrl.tasks.code.sandbox` passes `HARNESS` to `python -I -S -B -c` (with the
 argument `hook` when the audit hook is one of the layers). In the child it
-installs the audit hook (`guard`) after removing the unaudited ways out
-(`disarm`), then reads the request from stdin, all of it before any untrusted
+lists the interpreter's own extension modules (`native_modules`, the only native
+code the hook lets load), installs the audit hook (`guard`) after removing the
+unaudited ways out (`disarm`), then reads the request from stdin, all of it before any untrusted
 code exists (so a sandbox started ahead of its call waits there, guarded),
 points fds 0-2 at /dev/null (so stray writes fail), runs the completion, calls
 the function once per input, and writes one JSON line to a private copy of the
