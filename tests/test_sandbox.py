@@ -630,6 +630,11 @@ ESCAPES = {
         NATIVE_LIBRARY, refused("loading that extension module"), ("tmpfs", UNMAPPABLE)
     ),
     "execve of a binary under /usr": Escape(EXEC_UNDER_USR, refused("os.exec"), ("seccomp", EXEC)),
+    "steer a native library through the environment": Escape(  # OpenSSL's configuration
+        "os.environ['OPENSSL_CONF'] = 'openssl.cnf'\n    return 'escaped'",
+        refused("os.putenv"),
+        None,  # the noexec tmpfs keeps a library it names from loading
+    ),
     "signal through a pidfd": Escape(
         "import _signal\n    _signal.pidfd_send_signal(os.pidfd_open(TRAINER), 0)\n"
         "    return 'escaped'",

@@ -45,12 +45,14 @@ layer.
   idle wait, the allocation, the fork bomb and the flood: each ends the call
   with its status, within the wall clock.
 - The audit hook, in the child's interpreter before the code runs: Python's own
-  ways out. No processes, exec, signals, sockets, subinterpreters, tracing,
-  hand-made code objects, rlimit changes, chdir, links, or `fcntl` commands that
-  have the kernel signal another process; no write, removal or change of
-  metadata outside its folder. No native code but the interpreter's own: an
-  import's name must be a plain dotted identifier (the C loader reads a name
-  only up to a NUL, so `"_ctypes\0"` was `_ctypes`), the modules of
+  ways out. No processes, exec, signals, sockets, environment changes (a
+  variable can steer a native library: OpenSSL's configuration),
+  subinterpreters, tracing, hand-made code objects, rlimit changes, chdir,
+  links, or `fcntl` commands that have the kernel signal another process; no
+  write, removal or change of metadata outside its folder. No native code but
+  the interpreter's own: an import's name must be a plain dotted identifier
+  (the C loader reads a name only up to a NUL, so `_ctypes` with a NUL after it
+  was `_ctypes`), the modules of
   `harness.BANNED` (`ctypes`, `_posixsubprocess`, ...) are refused by any
   name, also where the interpreter has one built in (Debian's `python3` has
   `_posixsubprocess`), and `_imp.create_dynamic` loads only the interpreter's

@@ -27,17 +27,15 @@ def native_modules():
     # may be loaded as native code (_imp.create_dynamic), whatever name it is given.
     import _imp
     real, prefix = os.path.realpath, os.path.realpath(sys.base_prefix) + "/"
-    found = set()
+    suffixes, found = frozenset(_imp.extension_suffixes()), set()
     for folder in sys.path:
         if not real(folder).startswith(prefix) or not os.path.isdir(folder):
             continue
         for file in os.listdir(folder):
-            for suffix in _imp.extension_suffixes():
-                name = file[: -len(suffix)]
-                if file.endswith(suffix) and name.isidentifier() and not (
-                        name in BANNED or name.startswith(("_test", "_xx"))):
-                    found.add((name, folder.rstrip("/") + "/" + file))
-                    break
+            name, dot, rest = file.partition(".")  # math, ., cpython-311-x86_64-linux-gnu.so
+            if dot + rest in suffixes and name.isidentifier() and not (
+                    name in BANNED or name.startswith(("_test", "_xx"))):
+                found.add((name, folder.rstrip("/") + "/" + file))
     return frozenset(found)
 
 
@@ -51,7 +49,10 @@ def guard(root, native):
     top = encode(root, "utf-8", "surrogateescape")
     base = tup(part for part in split(top, b"/") if part)
     size, writes = length(base), os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    # os.putenv: a variable steers native libraries the interpreter's own modules load (say,
+    # OPENSSL_CONF, whose configuration names a library for _hashlib's OpenSSL to load).
     always = frozenset("""os.fork os.forkpty os.posix_spawn os.spawn os.exec os.system
+        os.putenv os.unsetenv
         subprocess.Popen pty.spawn os.kill os.killpg os.chdir os.link os.symlink
         resource.setrlimit resource.prlimit sys.settrace sys.setprofile sys._current_frames
         gc.get_objects gc.get_referrers gc.get_referents code.__new__ marshal.load marshal.loads
