@@ -360,3 +360,8 @@ cache_puts = st.lists(
     max_size=40,
 )
 """(code, problem, policy, outcome) to put in a reward cache, in order; codes repeat."""
+
+absolute_paths = st.lists(st.sampled_from([b"tmp", b"tmpx", b"usr", b"a", b".."]), max_size=4).map(
+    lambda parts: b"/" + b"/".join(parts)
+)
+"""Absolute paths of a few names, some of which begin another's ("tmp", "tmpx")."""

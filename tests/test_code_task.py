@@ -147,6 +147,15 @@ def test_the_cache_never_holds_more_than_its_bounds(
     assert (cache.bytes, len(cache)) == (0, 0)
 
 
+def test_an_outcome_put_again_replaces_the_one_kept_and_its_count() -> None:
+    # "x" on 8 inputs: 8 x 3 + 7 x 2 + 2 = 40 bytes of JSON, + 1 of code + 256 = 297 bytes.
+    cache, key = OutcomeCache(budget=1000), ("f", SQUARE_PLUS_3, False)
+    cache.put(key, Outcome("ok", ("xx",) * 8, ""))
+    cache.put(key, Outcome("ok", ("x",) * 8, ""))
+    assert (cache.bytes, len(cache)) == (297, 1)
+    assert cache.get(key) == Outcome("ok", ("x",) * 8, "")
+
+
 def test_a_flood_of_large_distinct_outcomes_leaves_the_trainers_memory_bounded() -> None:
     # The review's completion, `def f(x): return 'B'*7900+'<n>'`, on 8 inputs: about 63 KB an
     # outcome, so 8,192 of them (the old cache's size) held about 520 MB. 2,048 of them (130

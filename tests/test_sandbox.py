@@ -37,9 +37,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import strategies
 from conftest import examples
 from mathrl.tasks.code import sandbox
-from mathrl.tasks.code.kernel import NOBODY, WAITER, kernel_layers
+from mathrl.tasks.code.kernel import NOBODY, WAITER, hidden_by, kernel_layers
 from mathrl.tasks.code.sandbox import (
     STATUSES,
     JsonValue,
@@ -982,6 +983,25 @@ def test_removing_a_folder_never_follows_links_and_never_raises(tmp_path: Path) 
     assert not tree.exists()
     assert (outside / "keep.txt").read_text() == "keep"
     remove_tree(str(tree))  # gone already: nothing to do, and no error
+
+
+def test_a_mount_hides_what_is_under_it_and_nothing_beside_it() -> None:
+    # /tmp covers /tmp and /tmp/x/python3, not /tmpx/python3 (a name that begins with "tmp").
+    assert hidden_by(b"/tmp", b"/usr", b"/tmp/x/python3")
+    assert hidden_by(b"/tmp", b"/tmp")
+    assert not hidden_by(b"/tmp", b"/usr/bin/python3", b"/tmpx/python3")
+    assert not hidden_by(b"/tmp")
+
+
+@given(mount=strategies.absolute_paths, paths=st.lists(strategies.absolute_paths, max_size=3))
+def test_a_mount_hides_a_path_exactly_when_its_names_begin_the_paths(
+    mount: bytes, paths: list[bytes]
+) -> None:
+    def names(path: bytes) -> list[bytes]:
+        return [name for name in path.split(b"/") if name]
+
+    under = [names(path)[: len(names(mount))] == names(mount) for path in paths]
+    assert hidden_by(mount, *paths) is any(under)
 
 
 @functools.cache
