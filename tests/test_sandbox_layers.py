@@ -703,6 +703,45 @@ def test_as_an_unprivileged_user_a_refused_mount_is_named_as_mount(
 
 
 @pytest.mark.slow  # as uid 65534 in real processes: the slow suite
+def test_as_an_unprivileged_user_an_interpreter_under_tmp_is_named(
+    unprivileged: tuple[Path, Path],
+) -> None:
+    # The child's private tmpfs over /tmp would hide it: the refusal says so (it said only
+    # "No such file or directory"), and with missing layers allowed the child reaches it.
+    code, world = unprivileged
+    folder = Path(tempfile.mkdtemp(prefix="mathrl-python-", dir="/tmp"))
+    try:
+        python = folder / "python3"
+        shutil.copy2("/usr/bin/python3", python)  # Debian's: it needs no libpython beside it
+        folder.chmod(0o755)
+        script = (
+            "from mathrl.tasks.code.sandbox import check_layers, SandboxUnavailable\n"
+            "try:\n"
+            "    check_layers()\n"
+            "except SandboxUnavailable as exc:\n"
+            "    print(exc)\n"
+            "print(check_layers(allow_missing_layers=True).describe())\n"
+        )
+        run = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(python),
+             "-c", script],
+            capture_output=True, text=True, cwd=world, timeout=120, check=False,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(code), "TMPDIR": str(world)},
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        refused, weak = run.stdout.splitlines()
+        assert refused == (
+            f"sandbox: the interpreter {python} (or its installation, /usr) is under /tmp, which "
+            "the child's private tmpfs covers: install Python outside /tmp"
+        )
+        assert weak.startswith("warning: sandbox without tmpfs (missing layers allowed): user+"), (
+            weak
+        )
+    finally:
+        shutil.rmtree(folder)
+
+
+@pytest.mark.slow  # as uid 65534 in real processes: the slow suite
 def test_as_an_unprivileged_user_a_run_records_its_layers(unprivileged: tuple[Path, Path]) -> None:
     code, world = unprivileged
     run = subprocess.run(
