@@ -44,9 +44,9 @@ def denied(*paths: str) -> str:
     return "PermissionError: [Errno 13] Permission denied: " + " -> ".join(map(repr, paths))
 
 
-EXEC = "OSError: [Errno 38] Function not implemented"
-"""seccomp's exec filter: an execve after the interpreter's own finds no one to let it through
-(the first process closed the listener), which the kernel says as ENOSYS."""
+EXEC = SECCOMP
+"""seccomp's exec filter: an execve after the interpreter's own, refused by the first process
+with EPERM (the first filter lets execve through: it is the second's)."""
 
 UNMAPPABLE = "ImportError: /tmp/evil.so: failed to map segment from shared object"
 """The tmpfs's noexec: a library the child wrote into its folder cannot be mapped as code."""

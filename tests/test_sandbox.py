@@ -1139,6 +1139,19 @@ def test_a_sandbox_started_ahead_stops_every_escape(warm_box: Box, name: str) ->
     stopped_with(warm_box.run(escape.source()), error, warm_box.world)
 
 
+@pytest.mark.parametrize(
+    "name",
+    [REVIEWED[2], pytest.param(REVIEWED[0], marks=SLOW)],  # Python's exec; native code's
+)
+def test_a_sandbox_started_ahead_refuses_exec_without_the_hook(
+    warm_box: Box, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # Its first process waits in an interpreter of its own (kernel.WAITER), which answers the
+    # exec filter: the same EPERM as a fresh sandbox's first process, a copy of the trainer.
+    use_layers("kernel", monkeypatch)
+    stopped_with(warm_box.run(ESCAPES[name].source()), EXEC, warm_box.world)
+
+
 def test_a_sandbox_started_ahead_is_no_more_than_a_fresh_one(warm_box: Box) -> None:
     # Never root, alone in its pid namespace, off the network: what the kernel layers give.
     root_only(warm_box.world)

@@ -89,7 +89,8 @@ layer.
   fork, execveat, signals, sockets, mounts, namespaces, ptrace, io_uring, bpf,
   keys, memfd_create, personality, chdir and more (EPERM). `kernel.EXEC_FILTER`:
   exactly one execve passes, the interpreter's own, let through by the call's
-  first process; every later one, from Python or native code, fails (ENOSYS).
+  first process, which refuses every later one, from Python or native code
+  (EPERM).
   With the noexec tmpfs, native code the child gets (through `ctypes`, where the
   hook is off) can still call the kernel, but not exec, fork or map a file of
   its own.

@@ -25,11 +25,11 @@ The layers, each a bit of the mask the child reports (`LAYERS`):
   namespaces, memfd_create, personality, chdir, owner-signal `fcntl`/`ioctl`
   commands and more (`SECCOMP`); and a second filter (`EXEC_FILTER`) that
   lets exactly one execve through, the interpreter's own: the first process
-  answers that one (seccomp's user notification) and then closes the
-  listener, so every later execve, from native code or not, fails with
-  ENOSYS. (A filter installed by the harness itself would need `ctypes` in
-  the child, whose types stay reachable there through
-  `object.__subclasses__()` however it is unloaded.)
+  answers each execve (seccomp's user notification), lets that one through
+  and refuses every later one, from native code or not, with EPERM, until
+  the child is gone (`refuse_execs`). (A filter installed by the harness
+  itself would need `ctypes` in the child, whose types stay reachable there
+  through `object.__subclasses__()` however it is unloaded.)
 
 A step the kernel refuses stops the child before it runs anything, with a
 `sandbox-missing` line naming it, unless the trainer allowed missing layers;
@@ -173,10 +173,10 @@ class Kernel:
             if child > 0:
                 _STOP.append(child)
                 listener[1].close()
-                _let_one_exec_through(listener[0])
-                if set_up is not None:
-                    _become_waiter(self.executable, child, cpu_seconds, set_up)  # if it can
-                _wait_and_exit_alike(libc, child, cpu_seconds)  # never returns
+                execs = _let_one_exec_through(listener[0])
+                if set_up is not None:  # if it can:
+                    _become_waiter(self.executable, child, cpu_seconds, set_up, execs)
+                _wait_and_exit_alike(libc, child, cpu_seconds, execs)  # never returns
             if child == 0:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 prctl(1, word(signal.SIGKILL))  # die with the first process
@@ -357,11 +357,11 @@ def hidden_by(mount_point: bytes, *paths: bytes) -> bool:
 
 def _let_one_exec_through(
     channel: socket.socket,
-) -> None:  # pragma: no cover - in the sandbox's child, before exec
-    """In the first process: take the child's exec filter listener, let the child's first
-    execve (the interpreter's) through, then close the listener, so that every later one
-    fails (ENOSYS). Return at once if the child sent none (it stopped, or the filter is not
-    there: its set-up reports that)."""
+) -> int | None:  # pragma: no cover - in the sandbox's child, before exec
+    """In the first process: take the child's exec filter listener and let the child's first
+    execve (the interpreter's) through; return the listener, to refuse every later one with
+    (`refuse_execs`). None if the child sent none (it stopped, or has no filter: its set-up
+    reports that) or died meanwhile."""
     try:
         _, fds, _, _ = socket.recv_fds(channel, 1, 1)
     except OSError:
@@ -374,14 +374,42 @@ def _let_one_exec_through(
             waiting.register(listener, select.POLLIN)
             if any(event & select.POLLIN for _, event in waiting.poll()):
                 notice = bytearray(80)  # struct seccomp_notif
-                fcntl.ioctl(listener, 0xC0502100, notice, True)  # SECCOMP_IOCTL_NOTIF_RECV
+                fcntl.ioctl(listener, _NOTIF_RECV, notice, True)
                 # struct seccomp_notif_resp: its id, val 0, error 0, FLAG_CONTINUE
-                answer = struct.pack("=QqiI", struct.unpack_from("=Q", notice)[0], 0, 0, 1)
-                fcntl.ioctl(listener, 0xC0182101, answer)  # SECCOMP_IOCTL_NOTIF_SEND
+                fcntl.ioctl(listener, _NOTIF_SEND, bytes(notice[:8]) + _CONTINUE)
+                return listener
         except OSError:
             pass  # the child died meanwhile
-        finally:
-            os.close(listener)
+        os.close(listener)
+    return None
+
+
+_NOTIF_RECV, _NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_RECV, _SEND
+_CONTINUE = bytes(12) + (1).to_bytes(
+    4, "little"
+)  # val 0, error 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE
+_EPERM = bytes(8) + (-1).to_bytes(4, "little", signed=True) + bytes(4)  # val 0, error -EPERM
+
+
+REFUSE_EXECS = r"""
+def refuse_execs(listener):
+    # Answer each exec the child tries with EPERM, until it is gone (the listener hangs up).
+    import fcntl, select
+    waiting = select.poll()
+    waiting.register(listener, select.POLLIN)
+    while any(event & select.POLLIN for _, event in waiting.poll()):
+        notice = bytearray(80)
+        try:
+            fcntl.ioctl(listener, 0xC0502100, notice, True)
+            fcntl.ioctl(listener, 0xC0182101, bytes(notice[:8]) + EPERM)
+        except OSError:  # the child died meanwhile
+            pass
+    os.close(listener)
+"""
+"""`refuse_execs(listener)`, run by the first process, as a copy of the trainer or in `WAITER`."""
+_REFUSE: dict[str, Any] = {"os": os, "EPERM": _EPERM}
+exec(REFUSE_EXECS, _REFUSE)
+refuse_execs = _REFUSE["refuse_execs"]
 
 
 def _map_self() -> None:  # pragma: no cover - in the sandbox's child, before exec
@@ -411,7 +439,8 @@ def _stop(
 
 WAITER = r"""
 import _signal, os, sys
-child, cpu_seconds = int(sys.argv[1]), int(sys.argv[2])
+child, cpu_seconds, listener = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+EPERM = bytes(8) + (-1).to_bytes(4, "little", signed=True) + bytes(4)
 try:
     handle = os.pidfd_open(child)  # once the child is reaped, its pid may be another's
 except OSError:
@@ -432,6 +461,8 @@ _signal.signal(_signal.SIGTERM, stop)
 _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGTERM])  # one sent meanwhile comes now
 code = 121
 try:
+    if listener >= 0:
+        refuse_execs(listener)
     _, status, usage = os.wait4(child, 0)
     if os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)
@@ -449,18 +480,21 @@ try:
 finally:
     os._exit(code)
 """
-"""What a lean first process runs (`python -I -S -B -c WAITER CHILD CPU_SECONDS`): the same as
-`_wait_and_exit_alike`, in an interpreter of its own. It imports built-in modules only."""
+WAITER = WAITER.replace("code = 121\n", REFUSE_EXECS + "\n\ncode = 121\n", 1)
+"""What a lean first process runs (`python -I -S -B -c WAITER CHILD CPU_SECONDS LISTENER`,
+LISTENER -1 for none): the same as `_wait_and_exit_alike`, in an interpreter of its own. It
+imports built-in modules only, and `fcntl` and `select` where the child has an exec filter."""
 
 
 def _become_waiter(
-    executable: str, child: int, cpu_seconds: int, set_up: tuple[int, int]
+    executable: str, child: int, cpu_seconds: int, set_up: tuple[int, int], execs: int | None
 ) -> None:  # pragma: no cover - in the sandbox's child, before exec
     """Exec `WAITER` once the child is set up; return only if that cannot be done."""
     ready, _ = set_up
     try:
-        os.closerange(0, ready)  # nothing of the trainer's, nor the child's pipes
-        os.closerange(ready + 1, 2**31 - 1)
+        _close_all_but(ready, execs)  # nothing of the trainer's, nor the child's pipes
+        if execs is not None:
+            os.set_inheritable(execs, True)
         while os.read(ready, 1):  # until the child execs or dies; _stop may kill it meanwhile
             pass
         os.close(ready)
@@ -468,14 +502,25 @@ def _become_waiter(
         # core_pattern that pipes to a program; 1 stops both.
         resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # until WAITER handles it
+        listener = str(-1 if execs is None else execs)
         arguments = [executable, "-I", "-S", "-B", "-c", WAITER, str(child), str(cpu_seconds)]
+        arguments.append(listener)
         os.execve(executable, arguments, {})
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
 
 
+def _close_all_but(*kept: int | None) -> None:  # pragma: no cover - in the sandbox's child
+    """Close every descriptor but `kept` (None: none)."""
+    low = 0
+    for fd in sorted(fd for fd in kept if fd is not None):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 2**31 - 1)
+
+
 def _wait_and_exit_alike(
-    libc: Any, child: int, cpu_seconds: int
+    libc: Any, child: int, cpu_seconds: int, execs: int | None
 ) -> None:  # pragma: no cover - in the sandbox's child, before exec
     """The first process, outside the pid namespace: hold nothing, wait, end as `child` did.
 
@@ -484,11 +529,16 @@ def _wait_and_exit_alike(
     """
     word, code = ctypes.c_ulong, SETUP_FAILED
     try:
-        # Its pipes and the trainer's descriptors are the child's alone: close them all.
-        if libc.syscall(word(436), word(0), word(0xFFFFFFFF), word(0)) != 0:  # close_range
+        # Its pipes and the trainer's descriptors are the child's alone: close them all (but
+        # the exec filter's listener).
+        if execs is not None:
+            _close_all_but(execs)
+        elif libc.syscall(word(436), word(0), word(0xFFFFFFFF), word(0)) != 0:  # close_range
             os.closerange(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         libc.prctl(4, word(0), word(0), word(0), word(0))  # PR_SET_DUMPABLE: never a core
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if execs is not None:
+            refuse_execs(execs)
         _, status, usage = os.wait4(child, 0)
         if os.WIFEXITED(status):
             code = os.WEXITSTATUS(status)
@@ -611,6 +661,7 @@ EXEC_FILTER = b"".join(
         (0x06, 0, 0, 0x7FC00000), (0x06, 0, 0, 0x7FFF0000),  # SECCOMP_RET_USER_NOTIF; allow
     )
 )  # fmt: skip
-"""The second filter: execve (59) waits for the first process's answer (`_let_one_exec_through`),
-which lets the first one through and then closes the listener: with no listener, the kernel
-fails every later execve with ENOSYS. execveat is refused by `SECCOMP` already."""
+"""The second filter: execve (59) waits for the first process's answer: the first one, the
+interpreter's, goes through (`_let_one_exec_through`), every later one fails with EPERM
+(`refuse_execs`). Should the first process be gone, the kernel fails it with ENOSYS. execveat
+is refused by `SECCOMP` already."""
