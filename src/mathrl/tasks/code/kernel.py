@@ -369,6 +369,8 @@ def _let_one_exec_through(
     finally:
         channel.close()
     for listener in fds:
+        with contextlib.suppress(OSError):  # Linux 6.6: the answer on the child's own CPU
+            fcntl.ioctl(listener, _NOTIF_SET_FLAGS, 1)  # SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
         try:
             waiting = select.poll()
             waiting.register(listener, select.POLLIN)
@@ -384,7 +386,8 @@ def _let_one_exec_through(
     return None
 
 
-_NOTIF_RECV, _NOTIF_SEND = 0xC0502100, 0xC0182101  # SECCOMP_IOCTL_NOTIF_RECV, _SEND
+_NOTIF_RECV, _NOTIF_SEND, _NOTIF_SET_FLAGS = 0xC0502100, 0xC0182101, 0x40082104
+"""SECCOMP_IOCTL_NOTIF_RECV, _SEND, _SET_FLAGS."""
 _CONTINUE = bytes(12) + (1).to_bytes(
     4, "little"
 )  # val 0, error 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE
