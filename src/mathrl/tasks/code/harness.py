@@ -26,12 +26,16 @@ def native_modules():
     # "/", the file), from the folders inside the interpreter's installation. Nothing else
     # may be loaded as native code (_imp.create_dynamic), whatever name it is given.
     import _imp
-    real, prefix = os.path.realpath, os.path.realpath(sys.base_prefix) + "/"
+    prefix = sys.base_prefix.rstrip("/") + "/"  # the child's interpreter is a real path
     suffixes, found = frozenset(_imp.extension_suffixes()), set()
     for folder in sys.path:
-        if not real(folder).startswith(prefix) or not os.path.isdir(folder):
+        if not folder.startswith(prefix):
             continue
-        for file in os.listdir(folder):
+        try:
+            files = os.listdir(folder)
+        except OSError:  # the zip file that -I -S lists, which usually is not there
+            continue
+        for file in files:
             name, dot, rest = file.partition(".")  # math, ., cpython-311-x86_64-linux-gnu.so
             if dot + rest in suffixes and name.isidentifier() and not (
                     name in BANNED or name.startswith(("_test", "_xx"))):
