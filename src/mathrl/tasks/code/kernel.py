@@ -289,7 +289,7 @@ class Kernel:
         allowed = [
             (b".", rights),
             (self.prefix, read),
-            (os.fsencode(self.executable), _EXECUTE | _READ_FILE),  # should it be elsewhere
+            (os.fsencode(self.executable), _EXECUTE | _READ_FILE),  # should it be outside prefix
             *((os.fsencode(p), read) for p in READS),
             (b"/proc", _READ_FILE | _READ_DIR),
             *((os.fsencode(p), _READ_FILE) for p in READ_FILES),
@@ -388,10 +388,10 @@ def _let_one_exec_through(
 
 _NOTIF_RECV, _NOTIF_SEND, _NOTIF_SET_FLAGS = 0xC0502100, 0xC0182101, 0x40082104
 """SECCOMP_IOCTL_NOTIF_RECV, _SEND, _SET_FLAGS."""
-_CONTINUE = bytes(12) + (1).to_bytes(
-    4, "little"
-)  # val 0, error 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE
-_EPERM = bytes(8) + (-1).to_bytes(4, "little", signed=True) + bytes(4)  # val 0, error -EPERM
+# The tail of a struct seccomp_notif_resp after its id: val 0, error 0, and the flag CONTINUE
+# (let the call through); val 0, error -EPERM, no flags (refuse it).
+_CONTINUE = bytes(12) + (1).to_bytes(4, "little")
+_EPERM = bytes(8) + (-1).to_bytes(4, "little", signed=True) + bytes(4)
 
 
 REFUSE_EXECS = r"""
