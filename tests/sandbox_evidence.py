@@ -9,6 +9,13 @@ the folder the payload must not touch.
 
 from __future__ import annotations
 
+import base64
+import functools
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 
 def refused(event: str) -> str:
     """The audit hook's refusal of `event`."""
@@ -35,3 +42,79 @@ def denied(*paths: str) -> str:
     the child's uid in (the tests' world is open to every user); else the mode's, which the
     kernel checks first: the identity layer's, that the child is not the file's owner."""
     return "PermissionError: [Errno 13] Permission denied: " + " -> ".join(map(repr, paths))
+
+
+EXEC = SECCOMP
+"""seccomp's exec filter: an execve after the interpreter's own, refused by the first process
+with EPERM (the first filter lets execve through: it is the second's)."""
+
+UNMAPPABLE = "ImportError: /tmp/evil.so: failed to map segment from shared object"
+"""The tmpfs's noexec: a library the child wrote into its folder cannot be mapped as code."""
+
+
+# --- the review's payloads (bodies of `f`, after "import os\ndef f():\n    ") ----------------
+
+NUL_NAME = "\n    ".join(
+    [  # the review's exact payload, then native code's way out: an exec
+        "import _imp, sys, os",
+        "class S: pass",
+        'd = [p for p in sys.path if p.endswith("lib-dynload")][0]',
+        's = S(); s.name = "_ctypes\\x00"; s.origin = d + "/" + [n for n in os.listdir(d) '
+        'if n.startswith("_ctypes.")][0]',
+        "m = _imp.create_dynamic(s)",
+        "import ctypes",
+        "libc = ctypes.CDLL(None, use_errno=True)",
+        "if libc.execv(b'/usr/bin/id', (ctypes.c_char_p * 2)(b'id', None)) < 0:",
+        "    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))",
+        "return 'escaped'",
+    ]
+)
+"""A banned module loaded by a name with a NUL, which the C loader reads only up to."""
+
+NATIVE_LIBRARY = "\n    ".join(
+    [  # LIBRARY stands for `native_library()`, in base64
+        "import _imp, base64",
+        "with open('evil.so', 'wb') as file:",
+        "    file.write(base64.b64decode(LIBRARY))",
+        "class S: pass",
+        "s = S(); s.name = 'evil'; s.origin = os.path.abspath('evil.so')",
+        "try:",
+        "    _imp.create_dynamic(s)",
+        "except SystemError:  # its PyInit_evil ran: it loaded",
+        "    return 'escaped'",
+        "return 'not loaded'",
+    ]
+)
+"""A library the code wrote into its own folder, loaded under a harmless name."""
+
+EXEC_UNDER_USR = "os.execv('/usr/bin/id', ['id'])\n    return 'escaped'"
+"""Replace the interpreter with a binary of the system's."""
+
+LIBRARY_SOURCE = (
+    "static void loaded(void) __attribute__((constructor));\n"
+    "static void loaded(void) {}\n"
+    "void *PyInit_evil(void) { return 0; }\n"
+)
+"""A library with a constructor and a module init that fails without an exception (so a
+load that worked reads as SystemError), and no libc: 5 KB."""
+
+
+@functools.cache
+def native_library() -> bytes:
+    """`LIBRARY_SOURCE` built with the system's C compiler, `cc` (the same bytes each time).
+    A machine without one fails the tests that need it: CI installs it (.ci/run)."""
+    compiler = shutil.which("cc")
+    assert compiler is not None, "the native-library payloads need a C compiler: cc"
+    with tempfile.TemporaryDirectory() as folder:
+        source, library = Path(folder, "evil.c"), Path(folder, "evil.so")
+        source.write_text(LIBRARY_SOURCE)
+        flags = ["-shared", "-fPIC", "-nostdlib", "-s", "-Wl,-z,max-page-size=4096"]
+        subprocess.run([compiler, *flags, "-o", str(library), str(source)], check=True)
+        return library.read_bytes()
+
+
+def with_library(source: str) -> str:
+    """`source` with LIBRARY replaced by `native_library()`'s bytes, in base64."""
+    if "LIBRARY" not in source:
+        return source
+    return source.replace("LIBRARY", repr(base64.b64encode(native_library()).decode()))

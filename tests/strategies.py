@@ -13,6 +13,8 @@ from mathrl.config import MAX_SEED, TrainConfig
 from mathrl.grpo import episode_datum
 from mathrl.losses import LOSSES, Loss, LossName, Parameter
 from mathrl.tasks.addition import OPERAND_MAX, AdditionProblem
+from mathrl.tasks.code.sandbox import STATUSES, Outcome
+from mathrl.tasks.code.task import ALL as ALL_CODE_PROBLEMS
 
 operands = st.integers(min_value=0, max_value=OPERAND_MAX)
 """An operand of the addition task."""
@@ -393,3 +395,31 @@ problem_values = st.recursive(
     max_leaves=12,
 )
 """A problem as a task may build it: nested lists, tuples, dicts and sets of plain values."""
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=64),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+"""What a sandboxed function may return (JSON: NaN and infinities too)."""
+
+sandbox_outcomes = st.builds(
+    Outcome,
+    st.sampled_from(STATUSES),
+    st.lists(json_values, max_size=8).map(tuple),
+    st.text(max_size=300),
+)
+"""Any outcome of a sandbox call."""
+
+code_problems = st.sampled_from(ALL_CODE_PROBLEMS)
+
+cache_puts = st.lists(
+    st.tuples(st.text(max_size=40), code_problems, st.booleans(), sandbox_outcomes),
+    max_size=40,
+)
+"""(code, problem, policy, outcome) to put in a reward cache, in order; codes repeat."""
+
+absolute_paths = st.lists(st.sampled_from([b"tmp", b"tmpx", b"usr", b"a", b".."]), max_size=4).map(
+    lambda parts: b"/" + b"/".join(parts)
+)
+"""Absolute paths of a few names, some of which begin another's ("tmp", "tmpx")."""

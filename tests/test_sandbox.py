@@ -20,6 +20,7 @@ import functools
 import os
 import platform
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,9 +37,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import strategies
 from conftest import examples
 from mathrl.tasks.code import sandbox
-from mathrl.tasks.code.kernel import NOBODY, WAITER, kernel_layers
+from mathrl.tasks.code.kernel import NOBODY, WAITER, hidden_by, kernel_layers
 from mathrl.tasks.code.sandbox import (
     STATUSES,
     JsonValue,
@@ -48,7 +50,19 @@ from mathrl.tasks.code.sandbox import (
     remove_tree,
 )
 from mathrl.workers import Workers, in_process
-from sandbox_evidence import SECCOMP, denied, refused, refused_outside, removed
+from sandbox_evidence import (
+    EXEC,
+    EXEC_UNDER_USR,
+    NATIVE_LIBRARY,
+    NUL_NAME,
+    SECCOMP,
+    UNMAPPABLE,
+    denied,
+    refused,
+    refused_outside,
+    removed,
+    with_library,
+)
 
 FAST = Limits(cpu_seconds=1, wall_seconds=3.0)
 HANG = 60.0
@@ -173,6 +187,7 @@ def alone(*which: str) -> list[Any]:
     return [pytest.param(name, marks=pytest.mark.slow) for name in which]
 
 
+SLOW = [pytest.mark.slow]
 WARM_IS_SLOW = pytest.mark.parametrize(
     "any_box", ["fresh", pytest.param("warm", marks=pytest.mark.slow)], indirect=True
 )
@@ -457,7 +472,8 @@ class Escape:
         return self.kernel
 
     def source(self) -> str:
-        return f"import os\ndef f():\n    {self.body}\n".replace("TRAINER", str(os.getpid()))
+        source = f"import os\ndef f():\n    {self.body}\n".replace("TRAINER", str(os.getpid()))
+        return with_library(source)
 
 
 def stopped_with(outcome: Outcome, error: str, world: Path) -> None:
@@ -606,6 +622,20 @@ ESCAPES = {
         removed("os", "setsid"),
         ("seccomp", SECCOMP),
     ),
+    "a banned module by a name with a NUL (the review's), then an exec": Escape(
+        NUL_NAME,
+        refused("importing a module by that name"),
+        ("seccomp", EXEC),  # _ctypes loads: no kernel layer is about modules
+    ),
+    "a native library written into its folder": Escape(
+        NATIVE_LIBRARY, refused("loading that extension module"), ("tmpfs", UNMAPPABLE)
+    ),
+    "execve of a binary under /usr": Escape(EXEC_UNDER_USR, refused("os.exec"), ("seccomp", EXEC)),
+    "steer a native library through the environment": Escape(  # OpenSSL's configuration
+        "os.environ['OPENSSL_CONF'] = 'openssl.cnf'\n    return 'escaped'",
+        refused("os.putenv"),
+        None,  # the noexec tmpfs keeps a library it names from loading
+    ),
     "signal through a pidfd": Escape(
         "import _signal\n    _signal.pidfd_send_signal(os.pidfd_open(TRAINER), 0)\n"
         "    return 'escaped'",
@@ -615,7 +645,7 @@ ESCAPES = {
 }
 
 
-KEPT_FAST = ("os.fork", "absolute write")
+KEPT_FAST = ("os.fork", "absolute write", "execve of a binary under /usr")
 """The escapes the fast suite runs in every configuration (the others: with every layer)."""
 
 
@@ -955,6 +985,25 @@ def test_removing_a_folder_never_follows_links_and_never_raises(tmp_path: Path) 
     remove_tree(str(tree))  # gone already: nothing to do, and no error
 
 
+def test_a_mount_hides_what_is_under_it_and_nothing_beside_it() -> None:
+    # /tmp covers /tmp and /tmp/x/python3, not /tmpx/python3 (a name that begins with "tmp").
+    assert hidden_by(b"/tmp", b"/usr", b"/tmp/x/python3")
+    assert hidden_by(b"/tmp", b"/tmp")
+    assert not hidden_by(b"/tmp", b"/usr/bin/python3", b"/tmpx/python3")
+    assert not hidden_by(b"/tmp")
+
+
+@given(mount=strategies.absolute_paths, paths=st.lists(strategies.absolute_paths, max_size=3))
+def test_a_mount_hides_a_path_exactly_when_its_names_begin_the_paths(
+    mount: bytes, paths: list[bytes]
+) -> None:
+    def names(path: bytes) -> list[bytes]:
+        return [name for name in path.split(b"/") if name]
+
+    under = [names(path)[: len(names(mount))] == names(mount) for path in paths]
+    assert hidden_by(mount, *paths) is any(under)
+
+
 @functools.cache
 def interpreter_with_posixsubprocess_built_in() -> str | None:
     """A Python 3 here whose `_posixsubprocess` is built in, as Debian's and Ubuntu's is."""
@@ -992,6 +1041,80 @@ def test_a_banned_module_built_into_the_interpreter_is_refused(
     stopped_with(box.run(source), refused("importing _posixsubprocess"), box.world)
 
 
+REVIEWED = (
+    "a banned module by a name with a NUL (the review's), then an exec",
+    "a native library written into its folder",
+    "execve of a binary under /usr",
+)
+"""The payloads of the review that got past the hook, or found exec open."""
+
+
+@pytest.mark.parametrize(
+    ("name", "which"),
+    # One here; the others, and each with the kernel layers alone, in the slow suite.
+    [
+        pytest.param(name, which, marks=[] if (name, which) == (REVIEWED[0], "both") else SLOW)
+        for name in REVIEWED
+        for which in ("both", "kernel")
+    ],
+)
+def test_the_reviews_payloads_fail_with_debians_python_too(
+    box: Box, monkeypatch: pytest.MonkeyPatch, name: str, which: str
+) -> None:
+    # Its extension modules live in /usr/lib/python3.11/lib-dynload, and _posixsubprocess is
+    # built in: the hook's list of them, and the kernel layers, hold there too.
+    python = interpreter_with_posixsubprocess_built_in()
+    if python is None:
+        pytest.skip("no Python here has _posixsubprocess built in (Debian's python3 does)")
+    use_layers(which, monkeypatch)
+    monkeypatch.setattr(sys, "executable", python)
+    kernel = kernel_layers()
+    assert kernel is not None
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, executable=python))
+    _, error = ESCAPES[name].stopper(which)
+    stopped_with(box.run(ESCAPES[name].source()), error, box.world)
+
+
+@pytest.mark.parametrize("which", ["both", *alone("kernel")])
+def test_the_child_does_not_see_the_hosts_mounts(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    # Its mount tables would show the host's devices and paths: they read empty.
+    use_layers(which, monkeypatch)
+    source = "def f(name):\n    with open(name) as file:\n        return file.read()\n"
+    names = ["/proc/self/mountinfo", "/proc/self/mounts", "/proc/mounts", "/proc/1/mountstats"]
+    names.append("/proc/thread-self/mountinfo")
+    assert box.run(source, [[name] for name in names]) == Outcome("ok", ("",) * 5, "")
+
+
+def test_an_interpreter_under_tmp_is_named_as_hidden_by_the_tmpfs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The child's private tmpfs over /tmp would hide it (the exec said only "No such file or
+    # directory"): the set-up says so, and what to do; with missing layers allowed, the child
+    # runs without the tmpfs, and reaches it.
+    kernel = kernel_layers()
+    assert kernel is not None
+    folder = tempfile.mkdtemp(prefix="mathrl-python-", dir="/tmp")
+    try:
+        python = os.path.join(folder, "python3")
+        shutil.copy2("/usr/bin/python3", python)  # Debian's: it needs no libpython beside it
+        os.chmod(folder, 0o755)
+        monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, executable=python))
+        with pytest.raises(sandbox.SandboxUnavailable) as refused:
+            sandbox.check_layers()
+        assert str(refused.value) == (
+            f"sandbox: the interpreter {python} (or its installation, "
+            f"{os.fsdecode(kernel.prefix)}) is under /tmp, which the child's private tmpfs "
+            "covers: install Python outside /tmp"
+        )
+        assert refused.value.allowed_by == sandbox.ALLOW_MISSING_LAYERS
+        line = sandbox.check_layers(allow_missing_layers=True).describe()
+        assert line.startswith("warning: sandbox without tmpfs (missing layers allowed): "), line
+    finally:
+        remove_tree(folder)
+
+
 # --- sandboxes started ahead of their calls (a worker pool's) -------------------------------
 
 
@@ -1014,6 +1137,19 @@ def test_a_sandbox_started_ahead_stops_every_escape(warm_box: Box, name: str) ->
     escape = ESCAPES[name]
     _, error = escape.stopper("both")
     stopped_with(warm_box.run(escape.source()), error, warm_box.world)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [REVIEWED[2], pytest.param(REVIEWED[0], marks=SLOW)],  # Python's exec; native code's
+)
+def test_a_sandbox_started_ahead_refuses_exec_without_the_hook(
+    warm_box: Box, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # Its first process waits in an interpreter of its own (kernel.WAITER), which answers the
+    # exec filter: the same EPERM as a fresh sandbox's first process, a copy of the trainer.
+    use_layers("kernel", monkeypatch)
+    stopped_with(warm_box.run(ESCAPES[name].source()), EXEC, warm_box.world)
 
 
 def test_a_sandbox_started_ahead_is_no_more_than_a_fresh_one(warm_box: Box) -> None:

@@ -49,10 +49,21 @@ from mathrl.tasks.code.sandbox import (
 )
 from mathrl.tasks.code.task import CodeAdapter, CodeProblem, run
 from mathrl.workers import Workers
-from sandbox_evidence import SECCOMP, denied, refused, refused_outside
+from sandbox_evidence import (
+    EXEC,
+    EXEC_UNDER_USR,
+    NATIVE_LIBRARY,
+    NUL_NAME,
+    SECCOMP,
+    UNMAPPABLE,
+    denied,
+    refused,
+    refused_outside,
+    with_library,
+)
 
 REFUSE = str(Path(__file__).with_name("refuse_syscalls.py"))
-UNSHARE, LANDLOCK_CREATE_RULESET, MOUNT, SETRESUID = 272, 444, 165, 117
+UNSHARE, LANDLOCK_CREATE_RULESET, MOUNT, SETRESUID, PRCTL = 272, 444, 165, 117, 157
 X86_64 = platform.machine() == "x86_64"
 CODE_RUN = (
     "--backend",
@@ -183,7 +194,14 @@ needs_x86_64 = pytest.mark.skipif(not X86_64, reason="refuse_syscalls.py filters
         pytest.param(LANDLOCK_CREATE_RULESET, "Landlock is off", marks=pytest.mark.slow),
         pytest.param(
             MOUNT,
-            "no mount namespace for the child (Operation not permitted); in a container",
+            "the child has its own mount namespace, but mount is refused in it (Operation not "
+            "permitted): a seccomp filter or security module around the trainer refuses it; in "
+            "a container",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            PRCTL,
+            "the seccomp filter cannot be installed: prctl is refused (Operation not permitted)",
             marks=pytest.mark.slow,
         ),
         pytest.param(
@@ -229,7 +247,7 @@ def test_the_opt_in_runs_with_what_is_there_and_says_what_is_missing(
     assert run.returncode == 0, run.stderr
     warning = run.stderr.splitlines()[0]
     assert warning.startswith("mathrl: warning: sandbox without "), warning
-    assert "pid, net, ipc, mount, tmpfs (missing layers allowed): " in warning
+    assert "pid, net, ipc, mount, tmpfs, seccomp (missing layers allowed): " in warning
     assert "Landlock ABI" in warning  # what could be set up still is
     assert run.stdout.splitlines()[1] == "Step 1: accuracy=75.0%, datums=2"
     recorded = json.loads((folder / "config.json").read_text())
@@ -261,7 +279,7 @@ def test_a_resumed_run_takes_the_opt_in_as_given_again(tmp_path: Path) -> None:
     assert resumed.stdout.splitlines()[1].startswith("Step 2: ")
     records = json.loads((tmp_path / "run" / "config.json").read_text())["preflight"]
     assert len(records) == 2  # one a session, each with what was missing
-    missing = "pid, net, ipc, mount, tmpfs (missing layers allowed): "
+    missing = "pid, net, ipc, mount, tmpfs, seccomp (missing layers allowed): "
     assert all(missing in record["line"] for record in records)
 
 
@@ -508,6 +526,10 @@ PAYLOADS = {  # each returns 'escaped' if it got out
         "    socket.create_connection(('127.0.0.1', PORT), timeout=1)\n"
         "    return 'escaped'\n"
     ),
+    "a banned module by a name with a NUL": f"import os\ndef f():\n    {NUL_NAME}\n",
+    "a native library written into its folder": f"import os\ndef f():\n    {NATIVE_LIBRARY}\n",
+    "execve of a binary under /usr": f"import os\ndef f():\n    {EXEC_UNDER_USR}\n",
+    "the host's mount table": "def f():\n    return open('/proc/self/mountinfo').read()\n",
     "fill the folder": (
         "def f():\n"
         "    written = 0\n"
@@ -551,6 +573,12 @@ STOPPED = {  # payload: the evidence of what stops it with the hook (None: the s
     ),
     "F_SETOWN the trainer": (refused("fcntl command 8"), SECCOMP),
     "connect to the trainer's loopback": (refused("socket.getaddrinfo"), SECCOMP),
+    "a banned module by a name with a NUL": (refused("importing a module by that name"), EXEC),
+    "a native library written into its folder": (
+        refused("loading that extension module"),
+        UNMAPPABLE,  # the tmpfs's noexec
+    ),
+    "execve of a binary under /usr": (refused("os.exec"), EXEC),  # seccomp's exec filter
 }
 if BLOCK_DEVICE is not None:  # its mode: identity
     STOPPED["read a raw block device"] = (None, denied(BLOCK_DEVICE))
@@ -558,6 +586,7 @@ RETURNED: dict[str, object] = {  # payload: what it returns, in every configurat
     **({"read a raw block device": "none here"} if BLOCK_DEVICE is None else {}),
     "processes": [1, ["1"]],  # it sees only itself: its pid namespace
     "capabilities": ["0" * 16, "0" * 16],  # effective, bounding
+    "the host's mount table": "",  # hidden
 }
 
 
@@ -599,7 +628,8 @@ def unprivileged(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
 
 def as_nobody(code: Path, world: Path, refuse: int | None = None) -> dict[str, Any]:
-    command = ["/usr/bin/python3", "-c", UNPRIVILEGED_SCRIPT, str(world), json.dumps(PAYLOADS)]
+    payloads = json.dumps({name: with_library(source) for name, source in PAYLOADS.items()})
+    command = ["/usr/bin/python3", "-c", UNPRIVILEGED_SCRIPT, str(world), payloads]
     if refuse is not None:  # its own copy: uid 65534 may not reach the checkout's
         command = ["/usr/bin/python3", str(code / Path(REFUSE).name), str(refuse), *command]
     run = subprocess.run(
@@ -653,6 +683,62 @@ def test_as_an_unprivileged_user_without_user_namespaces_the_sandbox_refuses(
     assert refused.startswith("sandbox: no user namespace for the child (Operation not permitted)")
     assert "sysctl -w kernel.unprivileged_userns_clone=1" in refused
     assert report["allowed_by"] == ALLOW_MISSING_LAYERS  # the command line words the opt-in
+
+
+@needs_x86_64
+@pytest.mark.slow  # as uid 65534 in real processes: the slow suite
+def test_as_an_unprivileged_user_a_refused_mount_is_named_as_mount(
+    unprivileged: tuple[Path, Path],
+) -> None:
+    # Its user namespace was made: the refusal is mount's, not that user namespaces are off.
+    code, world = unprivileged
+    report = as_nobody(code, world, refuse=MOUNT)
+    refused = report["refused"]
+    assert isinstance(refused, str)
+    assert refused.startswith(
+        "sandbox: the child has its own mount namespace, but mount is refused in it (Operation "
+        "not permitted)"
+    ), refused
+    assert "user namespaces" not in refused
+
+
+@pytest.mark.slow  # as uid 65534 in real processes: the slow suite
+def test_as_an_unprivileged_user_an_interpreter_under_tmp_is_named(
+    unprivileged: tuple[Path, Path],
+) -> None:
+    # The child's private tmpfs over /tmp would hide it: the refusal says so (it said only
+    # "No such file or directory"), and with missing layers allowed the child reaches it.
+    code, world = unprivileged
+    folder = Path(tempfile.mkdtemp(prefix="mathrl-python-", dir="/tmp"))
+    try:
+        python = folder / "python3"
+        shutil.copy2("/usr/bin/python3", python)  # Debian's: it needs no libpython beside it
+        folder.chmod(0o755)
+        script = (
+            "from mathrl.tasks.code.sandbox import check_layers, SandboxUnavailable\n"
+            "try:\n"
+            "    check_layers()\n"
+            "except SandboxUnavailable as exc:\n"
+            "    print(exc)\n"
+            "print(check_layers(allow_missing_layers=True).describe())\n"
+        )
+        run = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(python),
+             "-c", script],
+            capture_output=True, text=True, cwd=world, timeout=120, check=False,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(code), "TMPDIR": str(world)},
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        refused, weak = run.stdout.splitlines()
+        assert refused == (
+            f"sandbox: the interpreter {python} (or its installation, /usr) is under /tmp, which "
+            "the child's private tmpfs covers: install Python outside /tmp"
+        )
+        assert weak.startswith("warning: sandbox without tmpfs (missing layers allowed): user+"), (
+            weak
+        )
+    finally:
+        shutil.rmtree(folder)
 
 
 @pytest.mark.slow  # as uid 65534 in real processes: the slow suite

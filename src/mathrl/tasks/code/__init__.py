@@ -45,16 +45,25 @@ layer.
   idle wait, the allocation, the fork bomb and the flood: each ends the call
   with its status, within the wall clock.
 - The audit hook, in the child's interpreter before the code runs: Python's own
-  ways out. No processes, signals, sockets, `ctypes` or other escape-hatch
-  modules (also where the interpreter has one built in, as Debian's `python3`
-  has `_posixsubprocess`), subinterpreters, tracing, hand-made code objects,
-  rlimit changes, chdir, links, or `fcntl` commands that have the kernel signal
-  another process; no write, removal or change of metadata outside its folder.
-  The ways out it would not see (`os.mkfifo`, `os.mknod`, `os.chroot`,
-  `os.setsid` and its kin, priorities, pidfd signals) are taken out of the
-  modules. Its path checks see neither `os.open`'s `dir_fd` nor a descriptor
-  swapped under it by a signal handler, so for writes it is a second line: the
-  kernel layers hold them.
+  ways out. No processes, exec, signals, sockets, environment changes (a
+  variable can steer a native library: OpenSSL's configuration),
+  subinterpreters, tracing, hand-made code objects, rlimit changes, chdir,
+  links, or `fcntl` commands that have the kernel signal another process; no
+  write, removal or change of metadata outside its folder. No native code but
+  the interpreter's own: an import's name must be a plain dotted identifier
+  (the C loader reads a name only up to a NUL, so `_ctypes` with a NUL after it
+  was `_ctypes`), the modules of
+  `harness.BANNED` (`ctypes`, `_posixsubprocess`, ...) are refused by any
+  name, also where the interpreter has one built in (Debian's `python3` has
+  `_posixsubprocess`), and `_imp.create_dynamic` loads only the interpreter's
+  own extension modules, each by its own name and file
+  (`harness.native_modules`), never a library the code wrote. The ways out it
+  would not see (`os.mkfifo`, `os.mknod`, `os.chroot`, `os.setsid` and its kin,
+  priorities, pidfd signals) are taken out of the modules. It is a second line:
+  it holds only what Python code can do, its path checks see neither
+  `os.open`'s `dir_fd` nor a descriptor swapped under it by a signal handler,
+  and native code (were any to run) would go around it; the kernel layers hold
+  on their own, and are tested without it.
 - identity: never real root, so root's private files, root's devices (a raw
   disk, through which any user's files could be read) and other users' private
   files are out of reach, even where the interpreter lives in a folder others
@@ -66,16 +75,25 @@ layer.
   trainer's loopback.
 - The IPC namespace: shared memory and message queues it makes die with it.
 - The mount namespace and its tmpfs: its folder is a private tmpfs over `/tmp`,
-  1 MiB in all (not per file), and the host's `/tmp` is out of sight.
+  1 MiB in all (not per file), mounted `noexec` (a library it writes there
+  cannot be mapped as code, so it does not load); the host's `/tmp` is out of
+  sight; its mount tables (`/proc/self/mountinfo` and kin) read empty.
 - No capabilities, and none to gain: it cannot raise its limits, nor pass over
   a file's mode.
 - Landlock: writes only beneath its folder, and reads only there and in what
   Python needs, so not the home or `.env` files of the trainer's user, which
   its uid may read; no TCP (Landlock ABI 4, Linux 6.7) and no signals out
   (ABI 6, Linux 6.12): before those, the namespaces and seccomp keep it in.
-- seccomp (x86-64): the system calls by which code that got past the hook would
-  get out of the rest (`kernel.SECCOMP`): should a memory-safety bug in CPython
-  disarm the hook, fork, exec, signals, sockets, mounts and the rest stay shut.
+- seccomp (x86-64), two filters. `kernel.SECCOMP`: the system calls by which
+  code that got past the hook, or runs without it, would get out of the rest:
+  fork, execveat, signals, sockets, mounts, namespaces, ptrace, io_uring, bpf,
+  keys, memfd_create, personality, chdir and more (EPERM). `kernel.EXEC_FILTER`:
+  exactly one execve passes, the interpreter's own, let through by the call's
+  first process, which refuses every later one, from Python or native code
+  (EPERM).
+  With the noexec tmpfs, native code the child gets (through `ctypes`, where the
+  hook is off) can still call the kernel, but not exec, fork or map a file of
+  its own.
 
 It fails closed
 ---------------
@@ -85,12 +103,16 @@ is there. If one is missing it raises `sandbox.SandboxUnavailable`, one line
 naming what is missing and how to get it, and nothing trains. A layer that
 fails later, during a run, stops that reward call with `sandbox.SandboxError`,
 which ends the run. Both carry `allowed_by`: the option that would run anyway.
+The line names the step that failed, not a guess: a refused `prctl` as
+seccomp's (no filter can be installed without it), a `mount` refused in a mount
+namespace that was made as mount's (not as user namespaces being off), an
+interpreter under `/tmp` as hidden by the tmpfs (install it elsewhere).
 
 What it needs: Linux 5.13 or later with Landlock enabled (`landlock` in the
 `lsm=` boot parameter; Debian 12's and Ubuntu's kernels have it), an x86-64
-machine (for the seccomp filter), and root or unprivileged user namespaces. In
-a container, the container must allow `unshare` and `mount` (Docker's default
-profile does not).
+machine (for the seccomp filters), root or unprivileged user namespaces, and an
+interpreter outside `/tmp`. In a container, the container must allow `unshare`,
+`mount` and `prctl` (Docker's default profile refuses the first two).
 
 A task built with `allow_missing_layers=True` (as
 `CodeAdapter(allow_missing_layers=True)`; `CodeFeedbackAdapter` alike) runs with
@@ -103,17 +125,24 @@ task in the process. What each missing layer gives up:
 
 - identity: a root trainer's child is root without capabilities, and reads
   root's files (without Landlock, writes them too);
-- pid: it sees every process on the host with its command line, and a process
-  it starts may outlive it;
+- pid: it sees every process on the host with its command line and the host's
+  mount table, and a process it starts may outlive it; and there is no first
+  process to let the interpreter's exec through, so there is no exec filter
+  either (seccomp is reported missing too): exec stays open to native code;
 - net: only the hook and seccomp stand between it and the network;
 - ipc: shared memory it makes could outlive it;
-- tmpfs: the size cap is per file, not in total, and its folder is in the
-  system's temp folder;
+- tmpfs: the size cap is per file, not in total, its folder is in the
+  system's temp folder, and a library it writes there maps as code (the hook
+  still refuses to load it; without the hook, `ctypes` loads it). An
+  interpreter under `/tmp`, which the tmpfs would hide, counts as the tmpfs
+  missing, and names itself;
 - Landlock: it reads whatever its uid may (a non-root trainer's own files among
   them), and only the audit hook holds its writes in, which a descriptor race
   gets past;
-- seccomp (any machine but x86-64): a memory-safety bug in CPython that disarms
-  the hook leaves fork and exec open.
+- seccomp (any machine but x86-64, or where prctl is refused): only the hook
+  stands between the code and fork, exec, signals and raw sockets, and the hook
+  holds Python's ways out only: native code, from a bug in CPython or a gap in
+  the hook, gets past it (the namespaces, Landlock and the limits still hold).
 
 What the preflight line says: every layer the child got, e.g. `sandbox: uid
 65534, pid+net+ipc+mount namespaces, tmpfs 1 MiB, no capabilities, Landlock ABI
@@ -134,6 +163,11 @@ What it does not isolate
 
 What it costs
 -------------
+The code task keeps each distinct completion's outcome (`task.run`), so a
+reward and its feedback run it once: at most 8,192 outcomes and 32 MiB of them
+as `task.outcome_bytes` counts (about their text), least recently used dropped
+first, however large a completion's results.
+
 Starting a sandbox is most of a call's cost; the call itself is a few
 milliseconds. So a call on a worker pool's thread takes a sandbox the pool
 started while the loop waited on the service (`sandbox.Warm`, up to
@@ -154,7 +188,13 @@ idle and (in parentheses) under a load average of 4-5:
     every layer, as uid 65534 (a user namespace)   46-47    -
     a call in a sandbox started ahead              4.5-7    -          (10)
 
-A bare `python -I -S -B` starts in 10 ms there.
+A bare `python -I -S -B` starts in 10 ms there. The exec filter (the first
+process's answer to the interpreter's exec), the hook's list of native modules
+and the hidden mount tables added 5-9% to a fresh call and nothing to one
+started ahead: medians of 6 runs of the command above, interleaved with the
+code before them, under a load average of 2-3 (ms, before -> after): alone
+53.9 -> 58.7 and 56.6 -> 61.4, 2 in flight 30.4 -> 31.8 and 29.7 -> 31.4,
+started ahead 6.5 -> 6.5 and 6.9 -> 6.7.
 
 Why built by hand, not bubblewrap or WebAssembly: the same start inside `bwrap
 --unshare-all --die-with-parent --uid 65534 --gid 65534`, with read-only binds

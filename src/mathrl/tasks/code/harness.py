@@ -2,8 +2,9 @@
 
 `mathrl.tasks.code.sandbox` passes `HARNESS` to `python -I -S -B -c` (with the
 argument `hook` when the audit hook is one of the layers). In the child it
-installs the audit hook (`guard`) after removing the unaudited ways out
-(`disarm`), then reads the request from stdin, all of it before any untrusted
+lists the interpreter's own extension modules (`native_modules`, the only native
+code the hook lets load), installs the audit hook (`guard`) after removing the
+unaudited ways out (`disarm`), then reads the request from stdin, all of it before any untrusted
 code exists (so a sandbox started ahead of its call waits there, guarded),
 points fds 0-2 at /dev/null (so stray writes fail), runs the completion, calls
 the function once per input, and writes one JSON line to a private copy of the
@@ -19,17 +20,43 @@ BANNED = """ctypes _ctypes _posixsubprocess _posixshmem _multiprocessing sqlite3
     nis""".split()
 
 
-def guard(root):
+def native_modules():
+    # The interpreter's own extension modules, but the banned ones: (name, path) as its import
+    # system names them (a folder of sys.path, which -I -S leaves to the standard library's,
+    # "/", the file), from the folders inside the interpreter's installation. Nothing else
+    # may be loaded as native code (_imp.create_dynamic), whatever name it is given.
+    import _imp
+    prefix = sys.base_prefix.rstrip("/") + "/"  # the child's interpreter is a real path
+    suffixes, found = frozenset(_imp.extension_suffixes()), set()
+    for folder in sys.path:
+        if not folder.startswith(prefix):
+            continue
+        try:
+            files = os.listdir(folder)
+        except OSError:  # the zip file that -I -S lists, which usually is not there
+            continue
+        for file in files:
+            name, dot, rest = file.partition(".")  # math, ., cpython-311-x86_64-linux-gnu.so
+            if dot + rest in suffixes and name.isidentifier() and not (
+                    name in BANNED or name.startswith(("_test", "_xx"))):
+                found.add((name, folder.rstrip("/") + "/" + file))
+    return frozenset(found)
+
+
+def guard(root, native):
     # The hook's state is this call's cells, all immutable: the completion can rebind builtins
     # and module attributes, and see these values in a traceback, but not change them.
-    deny, is_a, length, tup = PermissionError, isinstance, len, tuple
+    deny, is_a, length, tup, kind = PermissionError, isinstance, len, tuple, type
     stat, link = os.stat, os.readlink
     encode, split, starts, join = str.encode, bytes.split, bytes.startswith, bytes.join
-    parts_of, name_starts = str.split, str.startswith
+    parts_of, name_starts, identifier = str.split, str.startswith, str.isidentifier
     top = encode(root, "utf-8", "surrogateescape")
     base = tup(part for part in split(top, b"/") if part)
     size, writes = length(base), os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    # os.putenv: a variable steers native libraries the interpreter's own modules load (say,
+    # OPENSSL_CONF, whose configuration names a library for _hashlib's OpenSSL to load).
     always = frozenset("""os.fork os.forkpty os.posix_spawn os.spawn os.exec os.system
+        os.putenv os.unsetenv
         subprocess.Popen pty.spawn os.kill os.killpg os.chdir os.link os.symlink
         resource.setrlimit resource.prlimit sys.settrace sys.setprofile sys._current_frames
         gc.get_objects gc.get_referrers gc.get_referents code.__new__ marshal.load marshal.loads
@@ -57,9 +84,20 @@ def guard(root):
                 raise deny("sandbox: fcntl command %d is not allowed" % args[1])
             return
         if event == "import":
+            # A plain dotted name, of str itself: the C loader reads a name up to a NUL
+            # ("_ctypes\0" is _ctypes), and a subclass could answer comparisons as it likes.
+            if kind(args[0]) is not str:
+                raise deny("sandbox: importing a module by that name is not allowed")
             for name in parts_of(args[0], "."):  # all: "x._ctypes" would load _ctypes too
+                if not identifier(name):
+                    raise deny("sandbox: importing a module by that name is not allowed")
                 if name in modules or name_starts(name, ("_test", "_xx")):
                     raise deny("sandbox: importing " + name + " is not allowed")
+            # Native code (_imp.create_dynamic, with the file it loads): only the
+            # interpreter's own modules, by their own names and files.
+            origin = args[1]
+            if origin is not None and (kind(origin) is not str or (args[0], origin) not in native):
+                raise deny("sandbox: loading that extension module is not allowed")
             return
         if event == "open":
             if is_a(args[0], int):  # a descriptor it already has
@@ -136,8 +174,9 @@ def describe(exc):
 
 def main():
     if sys.argv[1:] == ["hook"]:  # first: a sandbox started ahead waits, guarded, for its call
+        native = native_modules()
         disarm()
-        sys.addaudithook(guard(os.getcwd()))
+        sys.addaudithook(guard(os.getcwd(), native))
     # All of it, before untrusted code runs. Its length comes first: a copy of the pipe's write
     # end in another child of the trainer (a fork made while this waited) would hold off EOF.
     size = int(sys.stdin.buffer.readline())

@@ -10,14 +10,26 @@ The layers, each a bit of the mask the child reports (`LAYERS`):
   65534 (nobody) with no groups; a non-root trainer's child runs in a new
   user namespace as the trainer's own, unprivileged uid.
 - pid, net, mount: its own namespaces. In the pid namespace it is process 1
-  and its /proc shows only itself; the network has only a loopback.
+  and its /proc shows only itself (its mount tables, `/proc/1/mountinfo`,
+  `mounts` and `mountstats`, read empty: they would show the host's devices
+  and paths); the network has only a loopback.
 - tmpfs: its folder is a private tmpfs of `file_bytes` in total, mounted
-  over /tmp (so the host's /tmp is out of sight, and every path to it can
-  be entered). Without it, the folder the trainer made is its cwd.
+  `noexec` over /tmp (so the host's /tmp is out of sight, every path to it
+  can be entered, and nothing written there can be mapped as code: a `.so`
+  it writes will not load). Without it, the folder the trainer made is its
+  cwd. An interpreter under /tmp would be hidden by it: that is a set-up
+  step that fails (`tmpfs:interpreter`), with what to do.
 - capabilities: none, and none to gain (the bounding set is emptied).
 - landlock: writes only beneath its folder, no TCP, no signals out.
-- seccomp (x86-64 only): no fork, exec*at, kill, ptrace, sockets, mounts,
-  namespaces, owner-signal `fcntl`/`ioctl` commands and more (`SECCOMP`).
+- seccomp (x86-64 only): no fork, execveat, kill, ptrace, sockets, mounts,
+  namespaces, memfd_create, personality, chdir, owner-signal `fcntl`/`ioctl`
+  commands and more (`SECCOMP`); and a second filter (`EXEC_FILTER`) that
+  lets exactly one execve through, the interpreter's own: the first process
+  answers each execve (seccomp's user notification), lets that one through
+  and refuses every later one, from native code or not, with EPERM, until
+  the child is gone (`refuse_execs`). (A filter installed by the harness
+  itself would need `ctypes` in the child, whose types stay reachable there
+  through `object.__subclasses__()` however it is unloaded.)
 
 A step the kernel refuses stops the child before it runs anything, with a
 `sandbox-missing` line naming it, unless the trainer allowed missing layers;
@@ -32,11 +44,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import os
 import platform
 import resource
+import select
 import signal
+import socket
 import struct
 import sys
 from collections.abc import Sequence
@@ -58,6 +73,11 @@ READS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
 READ_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/dev/null", "/dev/zero", "/dev/urandom")
 """Single files it may read."""
 
+_PROC_TABLES = (
+    *(b"/proc/1/" + name for name in (b"mountinfo", b"mounts", b"mountstats")),
+    *(b"/proc/1/task/1/" + name for name in (b"mountinfo", b"mounts")),
+)
+"""The child's mount tables (it is process 1), which would show the host's layout."""
 _NEWNS, _NEWUTS, _NEWIPC, _NEWUSER, _NEWPID, _NEWNET = (
     0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
 )  # fmt: skip
@@ -83,6 +103,7 @@ class Kernel:
     landlock: tuple[Any, int, int] | None  # ruleset attribute, its size, rights in cwd
     landlock_abi: int
     seccomp: tuple[Any, Any] | None  # sock_fprog, and the program it points at (kept alive)
+    exec_filter: tuple[Any, Any] | None  # the same for EXEC_FILTER
 
     def enter(
         self, tmpfs: bytes, cpu_seconds: int, strict: bool, lean: bool = False
@@ -108,6 +129,7 @@ class Kernel:
         """
         libc, word = self.libc, ctypes.c_ulong
         done, reachable = 0, self.exposed is None  # can NOBODY run the interpreter?
+        first_process: socket.socket | None = None  # to hand the exec filter's listener to
 
         def failed(step: str, errno: int) -> None:
             os.write(2, b"sandbox-missing %s %d\n" % (step.encode(), errno))
@@ -125,7 +147,8 @@ class Kernel:
         def mount(source: bytes, target: bytes, kind: bytes | None, flags: int) -> int:
             return int(libc.mount(source, target, kind, word(flags), None))
 
-        prctl(1, word(signal.SIGKILL))  # PR_SET_PDEATHSIG: die with the trainer
+        if prctl(1, word(signal.SIGKILL)) != 0:  # PR_SET_PDEATHSIG: die with the trainer
+            failed("seccomp:prctl", ctypes.get_errno())  # refused from outside: no filter either
         signal.signal(signal.SIGTERM, _stop)  # the trainer's "stop now": see _stop
         if not self.root and call("identity:userns", libc.unshare(_NEWUSER)):
             try:
@@ -140,6 +163,8 @@ class Kernel:
             # Closed when the child execs (or dies): by then its mounts are made, and the
             # interpreter is where a lean first process can start it.
             set_up = os.pipe2(os.O_CLOEXEC) if lean else None
+            # The child hands the exec filter's listener over it (see EXEC_FILTER).
+            listener = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
                 child = os.fork()
             except OSError as exc:
@@ -147,19 +172,28 @@ class Kernel:
                 child = -1
             if child > 0:
                 _STOP.append(child)
-                if set_up is not None:
-                    _become_waiter(self.executable, child, cpu_seconds, set_up)  # if it can
-                _wait_and_exit_alike(libc, child, cpu_seconds)  # never returns
+                listener[1].close()
+                execs = _let_one_exec_through(listener[0])
+                if set_up is not None:  # if it can:
+                    _become_waiter(self.executable, child, cpu_seconds, set_up, execs)
+                _wait_and_exit_alike(libc, child, cpu_seconds, execs)  # never returns
             if child == 0:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 prctl(1, word(signal.SIGKILL))  # die with the first process
                 if set_up is not None:
                     os.close(set_up[0])
-        if done & bit("mount") and not call("mount", mount(b"none", b"/", None, _REC | _PRIVATE)):
+                listener[0].close()
+                first_process = listener[1]
+        private = b"none", b"/", None, _REC | _PRIVATE
+        if done & bit("mount") and not call("mount:private", mount(*private)):
             done &= ~bit("mount")
         if done & bit("mount"):  # else no tmpfs, and /proc stays the host's: their bits stay 0
-            over = libc.mount(b"tmpfs", b"/tmp", b"tmpfs", word(_NOSUID_NODEV), tmpfs)
-            if call("tmpfs", over):
+            if hidden_by(b"/tmp", self.prefix, os.fsencode(self.executable)):
+                failed("tmpfs:interpreter", 0)  # a tmpfs over /tmp would hide it: none
+            elif call(
+                "tmpfs",
+                libc.mount(b"tmpfs", b"/tmp", b"tmpfs", word(_NOSUID_NODEV | _NOEXEC), tmpfs),
+            ):
                 try:
                     os.chdir(b"/tmp")
                     done |= bit("tmpfs")
@@ -171,7 +205,13 @@ class Kernel:
             if proc and call(
                 "pid:proc", mount(b"proc", b"/proc", b"proc", _NOSUID_NODEV | _NOEXEC)
             ):
-                done |= bit("pid")
+                hidden = True
+                for table in _PROC_TABLES:  # the mount tables, empty
+                    hidden = hidden and call(
+                        "pid:mountinfo", mount(b"/dev/null", table, None, _BIND)
+                    )
+                if hidden:
+                    done |= bit("pid")
         capabilities = True
         for capability in (*range(8), *range(9, 64), 8):  # CAP_SETPCAP (8), needed to drop, last
             result = prctl(24, word(capability))  # PR_CAPBSET_DROP
@@ -196,12 +236,42 @@ class Kernel:
             failed("landlock", 38)  # ENOSYS
         elif no_new_privileges and self._landlock(failed):
             done |= bit("landlock")
-        if self.seccomp is None:
+        if self.seccomp is None or self.exec_filter is None:
             failed("seccomp", 38)
-        elif no_new_privileges and call("seccomp", prctl(22, word(2), self.seccomp[0])):
+        elif (
+            no_new_privileges
+            and call("seccomp", prctl(22, word(2), self.seccomp[0]))
+            and self._exec_filter(first_process, failed)
+        ):
             done |= bit("seccomp")
+        if first_process is not None:
+            first_process.close()  # nothing sent: the first process lets nothing through
         os.write(2, b"sandbox-layers %d\n" % done)
         return done
+
+    def _exec_filter(
+        self, first_process: socket.socket | None, failed: Any
+    ) -> bool:  # pragma: no cover - in the sandbox's child, before exec
+        """Install EXEC_FILTER and hand its listener to the first process, which lets this
+        child's next execve (the interpreter's) through and no other."""
+        assert self.exec_filter is not None
+        if first_process is None:  # no first process to answer it: no exec would pass
+            failed("seccomp:exec", 0)
+            return False
+        word = ctypes.c_ulong
+        # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, program)
+        listener = int(self.libc.syscall(word(317), word(1), word(8), self.exec_filter[0]))
+        if listener < 0:
+            failed("seccomp:exec", ctypes.get_errno())
+            return False
+        try:
+            socket.send_fds(first_process, [b"L"], [listener])
+        except OSError as exc:
+            failed("seccomp:exec", exc.errno or 0)
+            return False
+        finally:
+            os.close(listener)
+        return True
 
     def _landlock(
         self, failed: Any
@@ -219,6 +289,7 @@ class Kernel:
         allowed = [
             (b".", rights),
             (self.prefix, read),
+            (os.fsencode(self.executable), _EXECUTE | _READ_FILE),  # should it be outside prefix
             *((os.fsencode(p), read) for p in READS),
             (b"/proc", _READ_FILE | _READ_DIR),
             *((os.fsencode(p), _READ_FILE) for p in READ_FILES),
@@ -278,6 +349,72 @@ class Kernel:
                 libc.umount2(hider, 2)  # MNT_DETACH
 
 
+def hidden_by(mount_point: bytes, *paths: bytes) -> bool:
+    """Whether a mount over `mount_point` hides any of `paths` (real, absolute paths)."""
+    top = mount_point.rstrip(b"/") + b"/"
+    return any(path == mount_point or path.startswith(top) for path in paths)
+
+
+def _let_one_exec_through(
+    channel: socket.socket,
+) -> int | None:  # pragma: no cover - in the sandbox's child, before exec
+    """In the first process: take the child's exec filter listener and let the child's first
+    execve (the interpreter's) through; return the listener, to refuse every later one with
+    (`refuse_execs`). None if the child sent none (it stopped, or has no filter: its set-up
+    reports that) or died meanwhile."""
+    try:
+        _, fds, _, _ = socket.recv_fds(channel, 1, 1)
+    except OSError:
+        fds = []
+    finally:
+        channel.close()
+    for listener in fds:
+        with contextlib.suppress(OSError):  # Linux 6.6: the answer on the child's own CPU
+            fcntl.ioctl(listener, _NOTIF_SET_FLAGS, 1)  # SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
+        try:
+            waiting = select.poll()
+            waiting.register(listener, select.POLLIN)
+            if any(event & select.POLLIN for _, event in waiting.poll()):
+                notice = bytearray(80)  # struct seccomp_notif
+                fcntl.ioctl(listener, _NOTIF_RECV, notice, True)
+                # struct seccomp_notif_resp: its id, val 0, error 0, FLAG_CONTINUE
+                fcntl.ioctl(listener, _NOTIF_SEND, bytes(notice[:8]) + _CONTINUE)
+                return listener
+        except OSError:
+            pass  # the child died meanwhile
+        os.close(listener)
+    return None
+
+
+_NOTIF_RECV, _NOTIF_SEND, _NOTIF_SET_FLAGS = 0xC0502100, 0xC0182101, 0x40082104
+"""SECCOMP_IOCTL_NOTIF_RECV, _SEND, _SET_FLAGS."""
+# The tail of a struct seccomp_notif_resp after its id: val 0, error 0, and the flag CONTINUE
+# (let the call through); val 0, error -EPERM, no flags (refuse it).
+_CONTINUE = bytes(12) + (1).to_bytes(4, "little")
+_EPERM = bytes(8) + (-1).to_bytes(4, "little", signed=True) + bytes(4)
+
+
+REFUSE_EXECS = r"""
+def refuse_execs(listener):
+    # Answer each exec the child tries with EPERM, until it is gone (the listener hangs up).
+    import fcntl, select
+    waiting = select.poll()
+    waiting.register(listener, select.POLLIN)
+    while any(event & select.POLLIN for _, event in waiting.poll()):
+        notice = bytearray(80)
+        try:
+            fcntl.ioctl(listener, 0xC0502100, notice, True)
+            fcntl.ioctl(listener, 0xC0182101, bytes(notice[:8]) + EPERM)
+        except OSError:  # the child died meanwhile
+            pass
+    os.close(listener)
+"""
+"""`refuse_execs(listener)`, run by the first process, as a copy of the trainer or in `WAITER`."""
+_REFUSE: dict[str, Any] = {"os": os, "EPERM": _EPERM}
+exec(REFUSE_EXECS, _REFUSE)
+refuse_execs = _REFUSE["refuse_execs"]
+
+
 def _map_self() -> None:  # pragma: no cover - in the sandbox's child, before exec
     """In a new user namespace: be the trainer's own uid and gid there too."""
     uid, gid = os.geteuid(), os.getegid()
@@ -305,7 +442,8 @@ def _stop(
 
 WAITER = r"""
 import _signal, os, sys
-child, cpu_seconds = int(sys.argv[1]), int(sys.argv[2])
+child, cpu_seconds, listener = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+EPERM = bytes(8) + (-1).to_bytes(4, "little", signed=True) + bytes(4)
 try:
     handle = os.pidfd_open(child)  # once the child is reaped, its pid may be another's
 except OSError:
@@ -326,6 +464,8 @@ _signal.signal(_signal.SIGTERM, stop)
 _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGTERM])  # one sent meanwhile comes now
 code = 121
 try:
+    if listener >= 0:
+        refuse_execs(listener)
     _, status, usage = os.wait4(child, 0)
     if os.WIFEXITED(status):
         code = os.WEXITSTATUS(status)
@@ -343,18 +483,21 @@ try:
 finally:
     os._exit(code)
 """
-"""What a lean first process runs (`python -I -S -B -c WAITER CHILD CPU_SECONDS`): the same as
-`_wait_and_exit_alike`, in an interpreter of its own. It imports built-in modules only."""
+WAITER = WAITER.replace("code = 121\n", REFUSE_EXECS + "\n\ncode = 121\n", 1)
+"""What a lean first process runs (`python -I -S -B -c WAITER CHILD CPU_SECONDS LISTENER`,
+LISTENER -1 for none): the same as `_wait_and_exit_alike`, in an interpreter of its own. It
+imports built-in modules only, and `fcntl` and `select` where the child has an exec filter."""
 
 
 def _become_waiter(
-    executable: str, child: int, cpu_seconds: int, set_up: tuple[int, int]
+    executable: str, child: int, cpu_seconds: int, set_up: tuple[int, int], execs: int | None
 ) -> None:  # pragma: no cover - in the sandbox's child, before exec
     """Exec `WAITER` once the child is set up; return only if that cannot be done."""
     ready, _ = set_up
     try:
-        os.closerange(0, ready)  # nothing of the trainer's, nor the child's pipes
-        os.closerange(ready + 1, 2**31 - 1)
+        _close_all_but(ready, execs)  # nothing of the trainer's, nor the child's pipes
+        if execs is not None:
+            os.set_inheritable(execs, True)
         while os.read(ready, 1):  # until the child execs or dies; _stop may kill it meanwhile
             pass
         os.close(ready)
@@ -362,14 +505,25 @@ def _become_waiter(
         # core_pattern that pipes to a program; 1 stops both.
         resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # until WAITER handles it
+        listener = str(-1 if execs is None else execs)
         arguments = [executable, "-I", "-S", "-B", "-c", WAITER, str(child), str(cpu_seconds)]
+        arguments.append(listener)
         os.execve(executable, arguments, {})
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
 
 
+def _close_all_but(*kept: int | None) -> None:  # pragma: no cover - in the sandbox's child
+    """Close every descriptor but `kept` (None: none)."""
+    low = 0
+    for fd in sorted(fd for fd in kept if fd is not None):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 2**31 - 1)
+
+
 def _wait_and_exit_alike(
-    libc: Any, child: int, cpu_seconds: int
+    libc: Any, child: int, cpu_seconds: int, execs: int | None
 ) -> None:  # pragma: no cover - in the sandbox's child, before exec
     """The first process, outside the pid namespace: hold nothing, wait, end as `child` did.
 
@@ -378,11 +532,16 @@ def _wait_and_exit_alike(
     """
     word, code = ctypes.c_ulong, SETUP_FAILED
     try:
-        # Its pipes and the trainer's descriptors are the child's alone: close them all.
-        if libc.syscall(word(436), word(0), word(0xFFFFFFFF), word(0)) != 0:  # close_range
+        # Its pipes and the trainer's descriptors are the child's alone: close them all (but
+        # the exec filter's listener).
+        if execs is not None:
+            _close_all_but(execs)
+        elif libc.syscall(word(436), word(0), word(0xFFFFFFFF), word(0)) != 0:  # close_range
             os.closerange(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         libc.prctl(4, word(0), word(0), word(0), word(0))  # PR_SET_DUMPABLE: never a core
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if execs is not None:
+            refuse_execs(execs)
         _, status, usage = os.wait4(child, 0)
         if os.WIFEXITED(status):
             code = os.WEXITSTATUS(status)
@@ -423,18 +582,31 @@ def kernel_layers() -> Kernel | None:
         size = 8 if abi < 4 else 16 if abi < 6 else 24
         attribute = ctypes.create_string_buffer(struct.pack("=QQQ", handled, 3, 3)[:size], size)
         landlock = (attribute, size, 0x1BE | 0x4000 * (abi >= 3))  # cwd: read, write, make
-    seccomp = None
+    seccomp = exec_filter = None
     if platform.machine() == "x86_64":
-        program = ctypes.create_string_buffer(SECCOMP, len(SECCOMP))
-        header = struct.pack("@HP", len(SECCOMP) // 8, ctypes.addressof(program))
-        seccomp = (ctypes.create_string_buffer(header, len(header)), program)
+        seccomp, exec_filter = _fprog(SECCOMP), _fprog(EXEC_FILTER)
     root = os.geteuid() == 0
     executable = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
     exposed = _exposed(prefix) if root else None
     return Kernel(
-        libc, root, executable, os.fsencode(prefix), exposed, landlock, max(abi, 0), seccomp
+        libc,
+        root,
+        executable,
+        os.fsencode(prefix),
+        exposed,
+        landlock,
+        max(abi, 0),
+        seccomp,
+        exec_filter,
     )
+
+
+def _fprog(program: bytes) -> tuple[Any, Any]:
+    """A sock_fprog for `program`, and the buffer it points at (to keep alive)."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    header = struct.pack("@HP", len(program) // 8, ctypes.addressof(buffer))
+    return ctypes.create_string_buffer(header, len(header)), buffer
 
 
 def seccomp_program(denied: Sequence[int]) -> bytes:
@@ -472,10 +644,27 @@ SECCOMP = seccomp_program(
     # bpf userfaultfd perf_event_open add_key request_key keyctl, and the new mount API:
     # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr; setsid setpgid (out
     # of the process group the trainer kills); System V and POSIX IPC: shmget shmat shmctl
-    # shmdt semget semop semctl semtimedop msgget msgsnd msgrcv msgctl mq_open ... mq_getsetattr
-    (57, 58, 322, 62, 200, 234, 129, 297, 424, 434, 438, 101, 310, 311, 41, 53, 425, 133, 259,
+    # shmdt semget semop semctl semtimedop msgget msgsnd msgrcv msgctl mq_open ... mq_getsetattr;
+    # memfd_create (code that maps no file), personality (ASLR off), chdir fchdir (its cwd is
+    # set before it starts; the hook's paths are relative to it)
+    (319, 135, 80, 81,
+     57, 58, 322, 62, 200, 234, 129, 297, 424, 434, 438, 101, 310, 311, 41, 53, 425, 133, 259,
      90, 91, 268, 452, 92, 93, 94, 260, 132, 235, 261, 280, 188, 189, 190, 197, 198, 199, 463,
      466, 165, 166, 272, 308, 161, 141, 321, 323, 298, 248, 249, 250,
      428, 429, 430, 431, 432, 433, 442, 112, 109,
      29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245)
 )  # fmt: skip
+
+
+EXEC_FILTER = b"".join(
+    struct.pack("=HBBI", code, if_true, if_false, k)
+    for code, if_true, if_false, k in (
+        (0x20, 0, 0, 4), (0x15, 1, 0, 0xC000003E), (0x06, 0, 0, 0x80000000),  # x86-64 only
+        (0x20, 0, 0, 0), (0x15, 0, 1, 59),  # execve: ask the first process
+        (0x06, 0, 0, 0x7FC00000), (0x06, 0, 0, 0x7FFF0000),  # SECCOMP_RET_USER_NOTIF; allow
+    )
+)  # fmt: skip
+"""The second filter: execve (59) waits for the first process's answer: the first one, the
+interpreter's, goes through (`_let_one_exec_through`), every later one fails with EPERM
+(`refuse_execs`). Should the first process be gone, the kernel fails it with ENOSYS. execveat
+is refused by `SECCOMP` already."""

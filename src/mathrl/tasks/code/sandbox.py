@@ -412,6 +412,25 @@ def _advice(step: str, errno: int, kernel: Kernel) -> str:
             f"cannot mount /proc for the child's pid namespace{why}: /proc must not be "
             "partly hidden (for Docker: --security-opt systempaths=unconfined)"
         ),
+        "pid:mountinfo": f"cannot hide the host's mount table from the child{why}",
+        "mount:private": (
+            f"the child has its own mount namespace, but mount is refused in it{why}: a "
+            f"seccomp filter or security module around the trainer refuses it; {container}"
+        ),
+        "tmpfs:interpreter": (
+            f"the interpreter {kernel.executable} (or its installation, "
+            f"{os.fsdecode(kernel.prefix)}) is under /tmp, which the child's private tmpfs "
+            "covers: install Python outside /tmp"
+        ),
+        "seccomp:prctl": (
+            f"the seccomp filter cannot be installed: prctl is refused{why}, as by a seccomp "
+            f"filter around the trainer; {container}"
+        ),
+        "seccomp:exec": (
+            "the exec filter needs the child's pid namespace"
+            if errno == 0
+            else f"the exec filter cannot be installed{why}"
+        ),
         "landlock": (
             f"Landlock is off{why}: Linux >= 5.13 with landlock in the lsm= boot parameter"
         ),
@@ -424,7 +443,9 @@ def _advice(step: str, errno: int, kernel: Kernel) -> str:
         "tmpfs": f"cannot mount a tmpfs as the child's folder{why}",
     }.get(step, f"no {layer} namespace for the child{why}")
     if layer in ("net", "ipc", "mount", "pid", "tmpfs") and ":" not in step and errno == 1:
-        advice += f"; {unprivileged if not kernel.root else container}"
+        # Without a user namespace a non-root child stops at identity:userns first: one
+        # refused here had its user namespace, so the refusal comes from around the trainer.
+        advice += f"; {container}"
     return advice
 
 

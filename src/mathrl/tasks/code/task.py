@@ -15,9 +15,11 @@ families of one-line functions; a fixed tenth of them, by hash, is held out.
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import json
 import random
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -124,12 +126,99 @@ Task: return {task}.
 """
 
 
-@functools.lru_cache(maxsize=8192)
-def run(code: str, problem: CodeProblem, allow_missing_layers: bool = False) -> Outcome:
-    """`code`'s `f` on each of `problem`'s hidden test inputs, in the sandbox (once per pair
-    and policy: an outcome run with missing layers allowed is never a strict task's)."""
-    inputs = [[x] for x in problem.spec.inputs]
-    return call_function(code, "f", inputs, LIMITS, allow_missing_layers=allow_missing_layers)
+CACHE_ENTRIES = 8192
+CACHE_BYTES = 32 * 2**20
+"""The reward cache's bounds: outcomes kept, and their size as `outcome_bytes` counts it."""
+ENTRY_BYTES = 256
+"""What `outcome_bytes` counts for an entry besides its text: the key, the tuple, the links."""
+
+Key = tuple[str, CodeProblem, bool]
+
+
+def outcome_bytes(code: str, outcome: Outcome) -> int:
+    """The memory a kept outcome is counted at: the UTF-8 bytes of its code, detail and
+    results (as JSON), plus `ENTRY_BYTES`. Deterministic; within a small factor of what
+    Python holds for it (a long string, about the same; a small int, less).
+
+    E.g. `def f(x): return 'x'*1000` (25 bytes) on 8 inputs, no detail: each result is 1,002
+    bytes of JSON, the list 8 x 1,002 + 7 x 2 (", ") + 2 ("[]") = 8,032; 25 + 8,032 + 256 =
+    8,313 bytes.
+    """
+    results = json.dumps(list(outcome.results), ensure_ascii=False, separators=(", ", ": "))
+    text = len(code.encode(errors="surrogatepass")) + len(
+        outcome.detail.encode(errors="surrogatepass")
+    )
+    return text + len(results.encode(errors="surrogatepass")) + ENTRY_BYTES
+
+
+class OutcomeCache:
+    """The outcomes of the latest runs, least recently used dropped first, within
+    `entries` outcomes and `budget` bytes (`outcome_bytes`): a long run's distinct
+    completions, however large their results, hold at most `budget` of the trainer's memory.
+    An outcome larger than the whole budget is not kept. Safe across threads."""
+
+    def __init__(self, entries: int = CACHE_ENTRIES, budget: int = CACHE_BYTES) -> None:
+        self.entries, self.budget = entries, budget
+        self.bytes = 0
+        """What the outcomes kept now count, in bytes."""
+        self._kept: OrderedDict[Key, tuple[Outcome, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, key: Key) -> Outcome | None:
+        with self._lock:
+            found = self._kept.get(key)
+            if found is None:
+                return None
+            self._kept.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Key, outcome: Outcome) -> None:
+        size = outcome_bytes(key[0], outcome)
+        with self._lock:
+            if key in self._kept:
+                self.bytes -= self._kept.pop(key)[1]
+            if size > self.budget:
+                return
+            self._kept[key] = (outcome, size)
+            self.bytes += size
+            while self.bytes > self.budget or len(self._kept) > self.entries:
+                self.bytes -= self._kept.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self.bytes = 0
+
+
+class CachedRun:
+    """`run`: a sandbox call per distinct (code, problem, policy), its outcome kept in
+    `cache`."""
+
+    def __init__(self, cache: OutcomeCache) -> None:
+        self.cache = cache
+
+    def __call__(
+        self, code: str, problem: CodeProblem, allow_missing_layers: bool = False
+    ) -> Outcome:
+        """`code`'s `f` on each of `problem`'s hidden test inputs, in the sandbox (once per
+        pair and policy: an outcome run with missing layers allowed is never a strict
+        task's)."""
+        key = (code, problem, allow_missing_layers)
+        outcome = self.cache.get(key)
+        if outcome is None:
+            inputs = [[x] for x in problem.spec.inputs]
+            outcome = call_function(code, "f", inputs, LIMITS, allow_missing_layers)
+            self.cache.put(key, outcome)
+        return outcome
+
+    def cache_clear(self) -> None:
+        self.cache.clear()
+
+
+run = CachedRun(OutcomeCache())
 
 
 def passes(got: JsonValue | None, want: JsonValue) -> bool:
