@@ -71,7 +71,10 @@ def test_the_python_snippets_run(
     monkeypatch.syspath_prepend(str(task_folder))
     monkeypatch.setattr(tempfile, "tempdir", str(task_folder))  # the fake's checkpoints
     # check_adapter raises on any violation.
-    exec(compile(block_after("From a test suite:", "python"), "README.md", "exec"), {})
+    call = re.search(r"From a test suite, `(check_adapter\(.*?\))`", README, re.DOTALL)
+    assert call is not None
+    imports = "from mathrl.testing import check_adapter\nfrom subtraction import Subtraction\n"
+    exec(compile(imports + call[1], "README.md", "exec"), {})
     assert capsys.readouterr().out == ""
 
     # The README points at mathrl's docstring for a run from Python.
