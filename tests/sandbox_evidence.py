@@ -87,6 +87,38 @@ NATIVE_LIBRARY = "\n    ".join(
 )
 """A library the code wrote into its own folder, loaded under a harmless name."""
 
+LYING_NAME = "\n    ".join(
+    [  # the second review's: a str subclass that answers as one of the interpreter's modules
+        "import _imp, base64, builtins, sys",
+        "with open('evil.so', 'wb') as file:",
+        "    file.write(base64.b64decode(LIBRARY))",
+        "d = [p for p in sys.path if p.endswith('lib-dynload')][0]",
+        "own = ('audioop', d + '/' + [n for n in os.listdir(d) if n.startswith('audioop.')][0])",
+        "class Liar(str):",
+        "    def __hash__(self):",
+        "        return hash(self.pose)",
+        "    def __eq__(self, other):",
+        "        return other == self.pose",
+        "def lying(text, pose):",
+        "    liar = Liar(text)",
+        "    liar.pose = pose",
+        "    return liar",
+        "class S: pass",
+        "s = S(); s.name = lying('evil', own[0])",
+        "s.origin = lying(os.path.abspath('evil.so'), own[1])",
+        "real, builtins.str = builtins.str, Liar  # a hook that reads str from builtins: Liar",
+        "try:",
+        "    _imp.create_dynamic(s)",
+        "except SystemError:  # its PyInit_evil ran: it loaded",
+        "    return 'escaped'",
+        "finally:",
+        "    builtins.str = real",
+        "return 'not loaded'",
+    ]
+)
+"""A library the code wrote, by a name and file that answer comparisons as one of the
+interpreter's own modules, with `builtins.str` rebound to their class."""
+
 EXEC_UNDER_USR = "os.execv('/usr/bin/id', ['id'])\n    return 'escaped'"
 """Replace the interpreter with a binary of the system's."""
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,7 @@ from mathrl.tasks.code.task import (
     CodeAdapter,
     CodeProblem,
     OutcomeCache,
+    held_bytes,
     outcome_bytes,
     run,
     score,
@@ -112,12 +117,29 @@ def test_the_code_task_learns_on_the_fake_at_its_defaults(tmp_path: Path) -> Non
 # --- the reward cache ------------------------------------------------------------------------
 
 
-def test_an_outcome_is_counted_at_its_text_and_a_fixed_overhead() -> None:
-    # 25 bytes of code; 8 results of 1,002 bytes of JSON each, 7 separators of 2, brackets 2:
-    # 8,032; no detail; 256 for the entry: 8,313.
-    outcome = Outcome("ok", ("x" * 1000,) * 8, "")
-    assert outcome_bytes("def f(x): return 'x'*1000", outcome) == 25 + 8032 + ENTRY_BYTES
-    assert outcome_bytes("", Outcome("crashed", (), "é")) == 2 + 2 + ENTRY_BYTES  # "é", "[]"
+def test_an_outcome_is_counted_at_what_python_holds_for_it() -> None:
+    # On 64-bit CPython 3.11: 25 characters of code, 74 bytes; one string of 1,000 "x", 1,049
+    # bytes, held once by a tuple of 8 (104 bytes); no detail, 49 bytes; 256 for the entry:
+    # 1,532 bytes. Results decoded from a child are distinct objects: each counts.
+    code = "def f(x): return 'x'*1000"
+    size = sys.getsizeof
+    once = Outcome("ok", ("x" * 1000,) * 8, "")
+    assert (
+        outcome_bytes(code, once)
+        == size(code) + size("") + size(once.results) + size("x" * 1000) + ENTRY_BYTES
+    )
+    apart = Outcome("ok", tuple(json.loads(json.dumps(["x" * 1000] * 8))), "")
+    assert outcome_bytes(code, apart) == outcome_bytes(code, once) + 7 * size("x" * 1000)
+
+
+def test_containers_count_what_they_hold_not_their_text() -> None:
+    # The second review's results: 8 lists of 2,015 empty dicts, 8,064 bytes of JSON each,
+    # hold 8 x (2,015 x 64 + the list's 16,176) bytes on 64-bit CPython 3.11: 1.16 MB.
+    results = tuple(json.loads(json.dumps([{}] * 2015)) for _ in range(8))
+    assert held_bytes(results) == sys.getsizeof(results) + 8 * (
+        sys.getsizeof(results[0]) + 2015 * sys.getsizeof({})
+    )
+    assert held_bytes(results) > 1_100_000
 
 
 @given(code=st.text(max_size=40), outcome=strategies.sandbox_outcomes, more=strategies.json_values)
@@ -125,9 +147,9 @@ def test_an_outcome_counts_at_least_its_overhead_and_more_with_each_result(
     code: str, outcome: Outcome, more: JsonValue
 ) -> None:
     size = outcome_bytes(code, outcome)
-    assert size >= ENTRY_BYTES + len(code.encode(errors="surrogatepass"))
+    assert size >= ENTRY_BYTES + sys.getsizeof(code)
     bigger = Outcome(outcome.status, (*outcome.results, more), outcome.detail)
-    assert outcome_bytes(code, bigger) > size
+    assert outcome_bytes(code, bigger) > size  # a slot more in the tuple, at least
 
 
 @given(puts=strategies.cache_puts, budget=st.integers(0, 4000), entries=st.integers(1, 8))
@@ -148,26 +170,45 @@ def test_the_cache_never_holds_more_than_its_bounds(
 
 
 def test_an_outcome_put_again_replaces_the_one_kept_and_its_count() -> None:
-    # "x" on 8 inputs: 8 x 3 + 7 x 2 + 2 = 40 bytes of JSON, + 1 of code + 256 = 297 bytes.
-    cache, key = OutcomeCache(budget=1000), ("f", SQUARE_PLUS_3, False)
+    cache, key = OutcomeCache(budget=2000), ("f", SQUARE_PLUS_3, False)
     cache.put(key, Outcome("ok", ("xx",) * 8, ""))
     cache.put(key, Outcome("ok", ("x",) * 8, ""))
-    assert (cache.bytes, len(cache)) == (297, 1)
+    assert (cache.bytes, len(cache)) == (outcome_bytes("f", Outcome("ok", ("x",) * 8, "")), 1)
     assert cache.get(key) == Outcome("ok", ("x",) * 8, "")
 
 
-def test_a_flood_of_large_distinct_outcomes_leaves_the_trainers_memory_bounded() -> None:
-    # The review's completion, `def f(x): return 'B'*7900+'<n>'`, on 8 inputs: about 63 KB an
-    # outcome, so 8,192 of them (the old cache's size) held about 520 MB. 2,048 of them (130
-    # MB) into a cache of 1 MiB: its own count never passes its budget; the oldest go first.
+@pytest.mark.parametrize(
+    "result",
+    [
+        lambda n, i: "B" * 7900 + f"{n}/{i}",  # the first review's: long strings
+        lambda n, i: [{} for _ in range(200)],  # the second's: containers, 18x their text
+    ],
+    ids=["strings", "containers"],
+)
+def test_a_flood_of_large_distinct_outcomes_leaves_the_trainers_memory_bounded(
+    result: Callable[[int, int], JsonValue],
+) -> None:
+    # 64 distinct outcomes of 8 results (about 63 KB and 116 KB) into a cache of 1 MiB: its
+    # own count never passes its budget, the oldest go first, and the memory they hold, as
+    # Python's allocator traces it, stays within the budget and a tenth (the cache's links,
+    # which it counts at 256 bytes an entry).
     cache = OutcomeCache(budget=2**20)
-    for n in range(2048):
-        code = f"def f(x): return 'B'*7900+'{n}'"
-        cache.put((code, SQUARE_PLUS_3, False), Outcome("ok", ("B" * 7900 + str(n),) * 8, ""))
-        assert cache.bytes <= 2**20
-    assert len(cache) == 2**20 // outcome_bytes(code, Outcome("ok", ("B" * 7904,) * 8, ""))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(64):
+            code = f"def f(x): return ...  # {n}"
+            cache.put(
+                (code, SQUARE_PLUS_3, False),
+                Outcome("ok", tuple(result(n, i) for i in range(8)), ""),
+            )
+            assert cache.bytes <= 2**20
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= 1.1 * 2**20
     assert cache.get((code, SQUARE_PLUS_3, False)) is not None  # the latest is kept
-    assert cache.get(("def f(x): return 'B'*7900+'0'", SQUARE_PLUS_3, False)) is None
+    assert cache.get(("def f(x): return ...  # 0", SQUARE_PLUS_3, False)) is None
     assert CACHE_BYTES <= 32 * 2**20  # what the task's own cache may hold, at most
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dis
 import functools
 import os
 import platform
@@ -31,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 import pytest
@@ -40,6 +42,7 @@ from hypothesis import strategies as st
 import strategies
 from conftest import examples
 from mathrl.tasks.code import sandbox
+from mathrl.tasks.code.harness import HARNESS
 from mathrl.tasks.code.kernel import NOBODY, WAITER, hidden_by, kernel_layers
 from mathrl.tasks.code.sandbox import (
     STATUSES,
@@ -53,6 +56,7 @@ from mathrl.workers import Workers, in_process
 from sandbox_evidence import (
     EXEC,
     EXEC_UNDER_USR,
+    LYING_NAME,
     NATIVE_LIBRARY,
     NUL_NAME,
     SECCOMP,
@@ -513,6 +517,13 @@ ESCAPES = {
         refused_outside("open"),
         ("landlock", denied("WORLD/new.txt")),
     ),
+    "an absolute write, builtins.int rebound to a class of every value": Escape(
+        "import builtins\n    real, builtins.int = builtins.int, object  # 'a descriptor'\n"
+        "    try:\n        open(os.path.join(WORLD, 'new.txt'), 'w').write('x')\n"
+        "    finally:\n        builtins.int = real\n    return 'escaped'",
+        refused_outside("open"),
+        ("landlock", denied("WORLD/new.txt")),
+    ),
     "a relative path out of its folder": Escape(
         "open('..' + WORLD + '/new.txt', 'w').write('x')\n    return 'escaped'",  # from /tmp
         refused_outside("open"),
@@ -629,6 +640,9 @@ ESCAPES = {
     ),
     "a native library written into its folder": Escape(
         NATIVE_LIBRARY, refused("loading that extension module"), ("tmpfs", UNMAPPABLE)
+    ),
+    "a native library by a name that lies, builtins.str rebound": Escape(
+        LYING_NAME, refused("importing a module by that name"), ("tmpfs", UNMAPPABLE)
     ),
     "execve of a binary under /usr": Escape(EXEC_UNDER_USR, refused("os.exec"), ("seccomp", EXEC)),
     "steer a native library through the environment": Escape(  # OpenSSL's configuration
@@ -1416,3 +1430,19 @@ def test_a_kill_is_reported_alike_by_either_sandbox(
     )
     outcome = any_box.run(source)
     assert outcome == Outcome("crashed", (None,), "killed by SIGKILL: no result"), outcome
+
+
+def test_the_audit_hook_reads_no_global_name() -> None:
+    # Compiled here, never run: a name the hook read from builtins at each event (str, int)
+    # is one the completion could rebind to a class whose instances answer as it likes.
+    module = compile(HARNESS, "<harness>", "exec")
+    guard = next(c for c in module.co_consts if isinstance(c, CodeType) and c.co_name == "guard")
+    hook = next(c for c in guard.co_consts if isinstance(c, CodeType) and c.co_name == "hook")
+    globals_read = [
+        i.argval for i in dis.get_instructions(hook) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
+    ]
+    assert globals_read == []
+    # The check can fail: a hook that names `str` itself reads it from builtins.
+    liar = compile("def hook(a):\n    return type(a) is str\n", "<liar>", "exec")
+    (hook_of_liar,) = (c for c in liar.co_consts if isinstance(c, CodeType))
+    assert [i.argval for i in dis.get_instructions(hook_of_liar) if i.opname == "LOAD_GLOBAL"]

@@ -52,6 +52,7 @@ from mathrl.workers import Workers
 from sandbox_evidence import (
     EXEC,
     EXEC_UNDER_USR,
+    LYING_NAME,
     NATIVE_LIBRARY,
     NUL_NAME,
     SECCOMP,
@@ -528,6 +529,7 @@ PAYLOADS = {  # each returns 'escaped' if it got out
     ),
     "a banned module by a name with a NUL": f"import os\ndef f():\n    {NUL_NAME}\n",
     "a native library written into its folder": f"import os\ndef f():\n    {NATIVE_LIBRARY}\n",
+    "a native library by a name that lies": f"import os\ndef f():\n    {LYING_NAME}\n",
     "execve of a binary under /usr": f"import os\ndef f():\n    {EXEC_UNDER_USR}\n",
     "the host's mount table": "def f():\n    return open('/proc/self/mountinfo').read()\n",
     "fill the folder": (
@@ -574,6 +576,10 @@ STOPPED = {  # payload: the evidence of what stops it with the hook (None: the s
     "F_SETOWN the trainer": (refused("fcntl command 8"), SECCOMP),
     "connect to the trainer's loopback": (refused("socket.getaddrinfo"), SECCOMP),
     "a banned module by a name with a NUL": (refused("importing a module by that name"), EXEC),
+    "a native library by a name that lies": (
+        refused("importing a module by that name"),
+        UNMAPPABLE,
+    ),
     "a native library written into its folder": (
         refused("loading that extension module"),
         UNMAPPABLE,  # the tmpfs's noexec

@@ -165,8 +165,9 @@ What it costs
 -------------
 The code task keeps each distinct completion's outcome (`task.run`), so a
 reward and its feedback run it once: at most 8,192 outcomes and 32 MiB of them
-as `task.outcome_bytes` counts (about their text), least recently used dropped
-first, however large a completion's results.
+as `task.outcome_bytes` counts them (what Python holds for each, containers
+included: 8,064 bytes of JSON can hold 1.16 MB as lists of empty dicts), least
+recently used dropped first, however large a completion's results.
 
 Starting a sandbox is most of a call's cost; the call itself is a few
 milliseconds. So a call on a worker pool's thread takes a sandbox the pool

@@ -15,9 +15,9 @@ nothing but the standard library, and because nothing in it may run here.
 HARNESS = r'''
 import io, json, os, sys
 
-BANNED = """ctypes _ctypes _posixsubprocess _posixshmem _multiprocessing sqlite3 _sqlite3 readline
-    _curses _curses_panel _tkinter _lsprof _dbm _gdbm xxlimited xxlimited_35 ossaudiodev
-    nis""".split()
+BANNED = """ctypes _ctypes _ctypes_test _posixsubprocess _posixshmem _multiprocessing sqlite3
+    _sqlite3 readline _curses _curses_panel _tkinter _lsprof _dbm _gdbm xxlimited xxlimited_35
+    ossaudiodev nis""".split()
 
 
 def native_modules():
@@ -45,8 +45,11 @@ def native_modules():
 
 def guard(root, native):
     # The hook's state is this call's cells, all immutable: the completion can rebind builtins
-    # and module attributes, and see these values in a traceback, but not change them.
+    # and module attributes, and see these values in a traceback, but not change them. The
+    # hook reads no global name (a test holds it to that): `builtins.str = Liar` would
+    # otherwise make its type checks pass whatever it is given.
     deny, is_a, length, tup, kind = PermissionError, isinstance, len, tuple, type
+    text, whole, raw = str, int, bytes
     stat, link = os.stat, os.readlink
     encode, split, starts, join = str.encode, bytes.split, bytes.startswith, bytes.join
     parts_of, name_starts, identifier = str.split, str.startswith, str.isidentifier
@@ -80,13 +83,13 @@ def guard(root, native):
         if event in always:
             raise deny("sandbox: " + event + " is not allowed")
         if event == "fcntl.fcntl":
-            if args[1] in owner_commands:
+            if args[1] in owner_commands:  # (an int: the audit event passes the C value)
                 raise deny("sandbox: fcntl command %d is not allowed" % args[1])
             return
         if event == "import":
             # A plain dotted name, of str itself: the C loader reads a name up to a NUL
             # ("_ctypes\0" is _ctypes), and a subclass could answer comparisons as it likes.
-            if kind(args[0]) is not str:
+            if kind(args[0]) is not text:
                 raise deny("sandbox: importing a module by that name is not allowed")
             for name in parts_of(args[0], "."):  # all: "x._ctypes" would load _ctypes too
                 if not identifier(name):
@@ -96,11 +99,11 @@ def guard(root, native):
             # Native code (_imp.create_dynamic, with the file it loads): only the
             # interpreter's own modules, by their own names and files.
             origin = args[1]
-            if origin is not None and (kind(origin) is not str or (args[0], origin) not in native):
+            if origin is not None and (kind(origin) is not text or (args[0], origin) not in native):
                 raise deny("sandbox: loading that extension module is not allowed")
             return
         if event == "open":
-            if is_a(args[0], int):  # a descriptor it already has
+            if is_a(args[0], whole):  # a descriptor it already has
                 return
             folders_only = not args[2] & writes  # a folder's descriptor, as dir_fd, would
             if folders_only and args[1] is not None:  # reach outside; open() refuses folders
@@ -110,15 +113,15 @@ def guard(root, native):
             for name, count, at in table:
                 if name == event:
                     break
-            if event == "os.truncate" and is_a(args[0], int):  # that fd is open for writing
+            if event == "os.truncate" and is_a(args[0], whole):  # that fd is open for writing
                 return
             folders = args[at:] + (-1, -1)  # each path's dir_fd
             pairs = ((args[0], folders[0]), (args[count - 1], folders[count - 1]))[:count]
             folders_only = itself = False
         for path, folder in pairs:
-            if is_a(path, str):
+            if is_a(path, text):
                 path = encode(path, "utf-8", "surrogateescape")
-            elif not is_a(path, bytes):
+            elif not is_a(path, raw):
                 raise deny("sandbox: " + event + " on a descriptor is not allowed")
             if not starts(path, b"/"):  # relative to cwd, or to the folder dir_fd names
                 where = top if folder is None or folder == -1 else encode(

@@ -16,8 +16,8 @@ families of one-line functions; a fixed tenth of them, by hash, is held out.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -128,27 +128,43 @@ Task: return {task}.
 
 CACHE_ENTRIES = 8192
 CACHE_BYTES = 32 * 2**20
-"""The reward cache's bounds: outcomes kept, and their size as `outcome_bytes` counts it."""
+"""The reward cache's bounds: outcomes kept, and the memory they hold (`outcome_bytes`)."""
 ENTRY_BYTES = 256
-"""What `outcome_bytes` counts for an entry besides its text: the key, the tuple, the links."""
+"""What `outcome_bytes` counts for an entry besides its values: the key, the tuples, the links."""
 
 Key = tuple[str, CodeProblem, bool]
 
 
 def outcome_bytes(code: str, outcome: Outcome) -> int:
-    """The memory a kept outcome is counted at: the UTF-8 bytes of its code, detail and
-    results (as JSON), plus `ENTRY_BYTES`. Deterministic; within a small factor of what
-    Python holds for it (a long string, about the same; a small int, less).
+    """The memory a kept outcome is counted at: what Python holds for its code, detail and
+    results (`held_bytes`), plus `ENTRY_BYTES`. Deterministic for an interpreter build.
 
-    E.g. `def f(x): return 'x'*1000` (25 bytes) on 8 inputs, no detail: each result is 1,002
-    bytes of JSON, the list 8 x 1,002 + 7 x 2 (", ") + 2 ("[]") = 8,032; 25 + 8,032 + 256 =
-    8,313 bytes.
+    E.g. on 64-bit CPython 3.11, `def f(x): return 'x'*1000` (25 characters: 74 bytes) whose
+    8 results are one string of 1,000 `x` (1,049 bytes, held once) in a tuple of 8 (104
+    bytes), with no detail (49 bytes): 74 + 49 + 104 + 1,049 + 256 = 1,532 bytes. Results
+    that came back from a child are distinct objects: 8 such strings hold 8 x 1,049.
     """
-    results = json.dumps(list(outcome.results), ensure_ascii=False, separators=(", ", ": "))
-    text = len(code.encode(errors="surrogatepass")) + len(
-        outcome.detail.encode(errors="surrogatepass")
-    )
-    return text + len(results.encode(errors="surrogatepass")) + ENTRY_BYTES
+    values = held_bytes(code) + held_bytes(outcome.detail) + held_bytes(outcome.results)
+    return values + ENTRY_BYTES
+
+
+def held_bytes(value: object) -> int:
+    """The bytes Python holds for `value` and the values in it (a JSON value's lists,
+    dicts, strings and numbers), each object once (`sys.getsizeof`)."""
+    seen: set[int] = set()
+    total, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, list | tuple):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+    return total
 
 
 class OutcomeCache:
