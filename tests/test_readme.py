@@ -56,8 +56,11 @@ def test_the_readme_task_passes_its_check_and_learns(task_folder: Path) -> None:
     check = run_main(task_folder, *commands[0].split()[3:])
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.startswith("check-adapter: task 'subtraction' (subtraction:Subtraction)")
+    assert "warning" not in check.stdout + check.stderr  # the example is one to copy
     train = run_main(task_folder, *commands[1].split()[3:])
     assert train.returncode == 0, train.stderr
+    (folder_line,) = train.stderr.splitlines()  # no warning or advice, just where it is
+    assert folder_line.startswith("mathrl: run folder: ")
     accuracy = [float(m[2]) for m in map(STEP_LINE.fullmatch, train.stdout.splitlines()) if m]
     assert sum(accuracy[15:]) / 5 >= sum(accuracy[:5]) / 5 + 20
     # The worked example stays about 30 lines long.

@@ -128,11 +128,13 @@ class Feedback:
     (`()`: none, so it ends at end-of-sequence, or end-of-turn for a
     conversation); that turn's `Response.stop` is the one that ended it.
     `max_tokens`: an integer >= 1, the next turn's budget instead; the turn
-    gets the smaller of it and what is left of `episode_tokens`, so it must
-    not exceed `episode_tokens`. A run ends on an invalid limit, with one
-    line naming the task and the turn; `check_adapter` reports one, and a
-    reference turn (`reference_turn`) that holds one of its turn's stops or
-    needs more tokens than its turn's budget.
+    gets the smaller of it and what is left of `episode_tokens` (a run caps
+    it there quietly; `check_adapter` reports one above `episode_tokens`,
+    which cannot be what the task meant). A run ends on an invalid limit (a
+    `stop` that is not a tuple of non-empty strings, a `max_tokens` below 1),
+    with one line naming the task and the turn; `check_adapter` reports one
+    too, and a reference turn (`reference_turn`) that holds one of its turn's
+    stops or needs more tokens than its turn's budget.
     """
 
     reply: str | None = None
