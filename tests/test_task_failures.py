@@ -259,3 +259,34 @@ def test_a_dataset_that_is_not_deterministic_is_named_as_the_cause(tmp_path: Pat
         "(seed, step), never from the global random module) (on 'seed=0, step=1')"
     ) in done.stderr.splitlines()
     assert "no reference for the prompt" not in done.stderr
+
+
+UNSEEDED_HELDOUT = """
+import random
+from mathrl.tasks.addition import AdditionProblem, MathAdapter
+
+class Unseeded(MathAdapter):
+    name = "unseeded"
+
+    def heldout_dataset(self, seed, size):
+        return [AdditionProblem(random.randint(0, 99), 7) for _ in range(size)]
+"""
+
+
+def test_a_task_that_draws_other_problems_each_time_is_named_not_the_fake(
+    tmp_path: Path,
+) -> None:
+    # The run tells the fake the held-out problems it draws; evaluation draws others. On the
+    # command line the cause is the task's, and check-adapter is the way to see it.
+    (tmp_path / "unseeded.py").write_text(UNSEEDED_HELDOUT)
+    done = run_main(tmp_path, "--backend", "fake", "--adapter", "unseeded:Unseeded",
+                    "--steps", "2", "--eval-every", "1")  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert re.search(
+        r"the fake backend has no reference for the prompt .*: the task drew a problem, or its "
+        r"environment gave a reply, other than those the fake was told of, so build_dataset, "
+        r"heldout_dataset or feedback is not deterministic \(python -m mathrl check-adapter "
+        r"checks it\)",
+        done.stderr,
+    ), done.stderr

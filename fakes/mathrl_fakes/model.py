@@ -182,7 +182,10 @@ class FakeModel:
         shown = repr(text) if len(text) <= 80 else f"{text[:77]!r}..."
         raise BackendError(
             f"the fake backend has no reference for the prompt {shown} ({len(self.table)} known): "
-            "build it with FakeBackend.for_run(task, mathrl.run_problems(task, config)), with "
+            "the task drew a problem, or its environment gave a reply, other than those the "
+            "fake was told of, so build_dataset, heldout_dataset or feedback is not "
+            "deterministic (python -m mathrl check-adapter checks it); from Python, build the "
+            "fake with FakeBackend.for_run(task, mathrl.run_problems(task, config)), with "
             "first_step=k + 1 to resume after step k, or with for_problems(task, problems)"
         )
 
