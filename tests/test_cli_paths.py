@@ -360,10 +360,15 @@ def test_sample_takes_a_saved_path_inside_its_run_folder_and_prints_whole_episod
     # Each problem: its question and verdict, then each turn and the reply to it, numbered.
     lines = by_path.stdout.splitlines()
     assert lines[0] == "Model: Qwen/Qwen3-0.6B, Vocab: 257, Backend: fake"
-    assert re.fullmatch(r"Guess: -> [1-5] turns?: (correct|wrong) \(reward [01]\)", lines[1])
+    # The games share their prompt: each question says which game it is.
+    assert re.fullmatch(
+        r"Guess: \[Game\(secret=\d+, serial='.*'\)\] -> [1-5] turns?: (correct|wrong) "
+        r"\(reward [01]\)",
+        lines[1],
+    ), lines[1]
     assert re.fullmatch(r"  turn 1: '.*'", lines[2])
     episode = lines[1 : next(i for i, line in enumerate(lines[2:], 2) if line[0] != " ")]
-    turns = int(lines[1].split(" -> ")[1].split(" ")[0])
+    turns = int(lines[1].split(" -> ")[-1].split(" ")[0])
     assert [line.split(":")[0] for line in episode[1:]] == [
         f"  {kind} {n}" for n in range(1, turns + 1) for kind in ("turn", "reply")
     ][: 2 * turns - 1]

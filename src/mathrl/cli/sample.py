@@ -157,6 +157,8 @@ def _questions(task: Task[Any], problems: Sequence[Any]) -> list[str]:
     for prompt in prompts:
         question = " ".join(prompt[len(common) :].split()) or " ".join(prompt.split())
         questions.append(question if len(question) <= 60 else f"{question[:57]}...")
+    if len(set(prompts)) < len(prompts):  # problems that share a prompt: say which is which
+        questions = [f"{q} [{shown(p, 60)}]" for q, p in zip(questions, problems, strict=True)]
     return questions
 
 
