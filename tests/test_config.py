@@ -22,7 +22,7 @@ from mathrl.cli.settings import (
 )
 from mathrl.config import DEFAULTS, LOSS_FIELDS, TRAIN_FIELDS, Config, ConfigError, TrainConfig
 from mathrl.losses import PARAMETERS, Loss
-from mathrl.text import listed, one_line, shown, shown_end
+from mathrl.text import apart, listed, one_line, shown, shown_end
 
 NO_FLAGS: dict[str, str | None] = {}
 
@@ -268,3 +268,25 @@ def test_a_port_out_of_range_is_named_as_the_port() -> None:
 def test_good_base_urls_pass() -> None:
     assert base_url({}) == "https://mint.macaron.xin"
     assert base_url({"MINT_BASE_URL": "http://127.0.0.1:8000/api"}) == "http://127.0.0.1:8000/api"
+
+
+def test_apart_quotes_two_texts_where_they_differ() -> None:
+    # They agree on 30 characters: both are quoted from the 20th, 10 before the difference.
+    first, second = "x" * 30 + "12 + 30?", "x" * 30 + "45 + 7?"
+    assert apart(first, second) == (
+        "..." + repr("x" * 10 + "12 + 30?"),
+        "..." + repr("x" * 10 + "45 + 7?"),
+    )
+    assert apart("ab", "ac") == ("'ab'", "'ac'")  # a difference near the start: all of them
+
+
+@given(st_.unicode_text, st_.unicode_text, st_.unicode_text)
+def test_apart_shows_where_two_texts_differ(same: str, first: str, second: str) -> None:
+    # Whatever they share first, what follows the shared part shows in both quotes (at most
+    # 10 shared characters come first, each at most 10 once escaped: a limit of 120 holds them).
+    ours, theirs = apart(same + "A" + first, same + "B" + second, 120)
+    assert ours.isprintable()
+    assert theirs.isprintable()
+    assert ours != theirs  # the difference is in the window
+    assert "A" in ours
+    assert "B" in theirs

@@ -116,9 +116,9 @@ def test_a_task_seeded_with_hash_is_caught_from_the_command_line(tmp_path: Path)
     # the addition task's own, does not.
     found = re.compile(
         r"build_dataset\(seed=0, step=1, size=8\) gave other problems in a new interpreter "
-        r"\(PYTHONHASHSEED=[12]\): problem 0's prompt is 'Q: What is 4 \+ 5\?\\nA: 9\\n\\nQ: "
-        r"What is [^']*'\.\.\. \(\d+ characters\) here, 'Q: What is 4 \+ 5\?\\nA: 9\\n\\nQ: What "
-        r"is [^']*'\.\.\. \(\d+ characters\) there; a task must draw the same problems in every "
+        # Both prompts quoted from just before where they differ: "...What is 12 + 30?".
+        r"\(PYTHONHASHSEED=[12]\): problem 0's prompt is \.\.\.'[^']*\d+ \+ \d+\?\\nA:' here, "
+        r"\.\.\.'[^']*\d+ \+ \d+\?\\nA:' there; a task must draw the same problems in every "
         r"process \(so a resumed run trains on what the first would have\): seed a "
         r"random\.Random with a string or numbers, never hash\(\) of a string, id\(\), the time "
         r"or the order of a set \(6 times\)"

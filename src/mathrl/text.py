@@ -81,6 +81,19 @@ def shown_end(value: str, limit: int = 40) -> str:
     return kept if tail == squeezed else f"...{kept} ({len(value):,} characters)"
 
 
+def apart(first: str, second: str, limit: int = 40) -> tuple[str, str]:
+    """Two texts quoted from a little before where they first differ, so that the difference
+    shows: `...'+ 30?'` and `...'+ 7?'`, not two quotes of a start they share."""
+    same = 0
+    for a, b in zip(first, second, strict=False):
+        if a != b:
+            break
+        same += 1
+    start = max(0, same - 10)
+    lead = "..." if start else ""
+    return lead + shown(first[start:], limit), lead + shown(second[start:], limit)
+
+
 def listed(words: Iterable[str], conjunction: str) -> str:
     """`a`, `a or b`, `a, b or c`: the words (at least one) as a sentence lists them."""
     *rest, last = words

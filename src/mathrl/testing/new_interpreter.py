@@ -38,7 +38,7 @@ from typing import Any
 from mathrl.problem_keys import Unfingerprintable, problem_fingerprint
 from mathrl.resolved import as_task, prompt_key
 from mathrl.testing.checker import Checker
-from mathrl.text import describe, one_line, shown
+from mathrl.text import apart, describe, one_line, shown
 
 TIMEOUT = 300.0
 """Seconds the new interpreter may take to import the task and draw its problems."""
@@ -111,9 +111,11 @@ def _difference(here: list[Drawn], there: object) -> str:
         zip(here, there, strict=True)
     ):
         if prompt != prompt2:
-            return f"problem {i}'s prompt is {shown(prompt)} here, {shown(prompt2)} there"
+            ours, theirs = apart(prompt, prompt2)
+            return f"problem {i}'s prompt is {ours} here, {theirs} there"
         if reference != reference2:
-            return f"problem {i}'s reference is {shown(reference)} here, {shown(reference2)} there"
+            ours, theirs = apart(reference, reference2)
+            return f"problem {i}'s reference is {ours} here, {theirs} there"
         if key != key2:
             return f"problem {i} is {problem} here, {problem2} there"
     return "the same problems"  # unreachable when called on a difference
