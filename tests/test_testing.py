@@ -694,3 +694,22 @@ def test_a_saturated_task_that_does_not_learn_fails_on_its_mean_reward(tmp_path:
         r"reference's, 1\)",
         line,
     ), line
+
+
+class WrongReference(MathAdapter):
+    """The reference is one off: it earns 0, as every wrong answer does."""
+
+    def reference_completion(self, problem: AdditionProblem) -> str:
+        return f" {problem.answer + 1}"
+
+
+def test_a_reference_that_earns_no_more_than_wrong_answers_is_told_only_that() -> None:
+    # The checks that compare with the reference (its full-width digits, its cut-off copy)
+    # would blame the reward for what is the reference's fault: they are left out.
+    with pytest.raises(AssertionError) as raised:
+        check_adapter(WrongReference())
+    said = str(raised.value)
+    assert "it cannot tell right from wrong" in said
+    assert "the reference completion earns 0.0, which evaluate([0.0] * 4) scores 0.0" in said
+    assert "full-width" not in said
+    assert "cut off at the token limit" not in said

@@ -101,11 +101,14 @@ class RewardChecks:
         wrong = [(wrong_name(w), w) for w in WRONG]
         wrong.append(("another problem's reference", self._other_reference(ref, others)))
         wrong += [(f"wrong_completions' {shown(w, 30)}", w) for w in own]
-        best = self.wins(problem, reference, wrong, len(own), stops, chat, where)
-        if best is None:
+        won = self.wins(problem, reference, wrong, len(own), stops, chat, where)
+        if won is None:
             return None
+        best, tells = won
         if not self.task.plays_episodes:  # (an episode's is its whole reward: `EpisodeChecks`)
             self.c.references.append(best)
+        if not tells:  # a reference that earns no more than wrong answers: say only that
+            return reference, best, where
         self.cut_off(problem, reference, best, where)
         self.endings(problem, [("the reference", ref), *wrong[len(wrong) - len(own) :]], where)
         adversarial = [*ADVERSARIAL, *((f"random text {t!r:.20}", t) for t in random_texts(12))]
@@ -155,9 +158,10 @@ class RewardChecks:
         stops: Sequence[str],
         chat: bool,
         where: str,
-    ) -> float | None:
+    ) -> tuple[float, bool] | None:
         """The reference's reward; it must beat at least one wrong answer and lose to none,
-        and beat each of the task's own `wrong_completions` (the last `own` of `wrong`)."""
+        and beat each of the task's own `wrong_completions` (the last `own` of `wrong`).
+        With it, whether it beats any: if not, the checks that compare with it would mislead."""
         group = [
             reference,
             *(ended_as_asked(text, stops, chat, self.tokenizer) for _, text in wrong),
@@ -182,14 +186,14 @@ class RewardChecks:
                 "the task's wrong_completions must earn less than the reference",
                 key="wrong-completion-not-less",
             )
-        self.c.expect(
+        tells = self.c.expect(
             self.task.plays_episodes or any(s < best for s in others),
             f"{self.method} gave every wrong completion tried "
             f"({shown([str(w) for w in group[1:]])}) the reference's reward {best} on {where}: "
             "it cannot tell right from wrong",
             key="wrong-not-less",
         )
-        return best
+        return best, tells
 
     def cut_off(self, problem: Any, reference: Response, best: float, where: str) -> None:
         """A warning when the reference cut off at the token limit earns the finished one's
