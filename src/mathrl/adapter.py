@@ -307,7 +307,10 @@ class Adapter(Protocol[ProblemT]):
         Without a stop sequence: the reference ended the way the task asks
         (at its first stop sequence, or at end-of-turn for a conversation, or
         at end-of-sequence for a text task without stops) must earn the
-        maximum reward, and the reference must not contain a stop sequence.
+        maximum reward, and the reference must not contain a stop sequence:
+        leave it out (` 42` for a one-line answer), since sampling writes it
+        (` 42\\n`), and the reward sees it at the end of the text and as
+        `completion.stop`.
         The loop never uses it. `mathrl.testing` checks the reward against it,
         and the fake backend's policy learns to write it, end and all (as
         tinker-cookbook's `get_reference_answer`).
