@@ -19,6 +19,11 @@ bytes depend on which equal strings are one object). A problem holding
 anything else (a function, a file, an object without attributes) has no
 fingerprint: `Unfingerprintable` names where it is, and the loop and the fake
 then know that problem by its prompt alone, as `problem_key` says.
+
+A game with few secrets (a number from 1 to 8) has few distinct problems, so
+its held-out games would repeat training ones: give each problem the game it
+is (`Game(secret=3, serial="heldout-17")`, as tests/doubles/secret_game.py
+does), and held-out games are other problems, whatever their secrets.
 """
 
 from __future__ import annotations
