@@ -667,7 +667,8 @@ def test_a_turns_params_are_the_episodes_with_the_limits_its_feedback_sets(
 def test_an_invalid_limit_is_named_with_what_it_got(bad_stop: bool, data: st.DataObject) -> None:
     stop = data.draw(st_.bad_turn_stops if bad_stop else st_.turn_stops)
     budget = data.draw(st_.turn_budgets if bad_stop else st_.bad_turn_budgets)
-    wrong = limits_error(Feedback("reply", stop=stop, max_tokens=budget))
+    # What a task's untyped code may hand back: the mistakes under test.
+    wrong = limits_error(Feedback("reply", stop=stop, max_tokens=budget))  # type: ignore[arg-type]
     field, value = ("stop", stop) if bad_stop else ("max_tokens", budget)
     assert wrong is not None
     assert wrong.startswith(f"Feedback.{field} must be ")

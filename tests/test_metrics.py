@@ -137,7 +137,7 @@ def test_a_task_without_metrics_reports_none(tmp_path: Path) -> None:
     )
     seen = Everything()
     run_grpo(backend, MathAdapter(), config, seen)
-    assert [m.metrics for m in [*seen.steps, *seen.evals]] == [{}, {}, {}]
+    assert [m.metrics for m in seen.steps] + [m.metrics for m in seen.evals] == [{}, {}, {}]
     assert all(not s.metrics for g in seen.samples for s in g.samples)
 
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy
 import pytest
 
 import mathrl
@@ -381,26 +382,33 @@ def test_plot_draws_one_run_and_compares_several(tmp_path: Path) -> None:
     assert read_run(tmp_path / "A").config["task"] == "addition"
 
 
+def data(values: object) -> list[float]:
+    """A plotted line's x or y values, as a list."""
+    return [float(v) for v in numpy.asarray(values).tolist()]
+
+
 def test_plot_draws_the_held_out_mean_reward_and_a_panel_for_each_metric(tmp_path: Path) -> None:
     from matplotlib import pyplot
 
     from mathrl.cli.plot import figure_of
     from mathrl.cli.run_folder import RunRecord
 
-    steps = [{"step": k, "accuracy": 0.5, "mean_reward": 0.6, "datums": 8, "reward_parts": {},
-              "metric/tokens": 10.0 - k} for k in (1, 2)]  # fmt: skip
+    steps: list[dict[str, object]] = [
+        {"step": k, "accuracy": 0.5, "mean_reward": 0.6, "datums": 8, "reward_parts": {},
+         "metric/tokens": 10.0 - k} for k in (1, 2)
+    ]  # fmt: skip
     evals = [{"eval": True, "step": k, "accuracy": 0.5, "mean_reward": r, "metric/tokens": 9.0}
              for k, r in ((0, 0.25), (2, 0.75))]  # fmt: skip
     settings = {"base_model": "m", "seed": 0, "backend": "fake"}
     record = RunRecord(tmp_path / "A", {"task": "t", "settings": settings}, steps, evals, [])
     figure = figure_of([record])
     _, reward, tokens, _ = figure.axes  # accuracy, reward, a panel for "tokens", datums
-    [held_out] = [line for line in reward.lines if line.get_label().startswith("held-out")]
+    [held_out] = [line for line in reward.lines if str(line.get_label()).startswith("held-out")]
     assert held_out.get_label() == "held-out mean reward, greedy"
-    assert (list(held_out.get_xdata()), list(held_out.get_ydata())) == ([0, 2], [0.25, 0.75])
+    assert (data(held_out.get_xdata()), data(held_out.get_ydata())) == ([0, 2], [0.25, 0.75])
     assert tokens.get_title(loc="left") == "the task's metric 'tokens' (held-out, greedy: points)"
     curve, points = tokens.lines
-    assert (list(curve.get_ydata()), list(points.get_ydata())) == ([9.0, 8.0], [9.0, 9.0])
+    assert (data(curve.get_ydata()), data(points.get_ydata())) == ([9.0, 8.0], [9.0, 9.0])
     pyplot.close(figure)
     # Without metrics: the three panels of old.
     unmeasured = [{k: v for k, v in row.items() if k != "metric/tokens"} for row in steps]
