@@ -1030,10 +1030,9 @@ def interpreter_with_posixsubprocess_built_in() -> str | None:
     return None
 
 
-@pytest.mark.parametrize("which", ["both", *alone("hook")])
-def test_a_banned_module_built_into_the_interpreter_is_refused(
-    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
-) -> None:
+def use_debians_python(which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the sandbox's child with `which` layers on a Python that has _posixsubprocess built
+    in (Debian's python3), the kernel layers' executable included; skip where there is none."""
     python = interpreter_with_posixsubprocess_built_in()
     if python is None:
         pytest.skip("no Python here has _posixsubprocess built in (Debian's python3 does)")
@@ -1042,6 +1041,13 @@ def test_a_banned_module_built_into_the_interpreter_is_refused(
     kernel = kernel_layers()
     if kernel is not None:
         monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, executable=python))
+
+
+@pytest.mark.parametrize("which", ["both", *alone("hook")])
+def test_a_banned_module_built_into_the_interpreter_is_refused(
+    box: Box, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    use_debians_python(which, monkeypatch)
     # Its set-up imports every built-in module (to take _imp.create_builtin away), then unloads
     # those it bans: a fresh import, which it refuses, is the only way to them.
     source = (
@@ -1077,14 +1083,8 @@ def test_the_reviews_payloads_fail_with_debians_python_too(
 ) -> None:
     # Its extension modules live in /usr/lib/python3.11/lib-dynload, and _posixsubprocess is
     # built in: the hook's list of them, and the kernel layers, hold there too.
-    python = interpreter_with_posixsubprocess_built_in()
-    if python is None:
-        pytest.skip("no Python here has _posixsubprocess built in (Debian's python3 does)")
-    use_layers(which, monkeypatch)
-    monkeypatch.setattr(sys, "executable", python)
-    kernel = kernel_layers()
-    assert kernel is not None
-    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, executable=python))
+    use_debians_python(which, monkeypatch)
+    assert kernel_layers() is not None
     _, error = ESCAPES[name].stopper(which)
     stopped_with(box.run(ESCAPES[name].source()), error, box.world)
 

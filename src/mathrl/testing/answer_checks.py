@@ -8,7 +8,6 @@ make it raise.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 from mathrl.adapter import Response
@@ -25,14 +24,7 @@ def check_final_answer(checker: Checker, problems: Sequence[Any], tokenizer: Tok
     if name is None:
         return
     hostile = [text for _, text in ADVERSARIAL] + random_texts(12)
-    adapter = checker.adapter
-    for problem in problems:
-        ok, prompt = checker.call("make_prompt", partial(adapter.make_prompt, problem))
-        ok2, ref = checker.call(
-            "reference_completion", partial(adapter.reference_completion, problem)
-        )
-        if not (ok and ok2 and isinstance(ref, str)):
-            continue  # reported by the reward checks
+    for _, prompt, ref in checker.with_references(problems):
         stops, chat = checker.task.stop_for(prompt), not isinstance(prompt, str)
         reference = ended_as_asked(ref, stops, chat, tokenizer)
         where = problem_name(prompt)

@@ -8,11 +8,12 @@ failure with a key is reported once, however often it recurs.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from mathrl.adapter import Prompt
 from mathrl.problem_keys import Unfingerprintable, problem_fingerprint, problem_key
 from mathrl.resolved import Task, prompt_key
 from mathrl.text import describe, shown
@@ -103,6 +104,17 @@ class Checker:
         for key, count in self._repeats.items():
             lines[self._where[key]] += f" ({count} times)"
         return lines
+
+    def with_references(self, problems: Sequence[Any]) -> Iterator[tuple[Any, Prompt, str]]:
+        """(problem, prompt, reference) of each problem whose prompt and reference the task
+        gives (what it fails to give is recorded, and the reward checks say more of it)."""
+        for problem in problems:
+            ok, prompt = self.call("make_prompt", partial(self.adapter.make_prompt, problem))
+            ok2, ref = self.call(
+                "reference_completion", partial(self.adapter.reference_completion, problem)
+            )
+            if ok and ok2 and isinstance(ref, str):
+                yield problem, prompt, ref
 
     def call(self, what: str, fn: Callable[[], Any], key: str | None = None) -> tuple[bool, Any]:
         """(True, fn()) or, if it raised, (False, None) with the violation recorded.

@@ -33,14 +33,7 @@ def check_metrics(checker: Checker, problems: Sequence[Any], tokenizer: Tokenize
     method = checker.task.metrics
     if method is None:
         return
-    adapter = checker.adapter
-    for problem in problems:
-        ok, prompt = checker.call("make_prompt", partial(adapter.make_prompt, problem))
-        ok2, ref = checker.call(
-            "reference_completion", partial(adapter.reference_completion, problem)
-        )
-        if not (ok and ok2 and isinstance(ref, str)):
-            continue  # reported by the reward checks
+    for problem, prompt, ref in checker.with_references(problems):
         where = problem_name(prompt)
         ok, own = checker.call(
             f"wrong_completions({where})", partial(checker.task.wrong_completions, problem)
