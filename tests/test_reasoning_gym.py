@@ -16,7 +16,9 @@ import importlib.metadata
 import inspect
 import json
 import math
+import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -486,6 +488,38 @@ def test_scoring_processes_give_a_number_or_none(
     assert scoring(answer, entry) == score
     assert scoring("value", {"value": 1}) == 1.0  # and the next call is scored, by a new child
     assert capfd.readouterr().out == ""  # what a scorer prints goes nowhere
+
+
+def test_the_childs_loop_scores_each_answer_until_its_pipe_closes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The loop a forked child runs (`_serve`), run here on a thread so that coverage sees it:
+    # a number, a value float() refuses, a raising scorer, a printing one; then the pipe
+    # closes and it returns. The ends it inherited are closed first. Signal handling is the
+    # process's, so here it is recorded rather than changed.
+    handled: list[object] = []
+    monkeypatch.setattr(signal, "set_wakeup_fd", handled.append)
+    monkeypatch.setattr(signal, "signal", lambda *how: handled.append(how))
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # put back after the child's devnull
+    ours, theirs = multiprocessing.Pipe()
+    inherited, _ = multiprocessing.Pipe()
+    served = threading.Thread(target=scoring_module._serve, args=(misbehaving, theirs, [inherited]))
+    served.start()
+    asked = [("value", {"value": 2}), ("value", {"value": None}), ("raise", {}),
+             ("print", {"value": "3"})]  # fmt: skip
+    got = []
+    for question in asked:
+        ours.send(question)
+        got.append(ours.recv())
+    ours.close()
+    served.join(30)
+    assert not served.is_alive()  # the pipe closed: it returned
+    assert got == [2.0, None, None, 3.0]
+    assert inherited.closed
+    assert handled == [-1, (signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, signal.SIG_DFL)]
+    sys.stdout.close()  # the child's devnull, where the chatter went
+    assert "chatter" not in capsys.readouterr().out
+    theirs.close()
 
 
 @pytest.mark.slow

@@ -101,14 +101,8 @@ class ScoringProcesses:
         return child
 
 
-def _serve(  # pragma: no cover  (runs only in the forked child; its coverage dies with it)
-    score: Score, connection: Connection, inherited: list[Connection]
-) -> None:
-    """In the child: score each (answer, entry) received, until the pipe closes.
-
-    Coverage is not saved from children killed or ended at exit; the tests drive
-    each of its paths (a number, a failure, a crash, a hang) from the parent.
-    """
+def _serve(score: Score, connection: Connection, inherited: list[Connection]) -> None:
+    """In the child: score each (answer, entry) received, until the pipe closes."""
     # The trainer's signal handling is not the child's (as in mathrl.workers.in_process).
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
