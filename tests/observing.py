@@ -1,9 +1,13 @@
-"""An Observer that keeps everything the loop reports, in order."""
+"""An Observer that keeps everything the loop reports, in order; a fake run observed so."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+from mathrl.config import TrainConfig
+from mathrl.loop import run_grpo
 from mathrl.report import (
     Checkpoint,
     EvalMetrics,
@@ -12,6 +16,8 @@ from mathrl.report import (
     StepMetrics,
     TemperedRatio,
 )
+from mathrl.rollout import run_problems
+from mathrl_fakes import FakeBackend
 
 
 class Everything(Observer):
@@ -55,3 +61,12 @@ class Everything(Observer):
 
     def on_samples(self, groups: Sequence[SampleGroup]) -> None:
         self.samples.extend(groups)
+
+
+def observed_run(task: Any, config: TrainConfig, checkpoints: Path) -> Everything:
+    """Everything a run of `task` on the fake (told its problems) reports, its checkpoints
+    in `checkpoints`."""
+    backend = FakeBackend.for_run(task, run_problems(task, config), checkpoint_dir=checkpoints)
+    seen = Everything()
+    run_grpo(backend, task, config, seen)
+    return seen

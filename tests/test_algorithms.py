@@ -42,7 +42,7 @@ from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend, references_for
-from observing import Everything
+from observing import observed_run
 
 SOME_LOSSES = [
     IMPORTANCE_SAMPLING,
@@ -420,10 +420,8 @@ def test_a_clipped_loss_off_temperature_1_is_noted_once_with_step_1s_clip(
 ) -> None:
     task = MathAdapter()
     config = TrainConfig(steps=2, batch=4, group=4, loss=loss, temperature=temperature)
-    backend = FakeBackend.for_run(task, run_problems(task, config), checkpoint_dir=tmp_path)
-    seen = Everything()
-    result = run_grpo(backend, task, config, seen)
-    first = result.steps[0]
+    seen = observed_run(task, config, tmp_path)
+    first = seen.steps[0]
     assert first.datums  # step 1 trained, so it is the one measured
     if noted:
         clipped = first.backend_metrics["clipped:frac"]

@@ -29,7 +29,7 @@ from mathrl.rewards import TaskError, metric_values
 from mathrl.rollout import metric_means, run_problems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter, parse_answer
 from mathrl_fakes import FakeBackend
-from observing import Everything
+from observing import observed_run
 
 BIGGEST = sys.float_info.max
 
@@ -104,11 +104,7 @@ def test_metrics_are_names_to_the_numbers_given(metrics: list[dict[str, float]])
 
 def test_a_run_reports_each_completions_metrics_and_their_means(tmp_path: Path) -> None:
     config = TrainConfig(steps=2, batch=3, group=4, eval_every=2, eval_problems=5)
-    backend = FakeBackend.for_run(
-        Counted(), run_problems(Counted(), config), checkpoint_dir=tmp_path
-    )
-    seen = Everything()
-    run_grpo(backend, Counted(), config, seen)
+    seen = observed_run(Counted(), config, tmp_path)
     for step in seen.steps:
         samples = [s for g in seen.samples if g.step == step.step for s in g.samples]
         assert len(samples) == 12  # every group logged: the step's means are theirs
@@ -132,11 +128,7 @@ def test_a_run_reports_each_completions_metrics_and_their_means(tmp_path: Path) 
 
 def test_a_task_without_metrics_reports_none(tmp_path: Path) -> None:
     config = TrainConfig(steps=1, batch=2, group=2, eval_every=1, eval_problems=3)
-    backend = FakeBackend.for_run(
-        MathAdapter(), run_problems(MathAdapter(), config), checkpoint_dir=tmp_path
-    )
-    seen = Everything()
-    run_grpo(backend, MathAdapter(), config, seen)
+    seen = observed_run(MathAdapter(), config, tmp_path)
     assert [m.metrics for m in seen.steps] + [m.metrics for m in seen.evals] == [{}, {}, {}]
     assert all(not s.metrics for g in seen.samples for s in g.samples)
 
@@ -158,11 +150,7 @@ def test_an_evaluations_metrics_worked_example() -> None:
 def test_records_gain_metric_keys_only_for_a_task_that_reports_metrics(tmp_path: Path) -> None:
     config = TrainConfig(steps=1, batch=2, group=2)
     for adapter, reports in ((MathAdapter(), False), (Counted(), True)):
-        backend = FakeBackend.for_run(
-            adapter, run_problems(adapter, config), checkpoint_dir=tmp_path / adapter.name
-        )
-        seen = Everything()
-        run_grpo(backend, adapter, config, seen)
+        seen = observed_run(adapter, config, tmp_path / adapter.name)
         (step,) = seen.steps
         record = step_record(step)
         keys = {key for key in record if key.startswith("metric/")}
