@@ -21,6 +21,7 @@ import asyncio
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeGuard, TypeVar
 
 from mathrl.adapter import Response
@@ -30,6 +31,7 @@ from mathrl.text import elided, one_line, shown
 from mathrl.workers import Late
 
 P = TypeVar("P")
+T = TypeVar("T")
 
 
 class TaskError(Exception):
@@ -154,21 +156,22 @@ def rewards_alone(
     task: Task[P], problem: P, responses: Sequence[Response]
 ) -> list[tuple[float, dict[str, float]]]:
     """Each response's `compute_reward`, once per distinct response (rewards are pure)."""
-    seen: dict[tuple[object, ...], tuple[float, dict[str, float]]] = {}
-    for response in responses:
-        if response_key(response) not in seen:
-            seen[response_key(response)] = reward_of(task, problem, response)
-    return [seen[response_key(response)] for response in responses]
+    return once_each(responses, partial(reward_of, task, problem))
 
 
 def metrics_alone(
     task: Task[P], problem: P, responses: Sequence[Response]
 ) -> list[dict[str, float]]:
     """Each response's `metrics`, once per distinct response (metrics are pure)."""
-    seen: dict[tuple[object, ...], dict[str, float]] = {}
+    return once_each(responses, partial(metrics_of, task, problem))
+
+
+def once_each(responses: Sequence[Response], fn: Callable[[Response], T]) -> list[T]:
+    """`fn` of each response, called once per distinct one (`response_key`): `fn` is pure."""
+    seen: dict[tuple[object, ...], T] = {}
     for response in responses:
         if response_key(response) not in seen:
-            seen[response_key(response)] = metrics_of(task, problem, response)
+            seen[response_key(response)] = fn(response)
     return [seen[response_key(response)] for response in responses]
 
 
