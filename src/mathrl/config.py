@@ -66,6 +66,20 @@ def number_in(low: float, high: float, low_open: bool = False) -> Rule:
     return Rule(f"a number {'>' if low_open else '>='} {low:g} and <= {high:g}", check)
 
 
+def adapter_spec_shown(spec: str) -> str:
+    """A task spec quoted where it is wrong (the end of a long path, say), and what is wrong."""
+    module_name, sep, attr = spec.partition(":")
+    if not spec.strip() or spec in BUILT_IN or (module_name and attr and ":" not in attr):
+        return shown(spec, 60)
+    if not sep:
+        return f"{shown_end(spec, 60)}, with no ':Class' after the module or file"
+    if not module_name:
+        return f"{shown(spec, 60)}, with no module or file before the ':'"
+    if not attr:
+        return f"{shown_end(spec, 60)}, with nothing after the ':'"
+    return f"{shown_end(spec, 60)}, with a second ':' in the class part {shown_end(attr, 30)}"
+
+
 RULES: dict[str, Rule] = {
     "steps": int_in(1, 1_000_000),
     "batch": int_in(1, MAX_COMPLETIONS_PER_STEP // 2),
@@ -96,7 +110,7 @@ RULES: dict[str, Rule] = {
     "adapter": Rule(
         f"{', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask",
         lambda s: s in BUILT_IN or (0 < len(s) <= 500 and s.count(":") == 1),
-        lambda s: adapter_spec_shown(s),
+        adapter_spec_shown,
     ),
     "base_model": Rule(
         "a model name (printable, at most 200 characters)",
@@ -221,20 +235,6 @@ DEFAULTS: dict[str, Any] = {
     **{f.name: f.default for f in fields(Config) if f.name != "train"},
 }
 """Every field's built-in default (None: decided elsewhere, e.g. by the task)."""
-
-
-def adapter_spec_shown(spec: str) -> str:
-    """A task spec quoted where it is wrong (the end of a long path, say), and what is wrong."""
-    module_name, sep, attr = spec.partition(":")
-    if not spec.strip() or spec in BUILT_IN or (module_name and attr and ":" not in attr):
-        return shown(spec, 60)
-    if not sep:
-        return f"{shown_end(spec, 60)}, with no ':Class' after the module or file"
-    if not module_name:
-        return f"{shown(spec, 60)}, with no module or file before the ':'"
-    if not attr:
-        return f"{shown_end(spec, 60)}, with nothing after the ':'"
-    return f"{shown_end(spec, 60)}, with a second ':' in the class part {shown_end(attr, 30)}"
 
 
 def _check_fields(obj: Any, owner: str) -> None:
