@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 
 import strategies
 from conftest import examples
-from mathrl.tasks.code import sandbox
+from mathrl.tasks.code import harness, sandbox
 from mathrl.tasks.code.harness import HARNESS
 from mathrl.tasks.code.kernel import NOBODY, WAITER, hidden_by, kernel_layers
 from mathrl.tasks.code.sandbox import (
@@ -242,6 +242,19 @@ def test_a_correct_function_returns_its_results(box: Box) -> None:
     inputs: list[list[JsonValue]] = [[1, 2], [-5, 5], [0.5, 0.25], ["a", "b"], [[1], [2]]]
     outcome = box.run(source, inputs, function="add")
     assert outcome == Outcome("ok", (3, 0, 0.75, "ab", [1, 2]), "")
+
+
+def test_the_child_runs_the_harness_the_trainer_compiled_or_else_its_source(
+    any_box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The function's caller is the harness's main: compiled here, its file is "<harness>";
+    # a child whose interpreter has another cache tag compiles the source (exec's "<string>").
+    source = "import sys\ndef f():\n    return sys._getframe(1).f_code.co_filename\n"
+    assert any_box.run(source, [[]]) == Outcome("ok", ("<harness>",), "")
+    compiled = harness.arguments()
+    other = (*compiled[:2], "cpython-0", *compiled[3:])  # "-c", BOOT, tag, code, source
+    monkeypatch.setattr(harness, "arguments", lambda: other)
+    assert any_box.run(source, [[]]) == Outcome("ok", ("<string>",), "")
 
 
 def test_a_call_that_raises_loses_only_its_own_result(box: Box) -> None:

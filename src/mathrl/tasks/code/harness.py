@@ -1,7 +1,7 @@
 """The script the sandbox's child runs, kept as text: it never runs in the trainer.
 
-`mathrl.tasks.code.sandbox` passes `HARNESS` to `python -I -S -B -c` (with the
-argument `hook` when the audit hook is one of the layers). In the child it
+`mathrl.tasks.code.sandbox` starts `python -I -S -B` with `arguments()` (and
+`hook` when the audit hook is one of the layers). In the child `HARNESS`
 lists the interpreter's own extension modules (`native_modules`, the only native
 code the hook lets load), installs the audit hook (`guard`) after removing the
 unaudited ways out (`disarm`), then reads the request from stdin, all of it before any untrusted
@@ -11,6 +11,10 @@ the function once per input, and writes one JSON line to a private copy of the
 original stdout. Kept as a string, not a module, because it must import
 nothing but the standard library, and because nothing in it may run here.
 """
+
+import functools
+import marshal
+import sys
 
 HARNESS = r'''
 import io, json, os, sys
@@ -220,3 +224,24 @@ def main():
 
 main()
 '''
+
+
+BOOT = """import marshal, sys
+tag, code, source = sys.argv[1:4]
+del sys.argv[1:4]
+exec(marshal.loads(bytes.fromhex(code)) if tag == sys.implementation.cache_tag else source)
+"""
+"""What `python -c` runs first: `HARNESS` as the trainer compiled it, where the child's
+interpreter reads the trainer's bytecode (the same cache tag, as for a `.pyc`), else from its
+source. Before the hook, so `marshal` is still allowed; compiling `HARNESS` would cost each
+fresh child 3-4 ms on a 2-core machine, as much as the exec filter and the hidden mount tables
+together."""
+
+
+@functools.cache
+def arguments() -> tuple[str, ...]:
+    """The interpreter's arguments after `-I -S -B`: `-c BOOT`, the cache tag, `HARNESS`
+    compiled (marshal's bytes, in hex: an argument holds no NUL) and its source."""
+    code = compile(HARNESS, "<harness>", "exec", dont_inherit=True, optimize=0)
+    tag = sys.implementation.cache_tag or ""  # None: no bytecode is ever read, so neither is this
+    return ("-c", BOOT, tag, marshal.dumps(code).hex(), HARNESS)

@@ -46,7 +46,7 @@ from typing import TypeAlias
 
 from mathrl import workers
 from mathrl.adapter import Unavailable
-from mathrl.tasks.code.harness import HARNESS
+from mathrl.tasks.code import harness
 from mathrl.tasks.code.kernel import (
     ALL_LAYERS,
     LAYERS,
@@ -167,7 +167,7 @@ def _call(
         request = json.dumps(
             {"source": source, "function": function, "inputs": arguments, "budget": budget}
         ).encode()
-        request = b"%d\n%s" % (len(request), request)  # its length first: see HARNESS
+        request = b"%d\n%s" % (len(request), request)  # its length first: see harness.HARNESS
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"inputs must hold JSON values only, got {exc}") from None
     kernel = kernel_layers() if "kernel" in _LAYERS else None
@@ -217,7 +217,7 @@ def _start(kind: Kind, lean: bool = False) -> Started:
             os.chown(workdir, NOBODY, NOBODY)
         executable = kind.kernel.executable if kind.kernel else sys.executable
         child = subprocess.Popen(
-            [executable, "-I", "-S", "-B", "-c", HARNESS, *(["hook"] if kind.hook else [])],
+            [executable, "-I", "-S", "-B", *harness.arguments(), *(["hook"] if kind.hook else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=workdir,
             env={}, close_fds=True, start_new_session=True,
             preexec_fn=_confine(kind.limits, kind.kernel, kind.strict, lean),
