@@ -212,6 +212,16 @@ class Kernel:
                     )
                 if hidden:
                     done |= bit("pid")
+        # Early, so the first process is waiting for the interpreter's exec by the time it
+        # comes (the rest of the set-up execs nothing); after the mounts, whose failures come
+        # first. No new privileges: it may install a filter without CAP_SYS_ADMIN, too.
+        no_new_privileges = call("seccomp", prctl(38, word(1)))  # PR_SET_NO_NEW_PRIVS
+        execs_filtered = (
+            no_new_privileges
+            and self.seccomp is not None  # else seccomp is missing: see below
+            and self.exec_filter is not None
+            and self._exec_filter(first_process, failed)
+        )
         capabilities = True
         for capability in (*range(8), *range(9, 64), 8):  # CAP_SETPCAP (8), needed to drop, last
             result = prctl(24, word(capability))  # PR_CAPBSET_DROP
@@ -231,7 +241,6 @@ class Kernel:
             done |= bit("capabilities")
         else:
             failed("capabilities", ctypes.get_errno())
-        no_new_privileges = call("seccomp", prctl(38, word(1)))  # PR_SET_NO_NEW_PRIVS
         if self.landlock is None:
             failed("landlock", 38)  # ENOSYS
         elif no_new_privileges and self._landlock(failed):
@@ -241,7 +250,7 @@ class Kernel:
         elif (
             no_new_privileges
             and call("seccomp", prctl(22, word(2), self.seccomp[0]))
-            and self._exec_filter(first_process, failed)
+            and execs_filtered
         ):
             done |= bit("seccomp")
         if first_process is not None:
