@@ -180,22 +180,27 @@ they waited as copies of the trainer).
 
 Milliseconds a call, a one-line `f` on 8 inputs, 40 calls
 (`PYTHONPATH=tests python -c "import bench.bench_rewards as b;
-print(b.sandbox_costs(2), b.warm_cost())"`), on the project's 2-core machine,
-idle and (in parentheses) under a load average of 4-5:
+print(b.sandbox_costs(2), b.warm_cost())"`), on two 2-core machines, idle: the
+project's first / the slower one it runs on now (as uid 65534 there: Debian's
+Python). Under a load average of 4-5 the first took up to 1.5 times as long.
 
-    sandbox                                        alone    2 in flight
-    the audit hook alone (no kernel layers)        31       16
-    every layer, as root                           38-42    22         (44-62, 31-44)
-    every layer, as uid 65534 (a user namespace)   46-47    -
-    a call in a sandbox started ahead              4.5-7    -          (10)
+    sandbox                                        alone            2 in flight
+    a bare `python -I -S -B -c pass`, to compare   10 / 18          -
+    the audit hook alone (no kernel layers)        31 / 49-56       16 / 25-28
+    every layer, as root                           38-42 / 55-72    22 / 31-40
+    every layer, as uid 65534 (a user namespace)   46-47 / 58-62    -
+    a call in a sandbox started ahead              4.5-7 / 6.5-11.5 -
 
-A bare `python -I -S -B` starts in 10 ms there. The exec filter (the first
-process's answer to the interpreter's exec), the hook's list of native modules
-and the hidden mount tables added 5-9% to a fresh call and nothing to one
-started ahead: medians of 6 runs of the command above, interleaved with the
-code before them, under a load average of 2-3 (ms, before -> after): alone
-53.9 -> 58.7 and 56.6 -> 61.4, 2 in flight 30.4 -> 31.8 and 29.7 -> 31.4,
-started ahead 6.5 -> 6.5 and 6.9 -> 6.7.
+What the layers against native code and exec cost: the exec filter's hand-off
+and the hidden mount tables about 1 ms each, the hook's list of native modules
+0.4 ms; nothing for a call in a sandbox started ahead. They are paid for: the
+child runs the harness as the trainer compiled it (`harness.BOOT`) instead of
+compiling it (3-4 ms), and the exec filter is installed before the last steps
+of the set-up, so the first process is already waiting when the interpreter's
+exec comes. A fresh call costs within 3% of what it did without them: 66.2 ->
+68.2 ms alone, 34.5 -> 35.4 with 2 in flight (medians of 8 runs of the command
+above on the slower machine, in turn with the code before them; with the layers
+but not what pays for them, 72.1 and 38.3).
 
 Why built by hand, not bubblewrap or WebAssembly: the same start inside `bwrap
 --unshare-all --die-with-parent --uid 65534 --gid 65534`, with read-only binds
