@@ -284,6 +284,51 @@ def test_a_resumed_run_takes_the_opt_in_as_given_again(tmp_path: Path) -> None:
     assert all(missing in record["line"] for record in records)
 
 
+LOSES_LANDLOCK = """
+from dataclasses import replace
+
+from mathrl.tasks.code import CodeAdapter, sandbox
+from mathrl.tasks.code.task import run
+
+
+class LosesLandlock(CodeAdapter):
+    name = "loses-landlock"
+
+    def build_dataset(self, seed, step, batch):
+        if step == 3:  # from here on, this machine cannot set up Landlock for a child
+            kernel = sandbox.kernel_layers()
+            sandbox.kernel_layers = lambda: replace(kernel, landlock=None)
+            run.cache_clear()  # no outcome kept from before answers for a call
+        return super().build_dataset(seed, step, batch)
+"""
+
+
+def test_a_layer_lost_during_a_run_ends_it_in_one_line_naming_the_opt_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The machine's failure, not the task's: no check-adapter advice, but the opt-in, as
+    # before a run; resumed with it, the run goes on with what is there.
+    monkeypatch.setattr(sandbox, "kernel_layers", kernel_layers)  # put back afterwards
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 0)  # each call sets up its own child
+    run.cache_clear()
+    (tmp_path / "losing.py").write_text(LOSES_LANDLOCK)
+    args = ("--adapter", "losing:LosesLandlock", "--batch", "2", "--group", "2", "--steps", "4")
+    failed = run_main(tmp_path, "--backend", "fake", *args, "--log-dir", "run")
+    assert failed.returncode == 1, failed.stderr
+    assert "Traceback" not in failed.stderr
+    [error] = [line for line in failed.stderr.splitlines() if "error:" in line]
+    assert error.startswith(
+        "mathrl: error: task 'loses-landlock' failed: compute_reward raised SandboxError: "
+        "sandbox: Landlock is off"
+    ), error
+    assert error.endswith("; or run with what is there: --weak-sandbox (or MINT_RL_WEAK_SANDBOX=1)")
+    assert "check-adapter" not in failed.stderr
+    assert "resume with: python -m mathrl --resume run" in failed.stderr
+    resumed = run_main(tmp_path, "--resume", "run", "--weak-sandbox")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.splitlines()[-2].startswith("Step 4: "), resumed.stdout
+
+
 @pytest.mark.slow  # check-adapter of the code task without Landlock: ~70 sandboxes, uncached
 def test_the_variable_is_the_opt_in_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     without_landlock(monkeypatch)  # in this process: check-adapter runs here

@@ -52,16 +52,24 @@ class TaskError(Exception):
         self.method = method
         self.late = isinstance(exc, Late)
         """True when the call ran past the workers' timeout (`Workers.timeout`)."""
+        allowed_by = getattr(exc, "allowed_by", None)
+        self.allowed_by = allowed_by if isinstance(allowed_by, str) else None
+        """The task's option that would have let the call run, as the error names it (a
+        sandbox layer this machine failed to set up: `sandbox.SandboxError.allowed_by`)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Raised in a worker process, it comes back pickled: keep the message and fields.
-        return _task_error, (str(self), self.task_identity, self.method, self.late)
+        fields = (self.task_identity, self.method, self.late, self.allowed_by)
+        return _task_error, (str(self), *fields)
 
 
-def _task_error(message: str, identity: str, method: str, late: bool) -> TaskError:
+def _task_error(
+    message: str, identity: str, method: str, late: bool, allowed_by: str | None
+) -> TaskError:
     error = TaskError.__new__(TaskError)
     Exception.__init__(error, message)
     error.task_identity, error.method, error.late = identity, method, late
+    error.allowed_by = allowed_by
     return error
 
 

@@ -47,9 +47,9 @@ from mathrl.cli.exit_codes import (
 from mathrl.cli.extras import install_command
 from mathrl.cli.loader import (
     CLI_KEYWORDS,
-    TASK_KEYWORDS,
     load_recorded_task,
     load_task,
+    opt_in,
     task_target,
 )
 from mathrl.cli.parsers import (
@@ -76,7 +76,6 @@ from mathrl.cli.run_folder import (
     unwritable,
 )
 from mathrl.cli.settings import (
-    BY_FIELD,
     FAKE_FIELDS,
     SETTINGS,
     FakeOptions,
@@ -137,14 +136,8 @@ def _flags(args: argparse.Namespace) -> dict[str, str | None]:
 def _unavailable(exc: Unavailable) -> ConfigError:
     """A task's refusal to run here, and the setting that would run it anyway, if one would
     (the task option it names as `allowed_by`, as the command line spells it)."""
-    allowed_by = getattr(exc, "allowed_by", None)
-    for name, keyword in TASK_KEYWORDS.items():
-        if keyword == allowed_by:
-            setting = BY_FIELD[name]
-            return ConfigError(
-                f"{exc}; or run with what is there: {setting.flag} (or {setting.env}=1)"
-            )
-    return ConfigError(str(exc))
+    flag = opt_in(getattr(exc, "allowed_by", None))
+    return ConfigError(str(exc) if flag is None else f"{exc}; or run with what is there: {flag}")
 
 
 def _preflight(task: Task[Any]) -> str | None:

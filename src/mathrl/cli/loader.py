@@ -35,6 +35,17 @@ CLI_KEYWORDS = frozenset(TASK_KEYWORDS.values())
 """Constructor keywords the command line sets from its own settings, not from --task-arg."""
 
 
+def opt_in(allowed_by: object) -> str | None:
+    """How the command line gives a task the option `allowed_by` (a constructor keyword of
+    `TASK_KEYWORDS`, as `Unavailable.allowed_by` and `TaskError.allowed_by` name it), e.g.
+    "--weak-sandbox (or MINT_RL_WEAK_SANDBOX=1)"; None for anything else."""
+    for name, keyword in TASK_KEYWORDS.items():
+        if keyword == allowed_by:
+            setting = BY_FIELD[name]
+            return f"{setting.flag} (or {setting.env}=1)"
+    return None
+
+
 def load_task(
     spec: str,
     source: str = "--adapter",

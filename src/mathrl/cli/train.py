@@ -23,6 +23,7 @@ from typing import Any
 from mathrl.backend import Backend, BackendError, Tokenizer
 from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
+from mathrl.cli.loader import opt_in
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder
 from mathrl.cli.settings import (
@@ -412,6 +413,8 @@ def _failed(
 ) -> int:
     if isinstance(exc, TaskError) and exc.late:
         say(f"error: {exc}; --reward-timeout sets how long a call may take")
+    elif isinstance(exc, TaskError) and (flag := opt_in(exc.allowed_by)) is not None:
+        say(f"error: {exc}; or run with what is there: {flag}")  # the machine's, not the task's
     elif isinstance(exc, TaskError):
         say(f"error: {exc}")
         say(f"check the task with: python -m mathrl check-adapter {exc.task_identity}")

@@ -102,7 +102,9 @@ A code task's `preflight()` (run by the command line before training, and by
 is there. If one is missing it raises `sandbox.SandboxUnavailable`, one line
 naming what is missing and how to get it, and nothing trains. A layer that
 fails later, during a run, stops that reward call with `sandbox.SandboxError`,
-which ends the run. Both carry `allowed_by`: the option that would run anyway.
+which ends the run. Both carry `allowed_by`: the option that would run anyway,
+which the command line names in its one line, before a run or during one
+(`rewards.TaskError.allowed_by`).
 The line names the step that failed, not a guess: a refused `prctl` as
 seccomp's (no filter can be installed without it), a `mount` refused in a mount
 namespace that was made as mount's (not as user namespaces being off), an
