@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -110,6 +111,20 @@ def test_a_reward_past_the_timeout_ends_the_run_in_one_line_and_resumes_with_mor
     assert [line.split(":")[0] for line in resumed.stdout.splitlines()] == [
         "Model", "Step 3", "Step 4", "Saved"
     ]  # fmt: skip
+
+
+def test_a_task_error_keeps_its_fields_when_it_comes_back_from_a_worker_process() -> None:
+    # Pickled there and back, as a worker process returns it; allowed_by names the option.
+    class Refused(OSError):
+        allowed_by = "allow_missing_layers"
+
+    task = as_task(MathAdapter())
+    for cause, allowed_by in ((Refused("no layer"), "allow_missing_layers"), (KeyError(1), None)):
+        error = TaskError(task, "compute_reward", cause, "7")
+        back = pickle.loads(pickle.dumps(error))
+        assert (str(back), back.task_identity, back.method, back.late, back.allowed_by) == (
+            str(error), error.task_identity, "compute_reward", False, allowed_by
+        )  # fmt: skip
 
 
 def test_reward_workers_and_timeout_are_checked_settings(tmp_path: Path) -> None:
