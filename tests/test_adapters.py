@@ -374,9 +374,9 @@ def test_two_tasks_at_the_same_settings_never_share_a_checkpoint(tmp_path: Path)
 
 def test_sample_refuses_weights_trained_for_another_task(tmp_path: Path) -> None:
     write_task(tmp_path, "subtraction", SUBTRACTION_TASK)
-    train = run_main(
-        tmp_path, "--backend", "fake", "--steps", "1", "--adapter", "subtraction:Subtraction"
-    )
+    # Its run folder is neither above the checkpoint nor in runs/: nothing leads back to it.
+    train = run_main(tmp_path, "--backend", "fake", "--steps", "1",
+                     "--adapter", "subtraction:Subtraction", "--log-dir", "elsewhere")  # fmt: skip
     saved = train.stdout.splitlines()[-1].removeprefix("Saved: ")
     done = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", saved)
     assert done.returncode == 2
@@ -385,6 +385,13 @@ def test_sample_refuses_weights_trained_for_another_task(tmp_path: Path) -> None
     ok = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", saved,
                  "--adapter", "subtraction:Subtraction", "--problems", "3")  # fmt: skip
     assert ok.returncode == 0, ok.stderr
+    # A run in runs/ records its checkpoints there: the path alone finds its task.
+    into_runs = run_main(tmp_path, "--backend", "fake", "--steps", "1",
+                         "--adapter", "subtraction:Subtraction")  # fmt: skip
+    found = into_runs.stdout.splitlines()[-1].removeprefix("Saved: ")
+    by_path = run_main(tmp_path, "sample", "--model-path", found, "--problems", "3")
+    assert by_path.returncode == 0, by_path.stderr
+    assert re.match(r"Q: What is \d+ - \d+\?", by_path.stdout.splitlines()[1]), by_path.stdout
     # A MinT path says which task it holds in its name; no key is needed to refuse it.
     mint = run_main(tmp_path, "sample", "--model-path",
                    "tinker://run/sampler_weights/code-seed0-0123abcd-step0000005")  # fmt: skip

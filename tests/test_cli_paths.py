@@ -182,6 +182,40 @@ def test_sample_over_mint_answers_held_out_problems(
     assert lines[-1].startswith("Accuracy: ")
 
 
+def test_sample_finds_the_run_under_runs_that_saved_a_tinker_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run over the service (the fake mint SDK) into runs/, then its Saved: path alone: the
+    # run folder that recorded it gives the model and task, as a run folder would.
+    server = FakeMintServer(math_references(), checkpoint_dir=tmp_path / "mint")
+    real_backend = mathrl.service.mint_backend.open_backend
+    real_sampler = mathrl.service.mint_backend.open_sampler
+
+    async def backend_on_the_fake(config: Any, env: Any, **kwargs: Any) -> Any:
+        return await real_backend(config, env, service_client=server.connect(), **kwargs)
+
+    async def sampler_on_the_fake(config: Any, env: Any, model_path: str) -> Any:
+        return await real_sampler(config, env, model_path, service_client=server.connect())
+
+    monkeypatch.setattr(mathrl.service.mint_backend, "open_backend", backend_on_the_fake)
+    monkeypatch.setattr(mathrl.service.mint_backend, "open_sampler", sampler_on_the_fake)
+    trained = run_main(tmp_path, "--steps", "1", "--base-model", "some/model", MINT_API_KEY=KEY)
+    assert trained.returncode == 0, trained.stderr
+    saved = trained.stdout.splitlines()[-1].removeprefix("Saved: ")
+    assert saved.startswith("tinker://")
+    [run] = (tmp_path / "runs").iterdir()
+    found = run_main(tmp_path, "sample", "--model-path", saved, "--problems", "2", MINT_API_KEY=KEY)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines()[0] == "Model: some/model, Vocab: 257"
+    refused = run_main(tmp_path, "sample", "--model-path", saved, "--base-model", "other/model",
+                       MINT_API_KEY=KEY)  # fmt: skip
+    assert refused.stderr == (
+        f"mathrl: error: --base-model other/model cannot be given with --model-path {saved} "
+        f"(recorded by the run folder {Path('runs') / run.name}): the run folder's config.json "
+        "records --base-model some/model; leave it out\n"
+    )
+
+
 def test_the_progress_bar_prints_lines_above_itself(tmp_path: Path) -> None:
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -376,9 +410,9 @@ def test_sample_takes_a_saved_path_inside_its_run_folder_and_prints_whole_episod
     refused = run_main(tmp_path, "sample", "--model-path", saved, "--adapter", "addition")
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr == (
-        f"mathrl: error: --adapter addition cannot be given with --model-path {saved} (in the "
-        f"run folder {tmp_path / 'G'}): the run folder's config.json records --adapter {GAME}; "
-        "leave it out\n"
+        f"mathrl: error: --adapter addition cannot be given with --model-path {saved} (recorded "
+        f"by the run folder {tmp_path / 'G'}): the run folder's config.json records --adapter "
+        f"{GAME}; leave it out\n"
     )
 
 

@@ -52,7 +52,7 @@ def test_a_folder_that_is_not_a_run_is_named(
 
 
 def folder_with(tmp_path: Path, *checkpoints: Checkpoint) -> Path:
-    tmp_path.mkdir(exist_ok=True)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     folder = RunFolder(tmp_path)
     folder.write_config({"settings": {"steps": 9, "seed": 3, "adapter": "x:Y"}})
     for checkpoint in checkpoints:
@@ -131,3 +131,19 @@ def test_a_checkpoint_is_found_in_the_run_folder_that_records_it(tmp_path: Path)
     assert run_holding(str(stray)) is None
     assert run_holding(str(run / "ckpt" / "missing.json")) is None
     assert run_holding("x" * 5000) is None  # too long a name to look up
+
+
+def test_a_path_that_is_no_file_is_found_in_the_run_folder_under_runs_that_records_it(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "runs"
+    path = "tinker://run-7/sampler_weights/step2"
+    first = folder_with(runs / "b-run", Checkpoint(2, "sampler", path))
+    folder_with(runs / "c-run", Checkpoint(2, "sampler", path))  # the same path: the first wins
+    folder_with(runs / "a-run", Checkpoint(2, "sampler", "tinker://run-6/sampler_weights/step2"))
+    (runs / "a0-other").mkdir()  # not a run, though it names the path: passed over
+    (runs / "a0-other" / "config.json").write_text("not JSON")
+    (runs / "a0-other" / "checkpoints.jsonl").write_text(json.dumps({"path": path}) + "\n")
+    assert run_holding(path, runs) == read_run(first)
+    assert run_holding(path + "0", runs) is None  # recorded nowhere: the whole path must match
+    assert run_holding(path, tmp_path / "no-runs-here") is None

@@ -436,10 +436,10 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
 def _given_path(given: str, run: Path) -> str:
     """How a message names `--model-path`: the run folder, or the checkpoint given and the
-    run folder it is in."""
+    run folder that records it."""
     if run_record(given) is not None:
         return str(run)
-    return f"{given} (in the run folder {run})"
+    return f"{given} (recorded by the run folder {run})"
 
 
 def _eval_command(argv: Sequence[str], env: Mapping[str, str]) -> int:

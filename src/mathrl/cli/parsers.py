@@ -144,7 +144,8 @@ def sample_parser() -> Parser:
         "--model-path",
         required=True,
         help="the path a run printed as `Saved:`, or a run folder (its latest weights); a run "
-        "folder, or one holding the path, gives the task, its options, the model and the backend",
+        "folder, or the one recording the path (the one it is in, or one in runs/), gives the "
+        "task, its options, the model and the backend",
     )
     parser.add_argument(
         "--problems",

@@ -46,6 +46,8 @@ from mathrl.report import Checkpoint, EvalMetrics, Observer, SampleGroup, StepMe
 from mathrl.resolved import Task, as_task
 
 CONFIG, METRICS, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints.jsonl"
+RUNS = Path("runs")
+"""Where a run's folder goes unless `--log-dir` says otherwise (relative: the working folder)."""
 SAMPLES, EVALS = "samples.jsonl", "eval.jsonl"
 SAMPLES_BYTES = 20_000_000
 """samples.jsonl stops growing past this size."""
@@ -102,7 +104,7 @@ class RunFolder(Observer):
         if config.log_dir is not None:
             path = Path(config.log_dir)
         else:
-            path = _fresh(Path("runs") / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
+            path = _fresh(RUNS / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
         made = [p for p in (path, *path.parents) if not p.exists()][::-1]
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -199,7 +201,7 @@ def check_new(log_dir: str | None) -> None:
 
     Checked before a run starts, and again as the folder is made.
     """
-    path = Path("runs" if log_dir is None else log_dir)
+    path = RUNS if log_dir is None else Path(log_dir)
     try:
         if log_dir is not None and path.exists() and not path.is_dir():
             raise ConfigError(f"--log-dir must be a folder (got a file: {path})")
@@ -311,13 +313,18 @@ def run_record(path: str) -> RunRecord | None:
     return read_run(folder)
 
 
-def run_holding(path: str) -> RunRecord | None:
-    """The run folder at `path` (`run_record`), or else the one above `path` that records
-    it as a checkpoint (a `Saved:` path inside its run folder, where `--fake-checkpoints`
-    can put them); None if neither."""
+def run_holding(path: str, runs: Path = RUNS) -> RunRecord | None:
+    """The run folder at `path` (`run_record`); else the one above `path` that records it as
+    a checkpoint (a `Saved:` path inside its run folder, where `--fake-checkpoints` can put
+    them); else a run folder in `runs` (where runs go without `--log-dir`) that records
+    `path` itself (a `tinker://` path, or the fake's file elsewhere); None if none does."""
     record = run_record(path)
     if record is not None:
         return record
+    return _holding_above(path) or _recording(path, runs)
+
+
+def _holding_above(path: str) -> RunRecord | None:
     try:
         checkpoint = Path(path).absolute()
         if not checkpoint.is_file():
@@ -333,6 +340,21 @@ def run_holding(path: str) -> RunRecord | None:
             continue
         if checkpoint.name in {Path(str(c.get("path"))).name for c in found.checkpoints}:
             return found
+    return None
+
+
+def _recording(path: str, runs: Path) -> RunRecord | None:
+    """The first run folder in `runs`, by name, whose checkpoints.jsonl records `path`."""
+    try:
+        folders = sorted(config.parent for config in runs.glob(f"*/{CONFIG}"))
+    except OSError:
+        return None
+    for folder in folders:
+        try:
+            if any(c.get("path") == path for c in read_jsonl(folder / CHECKPOINTS)):
+                return read_run(folder)
+        except RunFolderError:  # unreadable, or another program's: not the run looked for
+            continue
     return None
 
 
