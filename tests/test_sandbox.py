@@ -349,7 +349,11 @@ def test_the_code_may_use_its_own_folder_and_the_standard_library(box: Box) -> N
     source = (
         "import collections, dataclasses, fractions, functools, heapq, itertools, math, os\n"
         "import random, re, statistics, string, tempfile, typing\n"
+        "import decimal, hashlib, mmap  # native libraries mapped executable, memory writable\n"
         "def f(text):\n"
+        "    page = mmap.mmap(-1, 4096)\n"
+        "    page[:2] = hashlib.sha256(b'').hexdigest()[:2].encode()  # 'e3'\n"
+        "    assert page[:2] == b'e3' and str(decimal.Decimal(1) / 8) == '0.125'\n"
         "    os.mkdir('notes')\n"
         "    with open('notes/text.txt', 'w') as file:\n"
         "        file.write(text)\n"
@@ -662,6 +666,20 @@ ESCAPES = {
         "os.environ['OPENSSL_CONF'] = 'openssl.cnf'\n    return 'escaped'",
         refused("os.putenv"),
         None,  # the noexec tmpfs keeps a library it names from loading
+    ),
+    "memory both writable and executable (mmap)": Escape(  # where code could be written
+        "import mmap\n    mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE"
+        " | mmap.PROT_EXEC)\n    return 'escaped'",
+        None,  # the mmap module is Python's own, and harmless without a way to run the code
+        ("seccomp", SECCOMP),
+    ),
+    "writable memory made executable (mprotect) by ctypes": Escape(
+        "import ctypes, mmap\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    page = mmap.mmap(-1, 4096)  # readable and writable: allowed\n"
+        "    where = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(page)))\n"
+        "    got = libc.mprotect(where, 4096, mmap.PROT_READ | mmap.PROT_EXEC)\n" + ERRNO,
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
     ),
     "signal through a pidfd": Escape(
         "import _signal\n    _signal.pidfd_send_signal(os.pidfd_open(TRAINER), 0)\n"

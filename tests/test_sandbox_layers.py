@@ -577,6 +577,12 @@ PAYLOADS = {  # each returns 'escaped' if it got out
     "a native library by a name that lies": f"import os\ndef f():\n    {LYING_NAME}\n",
     "execve of a binary under /usr": f"import os\ndef f():\n    {EXEC_UNDER_USR}\n",
     "the host's mount table": "def f():\n    return open('/proc/self/mountinfo').read()\n",
+    "memory both writable and executable": (
+        "import mmap\n"
+        "def f():\n"
+        "    mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "    return 'escaped'\n"
+    ),
     "fill the folder": (
         "def f():\n"
         "    written = 0\n"
@@ -630,6 +636,7 @@ STOPPED = {  # payload: the evidence of what stops it with the hook (None: the s
         UNMAPPABLE,  # the tmpfs's noexec
     ),
     "execve of a binary under /usr": (refused("os.exec"), EXEC),  # seccomp's exec filter
+    "memory both writable and executable": (None, SECCOMP),
 }
 if BLOCK_DEVICE is not None:  # its mode: identity
     STOPPED["read a raw block device"] = (None, denied(BLOCK_DEVICE))

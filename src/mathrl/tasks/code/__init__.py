@@ -87,13 +87,16 @@ layer.
 - seccomp (x86-64), two filters. `kernel.SECCOMP`: the system calls by which
   code that got past the hook, or runs without it, would get out of the rest:
   fork, execveat, signals, sockets, mounts, namespaces, ptrace, io_uring, bpf,
-  keys, memfd_create, personality, chdir and more (EPERM). `kernel.EXEC_FILTER`:
+  keys, memfd_create, personality, chdir and more (EPERM); and memory both
+  writable and executable, at once or in turn (an mmap with both, an mprotect
+  that makes memory executable), so no code can be written into memory and run
+  (`mmap.PROT_EXEC` with `PROT_WRITE` fails). `kernel.EXEC_FILTER`:
   exactly one execve passes, the interpreter's own, let through by the call's
   first process, which refuses every later one, from Python or native code
   (EPERM).
   With the noexec tmpfs, native code the child gets (through `ctypes`, where the
-  hook is off) can still call the kernel, but not exec, fork or map a file of
-  its own.
+  hook is off) can still call the kernel, but not exec, fork, map a file of its
+  own or make memory of its own executable.
 
 It fails closed
 ---------------

@@ -23,7 +23,8 @@ The layers, each a bit of the mask the child reports (`LAYERS`):
 - landlock: writes only beneath its folder, no TCP, no signals out.
 - seccomp (x86-64 only): no fork, execveat, kill, ptrace, sockets, mounts,
   namespaces, memfd_create, personality, chdir, owner-signal `fcntl`/`ioctl`
-  commands and more (`SECCOMP`); and a second filter (`EXEC_FILTER`) that
+  commands, memory writable and executable (at once or in turn) and more
+  (`SECCOMP`); and a second filter (`EXEC_FILTER`) that
   lets exactly one execve through, the interpreter's own: the first process
   answers each execve (seccomp's user notification), lets that one through
   and refuses every later one, from native code or not, with EPERM, until
@@ -619,15 +620,19 @@ def _fprog(program: bytes) -> tuple[Any, Any]:
 
 
 def seccomp_program(denied: Sequence[int]) -> bytes:
-    """Classic BPF for x86-64: EPERM for `denied`, for clones other than threads, and for
-    the fcntl and ioctl commands that make the kernel signal another process (F_SETOWN,
-    F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY; FIOSETOWN, SIOCSPGRP)."""
+    """Classic BPF for x86-64: EPERM for `denied`, for clones other than threads, for the
+    fcntl and ioctl commands that make the kernel signal another process (F_SETOWN,
+    F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY; FIOSETOWN, SIOCSPGRP), and for memory that
+    is writable and executable, now or in turn (systemd's MemoryDenyWriteExecute): an mmap
+    both writable and executable, an mprotect or pkey_mprotect that makes memory executable.
+    The interpreter maps its own libraries executable and never writable, and has no JIT."""
 
     def op(code: int, k: int, if_true: int = 0, if_false: int = 0) -> bytes:
         return struct.pack("=HBBI", code, if_true, if_false, k)
 
-    load, equal, at_least, any_bit, give = 0x20, 0x15, 0x35, 0x45, 0x06
+    load, equal, at_least, any_bit, give, both = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
     allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x50001
+    write_exec, exec_ = 0x2 | 0x4, 0x4  # PROT_WRITE | PROT_EXEC, PROT_EXEC
     program = [
         *(op(load, 4), op(equal, 0xC000003E, 1), op(give, kill)),  # x86-64 calls only
         *(op(load, 0), op(at_least, 0x40000000, 0, 1), op(give, kill)),  # and no x32 ones
@@ -639,6 +644,10 @@ def seccomp_program(denied: Sequence[int]) -> bytes:
         *(op(equal, 1026, 1), op(give, allow), op(give, eperm)),
         *(op(equal, 16, 0, 5), op(load, 24)),  # ioctl: its request
         *(op(equal, 0x8901, 2), op(equal, 0x8902, 1), op(give, allow), op(give, eperm)),
+        *(op(equal, 9, 0, 5), op(load, 32), op(both, write_exec)),  # mmap: its protection
+        *(op(equal, write_exec, 0, 1), op(give, eperm), op(give, allow)),
+        *(op(equal, 10, 1), op(equal, 329, 0, 4), op(load, 32)),  # (pkey_)mprotect: its own
+        *(op(any_bit, exec_, 0, 1), op(give, eperm), op(give, allow)),
     ]
     for number in denied:
         program += [op(equal, number, 0, 1), op(give, eperm)]
