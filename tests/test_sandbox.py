@@ -1231,7 +1231,11 @@ def primed(
     `allow_missing_layers`) and `count` of them are ready."""
     probe = "def f():\n    return 1\n"
     in_pool(pool, functools.partial(call_function, probe, "f", [[]], limits, allow_missing_layers))
-    warm = open_warm(pool)
+    return ready(open_warm(pool), count)
+
+
+def ready(warm: sandbox.Warm, count: int) -> sandbox.Warm:
+    """`warm`, once `count` of its sandboxes are ready (no call needed to start them)."""
     deadline = time.monotonic() + 30
     while warm.ready < count:
         assert time.monotonic() < deadline, f"{warm.ready} of {count} sandboxes started ahead"
@@ -1259,6 +1263,22 @@ def test_each_sandbox_started_ahead_serves_one_call(
         assert [o.results for o in outcomes] == [(False,)] * 3
     assert warm.ready == 0  # the pool closed: those not used are gone, and so is their folder
     assert list(box.sandboxes.iterdir()) == []
+    assert no_children_left()
+
+
+def test_a_pool_told_to_keep_more_sandboxes_starts_them(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its size changed while its thread waited for room, and no call came: it hears of it.
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
+    with Workers(1) as pool:
+        warm = primed(pool, 1)
+        warm.size = 3
+        ready(warm, 3)
+        warm.size = 0
+        assert in_pool(pool, functools.partial(call_function, "def f():\n    return 2\n", "f",
+                                               [[]], FAST))[0].results == (2,)  # fmt: skip
+        assert warm.ready == 2  # none started in its place
     assert no_children_left()
 
 

@@ -263,7 +263,7 @@ class Warm:
     """
 
     def __init__(self, pool: workers.Workers, size: int) -> None:
-        self.size = size
+        self._size = size
         self.taken = 0
         """How many calls found a sandbox ready."""
         self._pool = pool
@@ -274,6 +274,17 @@ class Warm:
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._fill, name="mathrl-sandboxes", daemon=True)
         self._thread.start()
+
+    @property
+    def size(self) -> int:
+        """How many sandboxes it keeps started ahead; set it to start more, or none."""
+        return self._size
+
+    @size.setter
+    def size(self, size: int) -> None:
+        with self._changed:
+            self._size = size
+            self._changed.notify()  # the thread that starts them may be waiting for room
 
     @property
     def ready(self) -> int:
