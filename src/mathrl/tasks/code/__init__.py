@@ -202,10 +202,13 @@ and the hidden mount tables about 1 ms each, the hook's list of native modules
 child runs the harness as the trainer compiled it (`harness.BOOT`) instead of
 compiling it (3-4 ms), and the exec filter is installed before the last steps
 of the set-up, so the first process is already waiting when the interpreter's
-exec comes. A fresh call costs within 3% of what it did without them: 66.2 ->
-68.2 ms alone, 34.5 -> 35.4 with 2 in flight (medians of 8 runs of the command
-above on the slower machine, in turn with the code before them; with the layers
-but not what pays for them, 72.1 and 38.3).
+exec comes. A call costs no more than it did without them: fresh alone 68.7
+-> 68.9 ms, started ahead 8.2 -> 8.0 ms (`python tests/bench/sandbox_ab.py
+BEFORE AFTER`, two checkouts' calls interleaved one by one in one process, the
+medians of 150 and 256 calls, on the slower machine; the layers without what
+pays for them: 73.8 ms fresh). The command above, run for each in turn, moves
+by 10% from run to run; its medians of 8 runs: alone 67.5 -> 65.8, 2 in flight
+35.5 -> 37.2, started ahead 9.1 -> 9.4.
 
 Why built by hand, not bubblewrap or WebAssembly: the same start inside `bwrap
 --unshare-all --die-with-parent --uid 65534 --gid 65534`, with read-only binds
