@@ -130,6 +130,13 @@ def fake_backend_factory(tmp_path: Path) -> Callable[..., FakeBackend]:
     return make
 
 
+BUILT_IN_ARGS: dict[str, dict[str, str]] = {
+    "dataset": {"train": "fixture:units", "prompt": "{value} {unit_from} in {unit_to}:"},
+}
+"""The options a built-in task needs to be made (the dataset task: rows, and a prompt over them),
+as `--task-arg` gives them; the others take none."""
+
+
 def checks_passed(adapter: Any, **options: Any) -> int:
     """How many checks `check_adapter(adapter, **options)` ran, all passed: read from its
     summary, which must name the task and end with the task's preflight line, if it has one,
@@ -143,6 +150,7 @@ def checks_passed(adapter: Any, **options: Any) -> int:
     expected = (
         rf"task {re.escape(repr(task.name))} \({re.escape(task.identity)}\) passed (\d+) checks"
         + (re.escape(f"; {ready}") if ready else "")
+        + r"(; [^\n]+)?"  # what `prepare` said of the task's data, if it said anything
         + r"(\nlearning on [^\n]+)?(\nwarning: [^\n]+)*"
     )
     found = re.fullmatch(expected, summary)

@@ -15,6 +15,7 @@ from mathrl.losses import LOSSES, Loss, LossName, Parameter
 from mathrl.tasks.addition import OPERAND_MAX, AdditionProblem
 from mathrl.tasks.code.sandbox import STATUSES, Outcome
 from mathrl.tasks.code.task import ALL as ALL_CODE_PROBLEMS
+from mathrl.tasks.dataset.rows import Keyed
 
 operands = st.integers(min_value=0, max_value=OPERAND_MAX)
 """An operand of the addition task."""
@@ -423,3 +424,34 @@ absolute_paths = st.lists(st.sampled_from([b"tmp", b"tmpx", b"usr", b"a", b".."]
     lambda parts: b"/" + b"/".join(parts)
 )
 """Absolute paths of a few names, some of which begin another's ("tmp", "tmpx")."""
+
+
+row_values = st.one_of(
+    st.none(),
+    st.text(max_size=12),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.lists(st.integers(0, 9), max_size=3),
+)
+"""What a field of a data file's row may hold: text, a number, a switch, a list, null."""
+
+data_rows = st.dictionaries(st.sampled_from(["value", "answer", "other"]), row_values, max_size=3)
+"""A row as a source reads it: some of the fields a task asks for, any of them missing or odd."""
+
+data_rows_lists = st.lists(data_rows, max_size=12)
+"""A source's rows."""
+
+booleans = st.booleans()
+"""A switch (the `skip_bad_rows` option, say)."""
+
+
+@st.composite
+def keyed_problems(draw: st.DrawFn) -> list[Keyed[str]]:
+    """At least two distinct problems, as the rows module keeps them (by prompt)."""
+    keys = draw(st.lists(st.text(max_size=6), min_size=2, max_size=30, unique=True))
+    return [Keyed(k, k, None, f"line {n}") for n, k in enumerate(keys, 1)]
+
+
+held_out_shares = st.floats(min_value=0.01, max_value=0.5) | st.sampled_from([0.1, 0.25, 0.5])
+"""A share of a source's rows to hold out (the data tasks' `heldout`)."""

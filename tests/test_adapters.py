@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from cli_process import run_main
-from conftest import checks_passed
+from conftest import BUILT_IN_ARGS, checks_passed
 from mathrl.adapter import DEFAULT_MAX_TOKENS, DEFAULT_STOP, AdapterError, Response
 from mathrl.checkpoints import run_fingerprint
 from mathrl.cli.loader import load_task, task_target
@@ -115,7 +115,8 @@ BROKEN = {
 
 
 MUST_BE = (
-    "--adapter must be addition, code, code-feedback, math, preference, reasoning-gym or "
+    "--adapter must be addition, code, code-feedback, dataset, math, preference, reasoning-gym "
+    "or "
     "module:Class, "
     "e.g. mymod:MyTask"
 )
@@ -270,21 +271,24 @@ def test_check_adapter_passes_the_built_in_tasks_from_the_command_line(tmp_path:
     done = run_main(tmp_path, "check-adapter", "mathrl.tasks.addition:MathAdapter")
     assert done.returncode == 0, done.stdout
     task = r"task 'addition' \(mathrl\.tasks\.addition:MathAdapter\)"
-    # The seed's reward reads the first integer, however the completion ended: a warning.
-    assert re.fullmatch(
-        rf"check-adapter: {task} passed \d+ checks\nwarning: compute_reward pays the reference "
-        r"cut off at the token limit \(ended='length'\) 1, as much as [^\n]+\n",
-        done.stdout,
+    # The seed's reward reads the first integer, however the completion ended: the task says
+    # why (`cut_off_graded`), so no warning.
+    assert re.fullmatch(rf"check-adapter: {task} passed \d+ checks\n", done.stdout)
+    assert done.stderr == ""
+    without = replace(as_task(MathAdapter()), cut_off_graded=None)
+    assert "\nwarning: compute_reward pays the reference cut off at the token limit" in (
+        check_adapter(without, across_processes=False)
     )
 
 
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_a_built_in_task_has_one_name_wherever_it_is_named(name: str) -> None:
     spec = BUILT_IN[name][0]
-    task = load_task(name)
+    task = load_task(name, task_args=BUILT_IN_ARGS.get(name))
     assert task.identity == spec  # what check-adapter, errors and run records say
     defined_in = f"{type(task.adapter).__module__}:{type(task.adapter).__qualname__}"
-    assert load_task(defined_in).identity == spec  # loaded by where its class is defined, too
+    again = load_task(defined_in, task_args=BUILT_IN_ARGS.get(name))
+    assert again.identity == spec  # loaded by where its class is defined, too
     # The name it goes by is not in its checkpoints' names: those stay as they were.
     config = TrainConfig()
     assert run_fingerprint(replace(task, identity="x:Y"), config) == run_fingerprint(task, config)

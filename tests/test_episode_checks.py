@@ -14,7 +14,7 @@ from conftest import checks_passed
 from mathrl.adapter import Feedback, Response
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.testing import check_adapter
-from mathrl.testing.checker import problem_name
+from mathrl.testing.checker import problem_name, shared_lines
 
 
 def violations(adapter: Any) -> list[str]:
@@ -30,6 +30,7 @@ class Retry(MathAdapter):
 
     name = "retry"
     max_turns = 2
+    cut_off_graded = None  # (the addition task's reason is not this task's)
 
     def feedback(self, problem: AdditionProblem, responses: Sequence[Response]) -> Feedback:
         if self.compute_reward(responses[-1], problem) == 1.0:
@@ -296,7 +297,8 @@ def test_an_episode_that_pays_turns_cut_off_at_the_token_limit_is_warned_of() ->
     summary = check_adapter(Retry(), across_processes=False)
     line, warning = summary.splitlines()
     assert line.startswith("task 'retry' (")  # passed: whether the ending matters is the task's
-    where = problem_name(Retry().make_prompt(Retry().build_dataset(0, 1, 8)[0]))
+    prompts = [Retry().make_prompt(p) for p in Retry().build_dataset(0, 1, 8)]
+    where = problem_name(prompts[0], shared_lines(prompts))
     assert warning == (
         "warning: the reference episode cut off at the token limit (every turn "
         f"ended='length') earns 1, as much as the reference episode on {where}: a turn that ran "

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import import_extra
+from conftest import BUILT_IN_ARGS, import_extra
 from mathrl.adapter import Adapter, Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
@@ -58,7 +58,9 @@ class Evals(Observer):
 
 def built_in(name: str) -> Adapter[Any]:
     module, _, cls = BUILT_IN[name][0].partition(":")
-    made: Adapter[Any] = getattr(importlib.import_module(module), cls)()
+    made: Adapter[Any] = getattr(importlib.import_module(module), cls)(
+        **BUILT_IN_ARGS.get(name, {})
+    )
     return made
 
 

@@ -25,17 +25,18 @@ import strategies
 from cli_process import run_main
 from conftest import checks_passed, needs_extra
 from mathrl.adapter import OptionError, Response, Unavailable
+from mathrl.checkpoints import run_fingerprint
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
 from mathrl.resolved import as_task
 from mathrl.rollout import run_problems
 from mathrl.tasks import BUILT_IN
+from mathrl.tasks.dataset.rows import Keyed, RowError, epoch_draw, split_heldout
+from mathrl.tasks.dataset.sources import FIXTURES
 from mathrl.tasks.math import MathDatasetAdapter, MathProblem
-from mathrl.tasks.math.problems import epoch_draw, split_heldout
 from mathrl.tasks.math.prompts import worked
-from mathrl.tasks.math.sources import FIXTURES
 from mathrl.testing import check_adapter
-from mathrl_fakes import FakeBackend
+from mathrl_fakes import ByteTokenizer, FakeBackend
 
 needs_math_verify = needs_extra("math_verify", "math")
 needs_pyarrow = needs_extra("pyarrow", "datasets")
@@ -83,12 +84,15 @@ def problems_of(task: MathDatasetAdapter) -> list[MathProblem]:
 def test_the_shipped_data_is_what_its_script_writes() -> None:
     for name, text in math_fixtures.files().items():
         assert (DATA / name).read_text(encoding="utf-8") == text, name
-    assert {f"{name}.jsonl" for name in FIXTURES} == set(math_fixtures.files())
+    ours = {file for package, file in FIXTURES.values() if package == "mathrl.tasks.math"}
+    assert ours == set(math_fixtures.files())
 
 
 def test_the_shipped_word_problems_are_200_and_50_apart_with_gsm8k_answers() -> None:
     task = MathDatasetAdapter()
-    assert (len(task.training), len(task.heldout_problems)) == (200, 50)
+    # One training row is the prompts' worked example: shown, so not trained on.
+    assert (len(task.training), len(task.examples), len(task.heldout_problems)) == (199, 1, 50)
+    assert not set(task.examples) & set(task.training)
     assert not {p.question for p in task.training} & {p.question for p in task.heldout_problems}
     assert all("\n#### " in p.solution and "<<" in p.solution for p in problems_of(task))
     assert any("," in p.answer for p in problems_of(task))  # 1,000 or more, with commas
@@ -103,22 +107,32 @@ def test_the_shipped_word_problems_are_200_and_50_apart_with_gsm8k_answers() -> 
 def test_each_file_format_gives_the_same_problems(tmp_path: Path, suffix: str) -> None:
     train = write(tmp_path / f"train{suffix}", ROWS)
     test = write(tmp_path / f"test{suffix}", ROWS[:1])
-    task = MathDatasetAdapter(train=str(train), test=str(test))
+    task = MathDatasetAdapter(train=str(train), test=str(test), few_shot=0)
     assert [p.answer for p in task.heldout_problems] == GOLD[:1]
     assert [p.answer for p in task.training] == GOLD[1:]  # the test's question left out
 
 
-def test_a_json_field_may_hold_a_number_and_a_row_without_an_answer_is_left_out(
+def test_a_json_field_may_hold_a_number_and_a_row_without_an_answer_is_refused_by_row(
     tmp_path: Path,
 ) -> None:
     rows: list[Mapping[str, object]] = [*ROWS, {"question": "Q", "answer": 12}]
-    rows.append({"question": "Q2", "answer": "a\nb"})
     task = MathDatasetAdapter(
         train=str(write(tmp_path / "t.json", rows)), heldout=0.5, grader="exact"
     )
     assert "12" in [p.answer for p in problems_of(task)]
-    assert task.skipped == 1  # two lines, no box, no ####: no final answer
-    assert "1 rows without an answer left out" in task.preflight()
+    rows.append({"question": "Q2", "answer": "a\nb"})  # two lines, no box, no ####
+    with pytest.raises(RowError) as refused:
+        MathDatasetAdapter(train=str(write(tmp_path / "t.json", rows)), heldout=0.5)
+    assert str(refused.value) == (
+        f"train file '{tmp_path / 't.json'}' row 6: field 'answer' states no final answer: no "
+        "closed \\boxed{}, no '####' line, and not one line"
+    )
+    skipping = MathDatasetAdapter(
+        train=str(tmp_path / "t.json"), heldout=0.5, grader="exact", skip_bad_rows=True
+    )
+    assert len(problems_of(skipping)) + len(skipping.examples) == 5
+    assert "5 held-out problems" not in skipping.prepare(ByteTokenizer(), 512)
+    assert "1 skipped as bad" in skipping.prepare(ByteTokenizer(), 512)
 
 
 def test_blank_lines_are_no_rows_and_a_field_of_another_type_is_no_answer(tmp_path: Path) -> None:
@@ -126,8 +140,17 @@ def test_blank_lines_are_no_rows_and_a_field_of_another_type_is_no_answer(tmp_pa
     rows.append({"question": "Q2", "answer": [7]})
     path = write(tmp_path / "t.jsonl", rows)
     path.write_text(path.read_text() + "\n  \n")
-    task = MathDatasetAdapter(train=str(path), heldout=0.5)
-    assert (len(problems_of(task)), task.skipped) == (len(ROWS), 2)
+    task = MathDatasetAdapter(train=str(path), heldout=0.5, skip_bad_rows=True)
+    assert len(problems_of(task)) + len(task.examples) == len(ROWS)
+    line = task.prepare(ByteTokenizer(), 512)
+    # 4 good rows: 2 held out (0.5), 1 the worked example, 1 to train on.
+    assert line.startswith(f"6 rows read ({path}): 1 training and 2 held-out problems; 2 skipped")
+    assert "(the first skipped: train file" in line
+    with pytest.raises(RowError, match=r"line 5: field 'answer' is empty \(the answer\)$"):
+        MathDatasetAdapter(train=str(path), heldout=0.5)
+    path.write_text(path.read_text().replace('"answer": null', '"answer": 7'))
+    with pytest.raises(RowError, match=r"line 6: field 'answer' must be text or a number"):
+        MathDatasetAdapter(train=str(path), heldout=0.5)
 
 
 def test_a_csv_file_python_cannot_read_is_refused(tmp_path: Path) -> None:
@@ -151,7 +174,7 @@ def test_a_hugging_face_dataset_loads_through_datasets(
     folder.mkdir()
     write(folder / "train.jsonl", ROWS[1:])
     write(folder / "test.jsonl", ROWS[:1])
-    task = MathDatasetAdapter(train=f"hf:{folder}:train", test=f"hf:{folder}:test")
+    task = MathDatasetAdapter(train=f"hf:{folder}:train", test=f"hf:{folder}:test", few_shot=0)
     assert [p.answer for p in task.training] == GOLD[1:]
     assert [p.answer for p in task.heldout_problems] == GOLD[:1]
     with pytest.raises(OptionError, match=r"^train: datasets cannot load hf:openai/gsm8k:main"):
@@ -164,7 +187,7 @@ def test_a_hugging_face_dataset_loads_through_datasets(
         ({"train": "x.txt"}, "train", "train must be a .jsonl, .json, .csv or .parquet file, "
          "fixture:NAME or hf:NAME[:CONFIG]:SPLIT (got 'x.txt')"),
         ({"train": "fixture:gsm"}, "train", "train must name a shipped fixture, gsm-train, "
-         "gsm-test or equivalence (got 'fixture:gsm')"),
+         "gsm-test, equivalence or units (got 'fixture:gsm')"),
         ({"train": "missing.jsonl"}, "train", "train file 'missing.jsonl' cannot be read: "),
         ({"train": "hf:gsm8k"}, "train", "train must be hf:NAME:SPLIT or hf:NAME:CONFIG:SPLIT"),
         ({"train": ""}, "train", "train must be a non-empty string (got '')"),
@@ -182,12 +205,14 @@ def test_a_hugging_face_dataset_loads_through_datasets(
          "seconds above 0 and at most 60 (got 0)"),
         ({"max_tokens": 8}, "max_tokens", "max_tokens must be an integer from 32 to 32768"),
         ({"question": "problem"}, "question", "question must name a field of train's rows: "
-         "row 1 has no 'problem' (its fields: 'question', 'answer')"),
+         "no row has 'problem' (the first row's fields: 'question', 'answer')"),
         ({"train": "fixture:equivalence", "question": "problem"}, "answer",
-         "answer must name a field of train's rows: row 1 has no 'answer' (its fields: "
-         "'problem', 'solution', 'equivalent', 'different')"),
+         "answer must name a field of train's rows: no row has 'answer' (the first row's "
+         "fields: 'problem', 'solution', 'equivalent', 'different')"),
         ({"train": "fixture:gsm-test", "test": "fixture:gsm-test"}, "test",
-         "test holds every question of train (fixture:gsm-test): none is left"),
+         "test holds every problem of train (fixture:gsm-test): none is left"),
+        ({"examples": "mine"}, "examples", "examples must be train or built-in (got 'mine')"),
+        ({"skip_bad_rows": 1}, "skip_bad_rows", "skip_bad_rows must be true or false (got 1)"),
     ],
 )  # fmt: skip
 def test_a_bad_option_is_refused_in_one_line_naming_it(
@@ -251,17 +276,28 @@ def test_options_hold_what_differs_from_the_defaults(tmp_path: Path) -> None:
     assert MathDatasetAdapter().options == {}
     assert MathDatasetAdapter(train="fixture:gsm-train", few_shot=1).options == {}
     train = str(write(tmp_path / "t.jsonl", ROWS))
-    task = MathDatasetAdapter(train=train, few_shot=2, heldout=0.5)
-    assert task.options == {"train": train, "few_shot": 2, "heldout": 0.5}
+    task = MathDatasetAdapter(train=train, few_shot=2, heldout=0.5, examples="built-in")
+    assert task.options == {"train": train, "few_shot": 2, "heldout": 0.5, "examples": "built-in"}
     assert as_task(task).options == task.options
 
 
-def test_the_version_changes_with_the_data(tmp_path: Path) -> None:
+def test_the_data_is_part_of_the_run_and_the_version_is_the_code(tmp_path: Path) -> None:
     path = write(tmp_path / "t.jsonl", ROWS)
-    before = MathDatasetAdapter(train=str(path)).version
-    assert MathDatasetAdapter(train=str(path)).version == before
+    before = MathDatasetAdapter(train=str(path))
+    config = TrainConfig()
+    name = run_fingerprint(as_task(before), config)
+    assert MathDatasetAdapter(train=str(path)).data == before.data
     write(path, [*ROWS[:3], {**ROWS[3], "answer": "\\boxed{1}"}])
-    assert MathDatasetAdapter(train=str(path)).version != before
+    after = MathDatasetAdapter(train=str(path))
+    assert after.data["train"] != before.data["train"]
+    assert after.version == before.version  # the same code
+    assert run_fingerprint(as_task(after), config) != name  # new data, new checkpoint names
+    moved = tmp_path / "elsewhere.jsonl"
+    moved.write_bytes(path.read_bytes())
+    # The same data under another path trains alike: its digest stands for its path.
+    assert run_fingerprint(as_task(MathDatasetAdapter(train=str(moved))), config) == (
+        run_fingerprint(as_task(after), config)
+    )
 
 
 def test_a_seeded_share_of_train_is_held_out_and_never_trained_on(tmp_path: Path) -> None:
@@ -275,18 +311,17 @@ def test_a_seeded_share_of_train_is_held_out_and_never_trained_on(tmp_path: Path
     assert not held & {p.question for p in task.training}
     again = MathDatasetAdapter(train=str(tmp_path / "t.csv"), heldout=0.25)
     assert again.heldout_problems == task.heldout_problems  # the same split every time
-    assert "a 0.25 share of train" in task.preflight()
+    assert "1 duplicates dropped" in task.prepare(ByteTokenizer(), 512)
 
 
-def test_a_split_needs_two_questions() -> None:
-    one = MathProblem("q", "1", "1")
-    with pytest.raises(OptionError, match="at least two distinct questions"):
-        split_heldout([one, one], 0.1)
-    other = MathProblem("r", "2", "2")
-    training, held = split_heldout([one, other, one], 0.1)  # 0.1 x 2 rounds to 0: at least 1
-    assert len({p.question for p in held}) == 1
-    assert {p.question for p in training} ^ {p.question for p in held} == {"q", "r"}
-    assert len(training) + len(held) == 3  # both copies of "q" on one side
+def test_a_split_needs_two_problems() -> None:
+    one = Keyed(MathProblem("q", "1", "1"), "q", "1", "line 1")
+    with pytest.raises(OptionError, match="at least two distinct problems"):
+        split_heldout([one], 0.1)
+    other = Keyed(MathProblem("r", "2", "2"), "r", "2", "line 2")
+    training, held = split_heldout([one, other], 0.1)  # 0.1 x 2 rounds to 0: at least 1
+    assert len(held) == 1
+    assert {k.key for k in training} ^ {k.key for k in held} == {"q", "r"}
 
 
 def test_held_out_problems_come_in_order_for_every_seed_and_repeat_past_the_end() -> None:
@@ -319,7 +354,7 @@ def test_a_step_draws_the_same_problems_whatever_was_drawn_before(
 def test_the_draws_are_the_same_in_another_process() -> None:
     here = [epoch_draw(200, seed, step, 8) for seed in (0, 1, -5) for step in (1, 2, 30, 31)]
     script = (
-        "from mathrl.tasks.math.problems import epoch_draw\n"
+        "from mathrl.tasks.dataset.rows import epoch_draw\n"
         "print([epoch_draw(200, s, k, 8) for s in (0, 1, -5) for k in (1, 2, 30, 31)])"
     )
     env = {**os.environ, "PYTHONHASHSEED": "123"}  # hash() differs; the draws must not
@@ -330,7 +365,7 @@ def test_the_draws_are_the_same_in_another_process() -> None:
 
 
 def test_training_walks_the_shipped_problems_an_epoch_at_a_time() -> None:
-    task = MathDatasetAdapter()
+    task = MathDatasetAdapter(few_shot=0)
     epoch = [p.question for step in range(1, 26) for p in task.build_dataset(3, step, 8)]
     assert sorted(epoch) == sorted(p.question for p in task.training)  # 25 x 8 = 200, once each
     assert task.build_dataset(3, 26, 8) != task.build_dataset(3, 1, 8)  # a new shuffle
@@ -340,7 +375,7 @@ def test_training_walks_the_shipped_problems_an_epoch_at_a_time() -> None:
 
 
 def test_a_chat_prompt_shows_worked_examples_then_asks_for_a_box() -> None:
-    task = MathDatasetAdapter(few_shot=2)
+    task = MathDatasetAdapter(few_shot=2, examples="built-in")
     problem = task.heldout_problems[0]
     turns = task.make_prompt(problem)
     assert isinstance(turns, list)
@@ -352,7 +387,7 @@ def test_a_chat_prompt_shows_worked_examples_then_asks_for_a_box() -> None:
 
 
 def test_a_few_shot_prompt_is_text_that_stops_at_the_next_question() -> None:
-    task = MathDatasetAdapter(prompt="few-shot", few_shot=1)
+    task = MathDatasetAdapter(prompt="few-shot", few_shot=1, examples="built-in")
     problem = task.heldout_problems[0]
     text = task.make_prompt(problem)
     assert isinstance(text, str)
@@ -428,9 +463,12 @@ def test_a_reward_never_raises(text: str) -> None:
 def test_preflight_says_what_grades_and_refuses_without_math_verify(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert MathDatasetAdapter(grader="exact").preflight() == (
-        "200 training and 50 held-out problems (fixture:gsm-train, fixture:gsm-test); "
-        "grading: exact numbers and identical answers only"
+    task = MathDatasetAdapter(grader="exact")
+    assert task.preflight() == "grading: exact numbers and identical answers only"
+    assert task.prepare(ByteTokenizer(), 512) == (
+        "250 rows read (fixture:gsm-train, fixture:gsm-test): 199 training and 50 held-out "
+        "problems; 0 skipped as bad, 0 duplicates dropped, 0 dropped for overlapping the "
+        "held-out set; 1 worked example from train; the longest reference takes 14 of 512 tokens"
     )
     monkeypatch.setattr(importlib.metadata, "version", _not_installed)
     with pytest.raises(Unavailable, match=r"not installed: pip install 'mathrl\[math\]'"):

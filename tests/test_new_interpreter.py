@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from cli_process import run_main
+from conftest import BUILT_IN_ARGS
 from mathrl.cli.loader import load_task
 from mathrl.resolved import as_task
 from mathrl.tasks import BUILT_IN
@@ -212,6 +213,6 @@ def test_a_task_defined_in_a_function_is_warned_of_without_a_new_interpreter() -
     [pytest.param(n, marks=pytest.mark.slow) if n == "reasoning-gym" else n for n in BUILT_IN],
 )
 def test_each_built_in_task_draws_the_same_problems_in_a_new_interpreter(name: str) -> None:
-    checker = drawn_elsewhere(load_task(name).adapter)
+    checker = drawn_elsewhere(load_task(name, task_args=BUILT_IN_ARGS.get(name)).adapter)
     assert checker.violations == []
     assert checker.warnings == []

@@ -7,6 +7,7 @@ import math
 import random
 import re
 from collections.abc import Awaitable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,11 @@ from conftest import checks_passed
 from mathrl.adapter import Response, Reward
 from mathrl.backend import Backend, Datum, TrainResult
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
-from mathrl.resolved import prompt_key
+from mathrl.resolved import as_task, prompt_key
 from mathrl.rollout import RunProblems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter, parse_answer, pools
 from mathrl.testing import WRONG, check_adapter, random_texts
-from mathrl.testing.checker import problem_name
+from mathrl.testing.checker import problem_name, shared_lines
 from mathrl.text import shown
 from mathrl_fakes import FakeBackend, RecordingBackend
 
@@ -126,6 +127,7 @@ class NeedsItsSentinel(MathAdapter):
     """Full credit only when the answer ends at its stop: a cut-off answer earns the format part."""
 
     name = "NeedsItsSentinel"
+    cut_off_graded = None  # (the addition task's reason is not this task's)
 
     def compute_reward(  # type: ignore[override]  # a Response, as the contract gives it
         self, completion: Response, problem: AdditionProblem
@@ -302,7 +304,7 @@ class OneAnswer:
                               r"completion: the reference must earn the most"),
         (ReturnsBool(), r"^compute_reward\(the reference, .*\) returned True: a reward must be "
                         r"a finite number or a mapping of names to finite numbers"),
-        (RaisingReference(), r"^reference_completion\(.*\) raised ValueError: odd \(\d times\)$"),
+        (RaisingReference(), r"^reference_completion\(.*\) raised ValueError: odd \(\d+ times\)$"),
         (TooLongForItsBudget(), r"^reference_completion\(.*\) ended as the task asks takes \d "
                                 r"tokens on ByteTokenizer, more than max_tokens=2"),
         (IntDigits(), r"^compute_reward gives the reference written with full-width digits "
@@ -336,8 +338,10 @@ def test_each_check_names_what_it_found(adapter: Any, expected: str) -> None:
 
 
 def first_problem(adapter: Any) -> str:
-    """How the checker names the first problem it scores (build_dataset(0, 1, 8)'s first)."""
-    return problem_name(adapter.make_prompt(adapter.build_dataset(0, 1, 8)[0]))
+    """How the checker names the first problem it scores (build_dataset(0, 1, 8)'s first): by
+    what tells its prompt apart from the others' (the lines they all share left out)."""
+    prompts = [adapter.make_prompt(p) for p in adapter.build_dataset(0, 1, 8)]
+    return problem_name(prompts[0], shared_lines(prompts))
 
 
 def found_once(adapter: Any, expected: str) -> None:
@@ -565,7 +569,10 @@ def test_rewards_may_require_the_closing_sentinel_and_come_in_parts() -> None:
     }
     # Every check the addition task gets, passed: scored as the task asks a completion to end
     # (at its stop), the reference earns full marks, where a wrong answer earns the format part.
-    assert checks_passed(task) == checks_passed(MathAdapter())
+    # (the addition task's cut-off check, which its `cut_off_graded` skips, counted in both)
+    assert checks_passed(task) == checks_passed(
+        replace(as_task(MathAdapter()), cut_off_graded=None)
+    )
 
 
 def test_a_pairwise_judge_passes_sync_or_async() -> None:

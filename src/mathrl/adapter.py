@@ -65,6 +65,13 @@ class Unavailable(Exception):
     """
 
 
+class NoReference(Exception):
+    """A task has no reference completion for a problem: its reward needs no answer to write.
+
+    The message is one line saying why, e.g. `the dataset task was given no answer field`.
+    """
+
+
 class Response(str):
     """A decoded completion, as a reward sees it: its text, and how sampling ended it.
 
@@ -225,6 +232,42 @@ class Adapter(Protocol[ProblemT]):
       Raise `Unavailable` with one line naming what is missing and how to get
       it; the run then stops before training, with exit code 2. Default: None.
 
+    Data (a task that reads files: `mathrl.tasks.dataset` does all of this for
+    its rows, and the `dataset` and `math` tasks use it):
+
+    - `data: Mapping[str, str]`: each source of data the task reads, by a name
+      (the option that names the file, say `train`), to a digest of its
+      content (`mathrl.tasks.dataset.sources.Source.digest`: a hash of a
+      file's bytes). The digests are part of the run's identity: a changed
+      file gives new checkpoint names (where a name is also one of `options`,
+      the digest stands for the option's value, so the same data under
+      another path trains alike). The run folder records them, and
+      `--resume`, `eval` and `sample` of a run folder refuse, in one line
+      naming the source, to go on when the data is not what the run trained
+      on. Record paths in `options` absolute, so a run folder works from any
+      folder. Default: none (the task's code is its data).
+    - `prepare(tokenizer, max_tokens) -> str | None`: called once, with the
+      model's tokenizer and the run's token budget, before any problem is
+      drawn or any request sent (the command line, `run_grpo` and
+      `check_adapter` call it; a second call with the same budget does
+      nothing new). Check what needs the tokenizer, such as every reference
+      fitting `max_tokens` (raise `OptionError` naming the row and the
+      option), or leave out the problems that cannot be used if the task was
+      told to; return one line on the task's data (printed on stderr and
+      recorded like preflight's), or None. Default: nothing to prepare.
+    - `cut_off_graded: str`: why a completion cut off at the token limit
+      still earns its reward on this task (the seed's addition task grades
+      the digits written so far, as the seed did): `check_adapter` then does
+      not warn that a completion that ran out of tokens earns full reward.
+      Default: none (the warning stands).
+
+    A task without references (rewards from a judge, a rubric or any
+    function, with no answer to write) raises `NoReference` from
+    `reference_completion` (and `reference_turn`). It trains on MinT and
+    runs in `eval`; `check_adapter` says in one line which checks need a
+    reference and skips them, and the fake backend, which learns to write
+    references, refuses to train it.
+
     Episodes (several turns; a task without `feedback` is an episode of one turn):
 
     - `feedback(problem, responses) -> Feedback`: called after each of the
@@ -313,7 +356,8 @@ class Adapter(Protocol[ProblemT]):
         `completion.stop`.
         The loop never uses it. `mathrl.testing` checks the reward against it,
         and the fake backend's policy learns to write it, end and all (as
-        tinker-cookbook's `get_reference_answer`).
+        tinker-cookbook's `get_reference_answer`). A task that has none raises
+        `NoReference` (see the class docstring's "A task without references").
         """
         ...
 

@@ -7,8 +7,9 @@ backend decides) or what they hold.
 
 A name reads `<task>-seed<seed>-<fingerprint>-<code>-step<N>` (sampler
 weights) or `...-state<N>` (weights and optimizer state): the fingerprint of
-the training settings, the task's code version, and N zero-padded to 7 digits
-so the names sort by step. The same task and training settings give the same names,
+the training settings and the task's data (`Adapter`'s `data`: a changed file
+gives new names), the task's code version, and N zero-padded to 7 digits so
+the names sort by step. The same task, data and training settings give the same names,
 so a rerun or a resumed run prints the same `Saved:` line; runs that would
 train differently never share a name.
 """
@@ -36,7 +37,7 @@ CHECKPOINT_NAME = re.compile(
 
 
 def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
-    """8 hex digits that change with the task and every setting the loop trains with.
+    """8 hex digits that change with the task, its data and every setting the loop trains with.
 
     The base model and LoRA rank are the backend's, not the loop's: MinT scopes
     each checkpoint path by its training run, and the fake has one model. The
@@ -62,8 +63,14 @@ def run_fingerprint(task: Task[P], config: TrainConfig) -> str:
     )  # fmt: skip
     if algorithm != (DEFAULT, "none", 1, False, 0.0):  # added later: only when changed
         settings += algorithm
-    if task.options:  # added later: only when the task has any
-        settings += (("options", sorted(task.options.items())),)
+    # A source of data stands in the options as its content's digest (`Adapter`'s `data`):
+    # new data, new names; the same data under another path, the same.
+    given = {k: f"data:{task.data[k]}" if k in task.data else v for k, v in task.options.items()}
+    if given:  # added later: only when the task has any
+        settings += (("options", sorted(given.items())),)
+    data = {k: v for k, v in task.data.items() if k not in given}
+    if data:
+        settings += (("data", sorted(data.items())),)
     return hashlib.blake2b(repr(settings).encode(), digest_size=4).hexdigest()
 
 

@@ -25,7 +25,13 @@ from mathrl.problem_keys import problem_key
 from mathrl.report import Advice, EvalMetrics
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError, response_key, task_call
-from mathrl.rollout import metric_means, part_means, play_groups, prompt_tokens
+from mathrl.rollout import (
+    drawn_per_step,
+    metric_means,
+    part_means,
+    play_groups,
+    prompt_tokens,
+)
 from mathrl.text import shown
 from mathrl.workers import Workers, borrowed, in_process
 
@@ -188,7 +194,29 @@ def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if values else 0.0
 
 
-def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], list[str]]:
+def distinct(task: Task[P], problems: Sequence[P]) -> tuple[list[P], str | None]:
+    """`problems`, each once (the first time it comes), and a note saying how many repeats were
+    left out, if any: an evaluation that counts a problem twice overstates what it measured."""
+    seen: set[str] = set()
+    kept = []
+    for problem in problems:
+        key = problem_key(task.adapter, problem)
+        if key not in seen:
+            seen.add(key)
+            kept.append(problem)
+    if len(kept) == len(problems):
+        return list(problems), None
+    note = (
+        f"the {len(problems)} held-out problems asked for of task {task.name!r} hold only "
+        f"{len(kept)} distinct ones: evaluating each of those once ({len(kept)}), not "
+        f"counting {len(problems) - len(kept)} repeats"
+    )
+    return kept, Advice(note, ("eval_problems",))
+
+
+def evaluation_set(
+    task: Task[P], config: TrainConfig, repeats: bool = True
+) -> tuple[list[P], list[str]]:
     """The run's held-out problems, and warnings about them for the user.
 
     A task that declares `heldout_dataset` keeps it apart from training
@@ -198,13 +226,16 @@ def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], list[st
     honest, and a warning says how many. Only the first GUARDED_PROBLEMS
     training problems are drawn to compare: a run longer than that is
     checked over its first steps only. A set that repeats problems (a small
-    problem space) is kept, with a warning: its accuracy counts repeats.
+    problem space) is kept, with a warning (unless `repeats` is False: the
+    caller keeps each problem once, `distinct`): its accuracy counts repeats.
     """
     problems = task.heldout(config.seed, config.eval_problems)
     warnings = []
     if not task.declares_heldout:
-        steps = min(config.steps, max(1, GUARDED_PROBLEMS // config.batch))
-        training = task.training_problems(config.seed, steps, config.batch)
+        # Every problem a step may draw (with fill_batch, more than `batch`), not only the first.
+        drawn = drawn_per_step(config)
+        steps = min(config.steps, max(1, GUARDED_PROBLEMS // drawn))
+        training = task.training_problems(config.seed, steps, drawn)
         kept = [p for p in problems if problem_key(task.adapter, p) not in training]
         if len(kept) < len(problems):
             warnings.append(
@@ -214,7 +245,7 @@ def evaluation_set(task: Task[P], config: TrainConfig) -> tuple[list[P], list[st
             )
         problems = kept
     distinct = len({problem_key(task.adapter, p) for p in problems})
-    if distinct < len(problems):
+    if repeats and distinct < len(problems):
         advice = (
             f"the {len(problems)} held-out problems of task {task.name!r} hold only {distinct} "
             f"distinct ones ({len(problems) - distinct} repeats), so each evaluation counts "

@@ -67,9 +67,13 @@ async def run_grpo_async(
 ) -> RunResult:
     """Run steps `resume.step + 1` (or 1) to `config.steps`; return what they did.
 
-    `workers` runs the task's rewards and environment steps (default: `Workers()`).
+    The task is prepared first (`Adapter`'s `prepare`, on the backend's tokenizer), so a
+    data task's references are checked against the token budget; `OptionError` says what
+    cannot be used. `workers` runs the task's rewards and environment steps (default: `Workers()`).
     """
     task, observer = as_task(adapter), observer or Observer()
+    # The task's data, checked on the model's tokenizer before anything is drawn (`prepare`).
+    task.prepare(backend.tokenizer, config.max_tokens or task.max_tokens)
     with borrowed(workers) as pool:
         return await _Run(backend, task, config, observer, stop, pool).train(resume)
 

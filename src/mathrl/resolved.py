@@ -26,6 +26,7 @@ from mathrl.adapter import (
     Prompt,
     Response,
 )
+from mathrl.backend import Tokenizer
 from mathrl.problem_keys import problem_key
 from mathrl.problem_keys import prompt_key as prompt_key
 from mathrl.tasks import BUILT_IN
@@ -53,6 +54,7 @@ OPTIONAL_METHODS = (
     "feedback",
     "reference_turn",
     "preflight",
+    "prepare",
 )
 MAX_TURNS = 100
 """The most turns an episode may declare."""
@@ -80,6 +82,10 @@ class Task(Generic[P]):
     """Run each reward and feedback call in a process of its own (work that holds the GIL)."""
     options: Mapping[str, OptionValue] = field(default_factory=dict)
     """The settings the task was built with (see `Adapter`'s `options`)."""
+    data: Mapping[str, str] = field(default_factory=dict)
+    """The digest of each source of data the task reads, by name (see `Adapter`'s `data`)."""
+    cut_off_graded: str | None = None
+    """Why a completion cut off at the token limit still earns its reward, if it does."""
 
     @property
     def declares_heldout(self) -> bool:
@@ -144,6 +150,12 @@ class Task(Generic[P]):
         `Unavailable` (see `Adapter`)."""
         own: Callable[[], str | None] | None = getattr(self.adapter, "preflight", None)
         return own() if own is not None else None
+
+    def prepare(self, tokenizer: Tokenizer, max_tokens: int) -> str | None:
+        """The adapter's `prepare(tokenizer, max_tokens)`: a line on its data, or None; may
+        raise `OptionError` for data it cannot use (see `Adapter`)."""
+        own: Callable[[Tokenizer, int], str | None] | None = getattr(self.adapter, "prepare", None)
+        return own(tokenizer, max_tokens) if own is not None else None
 
     def stop_for(self, prompt: Prompt) -> tuple[str, ...]:
         """The stop sequences of a completion of `prompt`."""
@@ -253,6 +265,23 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
             f"{label}.options must map option names to strings, integers, finite numbers or "
             f"True/False, e.g. {{'few_shot': 2}} (got {shown(options)})"
         )
+    data = getattr(adapter, "data", {})
+    if not (
+        isinstance(data, Mapping)
+        and all(
+            isinstance(k, str) and isinstance(v, str) and 0 < len(v) <= 200 for k, v in data.items()
+        )
+    ):
+        raise AdapterError(
+            f"{label}.data must map each source's name to a digest of its content, e.g. "
+            f"{{'train': '3f2a9c0d1e4b5a6f'}} (got {shown(data)})"
+        )
+    cut_off = getattr(adapter, "cut_off_graded", None)
+    if cut_off is not None and not (isinstance(cut_off, str) and cut_off.strip()):
+        raise AdapterError(
+            f"{label}.cut_off_graded must say why a completion cut off at the token limit "
+            f"still earns its reward (got {shown(cut_off)})"
+        )
     identity = identity_of(cls)
     return Task(
         adapter,
@@ -267,6 +296,8 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         episode_tokens,
         processes,
         dict(options),
+        dict(data),
+        cut_off,
     )
 
 

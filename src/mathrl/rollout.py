@@ -155,11 +155,15 @@ FILL_BATCH_CAP = 4
 """With `fill_batch`, a step draws at most this many times `batch` problems."""
 
 
+def drawn_per_step(config: TrainConfig) -> int:
+    """How many problems a step draws: `batch`, or with `fill_batch` FILL_BATCH_CAP x `batch`
+    (of which it takes only as many as it needs)."""
+    return config.batch * (FILL_BATCH_CAP if config.fill_batch else 1)
+
+
 def step_problems(task: Task[P], config: TrainConfig, step: int) -> list[P]:
-    """The problems step `step` may draw, in order: `batch` of them, or with `fill_batch`
-    FILL_BATCH_CAP x `batch`, of which it takes only as many as it needs."""
-    size = config.batch * (FILL_BATCH_CAP if config.fill_batch else 1)
-    return task.adapter.build_dataset(config.seed, step, size)
+    """The problems step `step` may draw, in order (`drawn_per_step` of them)."""
+    return task.adapter.build_dataset(config.seed, step, drawn_per_step(config))
 
 
 @dataclass(frozen=True, slots=True)

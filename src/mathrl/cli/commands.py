@@ -37,6 +37,7 @@ from dotenv import dotenv_values
 from mathrl import __version__
 from mathrl.adapter import Unavailable
 from mathrl.backend import BackendError
+from mathrl.cli.data import same_data
 from mathrl.cli.exit_codes import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -50,6 +51,7 @@ from mathrl.cli.loader import (
     load_recorded_task,
     load_task,
     opt_in,
+    recorded_spec,
     task_target,
 )
 from mathrl.cli.parsers import (
@@ -163,6 +165,8 @@ def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
         options = task_options(_flags(args), env)
         given = given_task_args(args.task_arg)
         task = load_task(config.adapter, options=options, note=_say, task_args=given)
+        # Recorded so that the run folder works from any folder (`--resume`, `eval`, `sample`).
+        config = replace(config, adapter=recorded_spec(config.adapter))
         plan = Plan(config, task, fake=fake, task_options=options)
     if plan.config.backend == "mint":
         api_key(env)
@@ -203,8 +207,11 @@ def _refuse_changes(
 
 
 def _spec(value: object) -> object:
-    """A value as compared with the record: a built-in task's name is its module:Class."""
-    return BUILT_IN[value][0] if isinstance(value, str) and value in BUILT_IN else value
+    """A value as compared with the record: a built-in task's name is its module:Class, and a
+    task's file or module in the working folder its absolute path (`recorded_spec`)."""
+    if isinstance(value, str) and value in BUILT_IN:
+        return BUILT_IN[value][0]
+    return recorded_spec(value) if isinstance(value, str) else value
 
 
 def _worded(value: object, field: str) -> str:
@@ -305,6 +312,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
             f"--resume: {config.adapter} is now task {task.name!r}, but the run trained "
             f"task {record.config.get('task')!r}"
         )
+    same_data(record, task, "--resume", "to resume the run, or start a new one")
     if point is not None and point.step >= config.train.steps:
         _say(f"{folder} already finished all {config.train.steps} steps; nothing to resume")
         print(f"Saved: {point.sampler_path}", flush=True)
@@ -428,6 +436,10 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
         where = f"--model-path {_given_path(args.model_path, record.path)}"
         task = load_recorded_task(config.adapter, "--adapter", recorded_args, given, where,
                                   options, _say)  # fmt: skip
+        otherwise = (
+            "to sample the run on its own data, or give --adapter and its --task-arg options"
+        )
+        same_data(record, task, where, otherwise)
     else:
         task = load_task(config.adapter, options=options, note=_say, task_args=given)
     _preflight(task)

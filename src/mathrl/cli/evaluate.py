@@ -22,8 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mathrl.adapter import NoReference
 from mathrl.backend import BackendError, Sampler, Tokenizer
 from mathrl.checkpoints import step_of_checkpoint, task_of_checkpoint
+from mathrl.cli.data import fake_tokenizer, prepared, refused_by_the_fake, same_data, say_line
 from mathrl.cli.loader import load_recorded_task, load_task
 from mathrl.cli.parsers import BACKENDS, SAMPLE_FIELDS
 from mathrl.cli.records import eval_file_record
@@ -40,7 +42,7 @@ from mathrl.cli.settings import (
 from mathrl.cli.task_args import given_task_args
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import MAX_COMPLETIONS_PER_STEP, Config, ConfigError
-from mathrl.evaluation import evaluate, evaluation_set
+from mathrl.evaluation import distinct, evaluate, evaluation_set
 from mathrl.passk import MAX_SAMPLES
 from mathrl.report import EvalMetrics
 from mathrl.resolved import Task
@@ -62,14 +64,23 @@ class EvalPlan:
     """The sampler checkpoint's path; None: the base model (`config.base_model`)."""
     step: int | None
     """The step the weights are from, when known (a run folder's, or the checkpoint's name)."""
-    problems: list[Any]
+    count: int
+    """How many held-out problems were asked for (`--problems`)."""
     ks: tuple[int, ...]
     samples: int
     folder: Path | None = None
     """The run folder given, whose eval.jsonl the result goes into."""
     fake_checkpoints: str | None = None
     """The run's folder of fake checkpoint files (a fake run's)."""
-    warnings: tuple[str, ...] = ()
+    record: RunRecord | None = None
+    """The run folder given, read."""
+
+    def problems(self) -> tuple[list[Any], list[str]]:
+        """The held-out problems, each once, and notes on them: for a run folder's weights,
+        none its run trained on. Drawn once the task is prepared (its data checked)."""
+        problems, warnings = _problems(self.task, self.config, self.record, self.count)
+        problems, note = distinct(self.task, problems)
+        return problems, [*warnings, *filter(None, [note])]
 
 
 def plan_eval(
@@ -107,13 +118,17 @@ def plan_eval(
         task = load_recorded_task(config.adapter, source, recorded_args, given_args, where, options)
     else:
         task = load_task(config.adapter, source=source, options=options, task_args=given_args)
+    if record is not None and not flags.get("adapter"):
+        otherwise = (
+            "to evaluate the run on its own data, or give --adapter and its --task-arg options"
+        )
+        same_data(record, task, f"--model-path {record.path}", otherwise)
     weights, step = _weights(args.model_path, record, task)
-    problems, warnings = _problems(task, config, record, count)
     return EvalPlan(
-        config, task, weights, step, problems, ks, samples,
+        config, task, weights, step, count, ks, samples,
         record.path if record else None,
         settings.get("fake_checkpoints") if record else None,
-        tuple(warnings),
+        record,
     )  # fmt: skip
 
 
@@ -185,7 +200,8 @@ def _problems(
         raise ConfigError(
             f"--model-path: {record.path / CONFIG} holds unusable settings ({exc})"
         ) from None
-    return evaluation_set(task, replace(trained, seed=config.train.seed, eval_problems=count))
+    asked = replace(trained, seed=config.train.seed, eval_problems=count)
+    return evaluation_set(task, asked, repeats=False)  # (left out by `distinct`, and said)
 
 
 def _same_task(task: Task[Any], trained: object, path: str) -> None:
@@ -202,14 +218,12 @@ async def evaluate_weights(
     """Sample, score and print the table; append it to the run folder's eval.jsonl if given one.
     Returns the exit code."""
     config, task = plan.config, plan.task
-    for warning in plan.warnings:
-        say(advised(warning, {"eval_problems": "--problems"}))
-    tokenizer, sampler = await _open(plan, env, say)
+    tokenizer, sampler, problems = await _open(plan, env, say)
     print(model_line(config, tokenizer.vocab_size), flush=True)
     started = time.monotonic()
     with Workers(config.reward_workers, config.reward_timeout) as workers:
         result = await evaluate(
-            tokenizer, sampler, task, config.train, plan.problems,
+            tokenizer, sampler, task, config.train, problems,
             workers=workers, samples=plan.samples,
         )  # fmt: skip
     seconds = time.monotonic() - started
@@ -248,10 +262,32 @@ def table(m: EvalMetrics, weights: str | None, step: int | None, config: Config)
 
 async def _open(
     plan: EvalPlan, env: Mapping[str, str], say: Callable[[str], None]
+) -> tuple[Tokenizer, Sampler, list[Any]]:
+    """The tokenizer, the weights' sampler and the problems (drawn once the task's data is
+    checked on the tokenizer: the fake's is known before the fake is made, which must know
+    them)."""
+    config, task = plan.config, plan.task
+    max_tokens = config.train.max_tokens or task.max_tokens
+
+    def problems() -> list[Any]:
+        drawn, notes = plan.problems()
+        for note in notes:
+            say(advised(note, {"eval_problems": "--problems"}))
+        return drawn
+
+    if config.backend == "fake":
+        say_line(prepared(task, fake_tokenizer(), max_tokens), say)
+        drawn = problems()
+        return (*await _fake_sampler(plan, drawn), drawn)
+    tokenizer, sampler = await _mint_sampler(plan, env, say)
+    say_line(prepared(task, tokenizer, max_tokens), say)
+    return tokenizer, sampler, problems()
+
+
+async def _mint_sampler(
+    plan: EvalPlan, env: Mapping[str, str], say: Callable[[str], None]
 ) -> tuple[Tokenizer, Sampler]:
     config = plan.config
-    if config.backend == "fake":
-        return await _fake_sampler(plan)
     endpoint_key, endpoint_url = api_key(env), base_url(env)
     if plan.weights is not None and not plan.weights.startswith("tinker://"):
         raise ConfigError(
@@ -265,14 +301,17 @@ async def _open(
     return tokenizer, RetryingSampler(sampler, Retrier(retry_policy(config), say))
 
 
-async def _fake_sampler(plan: EvalPlan) -> tuple[Tokenizer, Sampler]:
+async def _fake_sampler(plan: EvalPlan, problems: list[Any]) -> tuple[Tokenizer, Sampler]:
     """The fake's sampler for the weights (the base model's: the fake's untrained ones)."""
     from mathrl_fakes import FakeBackend, FakeSampler
 
     folder = Path(plan.fake_checkpoints) if plan.fake_checkpoints else None
-    backend = FakeBackend.for_problems(
-        plan.task, plan.problems, seed=plan.config.train.seed, checkpoint_dir=folder
-    )
+    try:
+        backend = FakeBackend.for_problems(
+            plan.task, problems, seed=plan.config.train.seed, checkpoint_dir=folder
+        )
+    except NoReference as exc:
+        raise refused_by_the_fake(plan.task, exc, "evaluate") from None
     path = plan.weights
     if path is None:
         base = FakeSampler(backend, f"base/{plan.config.base_model}", backend.theta)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -98,6 +99,27 @@ def load_task(
                 f"it takes no {keyword} option"
             )
     return task
+
+
+def recorded_spec(spec: str) -> str:
+    """`spec` as a run folder records it, so the run works from any folder: a file's path made
+    absolute (`task.py:Task` -> `/home/me/task.py:Task`), and a module found in the working
+    folder given as its file; a built-in name, or a module importable from anywhere, as it is."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or spec in BUILT_IN:
+        return spec
+    if module_name.endswith(".py"):
+        return f"{os.path.abspath(module_name)}:{attr}"
+    if "." in module_name:  # a package's module: its package is found as it was
+        return spec
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return spec
+    origin = found.origin if found is not None else None
+    if origin and origin.endswith(".py") and Path(origin).parent == Path.cwd():
+        return f"{os.path.abspath(origin)}:{attr}"
+    return spec
 
 
 def task_target(spec: str, source: str) -> Any:

@@ -6,8 +6,10 @@ weights themselves, which the backend stores (the records hold their paths).
 
 A run folder holds:
 
-- `config.json`: every setting, the task, the backend, the mathrl version.
-  Never the API key (no setting holds it).
+- `config.json`: every setting, the task, the backend, the mathrl version,
+  and the task's data (`data`: each source's content digest), which
+  `--resume`, `eval` and `sample` compare with the data as it is now. Never
+  the API key (no setting holds it).
 - `metrics.jsonl`: one JSON object per line: one per training step, and one
   per held-out evaluation (marked `"eval": true`), each written and flushed
   as it ends.
@@ -84,7 +86,9 @@ class RunFolder(Observer):
         resolved = as_task(task)
         settings = Config(train=config, adapter=resolved.identity, log_dir=str(path))
         fingerprint = run_fingerprint(resolved, config)
-        return cls.create(settings, resolved.name, fingerprint, _version(), {"backend": "python"})
+        return cls.create(
+            settings, resolved.name, fingerprint, _version(), {"backend": "python"}, resolved.data
+        )
 
     @classmethod
     def create(
@@ -94,10 +98,12 @@ class RunFolder(Observer):
         fingerprint: str,
         version: str,
         more_settings: Mapping[str, Any] | None = None,
+        data: Mapping[str, str] | None = None,
     ) -> RunFolder:
         """Make the folder (`config.log_dir`, or a new one under `runs/`) and write config.json.
 
-        `more_settings` are recorded beside the config's (the fake's knobs, say).
+        `more_settings` are recorded beside the config's (the fake's knobs, say); `data` is
+        the task's data, each source's digest by name (`Adapter`'s `data`).
         """
         now = datetime.now(UTC)
         check_new(config.log_dir)
@@ -126,6 +132,7 @@ class RunFolder(Observer):
                 "fingerprint": fingerprint,
                 "created": now.isoformat(timespec="seconds"),
                 "settings": settings,
+                "data": dict(data or {}),
             }
         )
         return folder
@@ -258,6 +265,28 @@ class RunRecord:
     steps: list[dict[str, Any]]
     evals: list[dict[str, Any]]
     checkpoints: list[dict[str, Any]]
+
+    def changed_data(self, task: Task[Any]) -> str | None:
+        """What of the task's data differs from what this run recorded (`Adapter`'s `data`),
+        in words naming the source; None if nothing does (or the run recorded no data)."""
+        then = self.config.get("data")
+        if not isinstance(then, dict):
+            return None  # a run from before data was recorded: nothing to compare with
+        now = dict(task.data)
+        for name in sorted({*then, *now}):
+            if then.get(name) == now.get(name):
+                continue
+            path = task.options.get(name, self.config["settings"].get("task_args", {}).get(name))
+            source = f"{name} data {path}" if isinstance(path, str) and path else f"{name} data"
+            if name not in now:
+                return f"the run read {source}, which the task reads no more"
+            if name not in then:
+                return f"the task now reads {source}, which the run did not"
+            return (
+                f"{source} changed since the run read it (its content's digest was "
+                f"{then[name]}, it is {now[name]} now)"
+            )
+        return None
 
     def train_config(self) -> TrainConfig:
         """The recorded training settings."""

@@ -13,14 +13,16 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mathrl.adapter import NoReference
 from mathrl.backend import BackendError, Sampler, Tokenizer
 from mathrl.checkpoints import task_of_checkpoint
+from mathrl.cli.data import fake_tokenizer, prepared, refused_by_the_fake, say_line
 from mathrl.cli.run_folder import RunFolderError, run_record
-from mathrl.cli.settings import api_key, base_url
+from mathrl.cli.settings import advised, api_key, base_url
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError
 from mathrl.episodes import Episode
-from mathrl.evaluation import evaluate
+from mathrl.evaluation import distinct, evaluate
 from mathrl.resolved import Task
 from mathrl.service.retry import Retrier, RetryingSampler
 from mathrl.text import quoted, shown
@@ -40,10 +42,20 @@ async def sample(
         raise ConfigError("--model-path must be the path a run printed as `Saved:` (got '')")
     model_path = latest_of_run(model_path)
     _same_task(task, task_of_checkpoint(model_path), model_path)
-    problems = task.heldout(config.train.seed, count)
+    max_tokens = config.train.max_tokens or task.max_tokens
+
+    def drawn() -> list[Any]:
+        """The held-out problems, each once (drawn once the task's data is checked)."""
+        problems, note = distinct(task, task.heldout(config.train.seed, count))
+        if note is not None:
+            say(advised(note, {"eval_problems": "--problems"}))
+        return problems
+
     tokenizer: Tokenizer
     sampler: Sampler
-    if config.backend == "fake":
+    if config.backend == "fake":  # its tokenizer is known before it is made
+        say_line(prepared(task, fake_tokenizer(), max_tokens), say)
+        problems = drawn()
         tokenizer, sampler = await _fake_sampler(config, task, problems, model_path)
     else:
         endpoint_key, endpoint_url = api_key(env), base_url(env)
@@ -57,6 +69,8 @@ async def sample(
         endpoint = Endpoint(endpoint_key, endpoint_url)
         tokenizer, sampler = await open_sampler(config, endpoint, model_path)
         sampler = RetryingSampler(sampler, Retrier(retry_policy(config), say))
+        say_line(prepared(task, tokenizer, max_tokens), say)
+        problems = drawn()
     print(model_line(config, tokenizer.vocab_size), flush=True)
     greedy = config.train.temperature == 0
     with Workers(config.reward_workers, config.reward_timeout) as workers:
@@ -69,8 +83,8 @@ async def sample(
         lines = _lines(task, problems, result.texts_P, result.rewards_P)
     for line in lines:
         print(line)
-    correct = round(result.accuracy * count)
-    print(f"Accuracy: {result.accuracy:.1%} ({correct}/{count})", flush=True)
+    correct = round(result.accuracy * len(problems))
+    print(f"Accuracy: {result.accuracy:.1%} ({correct}/{len(problems)})", flush=True)
     return 0
 
 
@@ -95,7 +109,10 @@ async def _fake_sampler(
 ) -> tuple[Tokenizer, Sampler]:
     from mathrl_fakes import FakeBackend
 
-    backend = FakeBackend.for_problems(task, problems, seed=config.train.seed)
+    try:
+        backend = FakeBackend.for_problems(task, problems, seed=config.train.seed)
+    except NoReference as exc:
+        raise refused_by_the_fake(task, exc, "sample") from None
     try:
         if os.path.isdir(path):
             raise BackendError(f"{path!r} is a folder")

@@ -3,7 +3,8 @@
 For: `mathrl.cli.loader`, which builds the task with them, and `tasks`, which
 lists each built-in task's options. A task's options are the keyword
 parameters of its constructor (`mathrl.adapter.Adapter`, `options`): each has
-a default and an annotation of str, int, float or bool, by which a value given
+a default and an annotation of str, int, float or bool (or a union with str,
+such as `str | Callable[..., float]`, given as text here), by which a value given
 as text is read (`true`/`false`, yes/no, on/off or 1/0 for a switch), and a
 line in the constructor docstring's `Args:` section, which `tasks` shows. The
 constructor checks the values (`OptionError`); what the task keeps of them
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -77,7 +79,7 @@ def task_options_of(target: Callable[..., Any]) -> dict[str, TaskOption]:
     helps = _arg_lines(inspect.getdoc(init) or "")
     options = {}
     for name, parameter in parameters.items():
-        kind = hints.get(name)
+        kind = _kind(hints.get(name))
         if parameter.kind == parameter.VAR_KEYWORD:  # any more, given as text: the task reads
             options[MORE] = TaskOption(MORE, str, "", helps.get(f"**{name}", ""))
             continue
@@ -88,6 +90,14 @@ def task_options_of(target: Callable[..., Any]) -> dict[str, TaskOption]:
         ):
             options[name] = TaskOption(name, kind, parameter.default, helps.get(name, ""))
     return options
+
+
+def _kind(hint: object) -> object:
+    """The kind an annotation gives an option: itself, or `str` for a union that takes text
+    (`str | Callable[..., float]`: text on the command line, anything from Python)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and str in typing.get_args(hint):
+        return str
+    return hint
 
 
 def _constructor(target: Callable[..., Any]) -> Callable[..., Any]:

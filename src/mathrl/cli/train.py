@@ -20,8 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mathrl.adapter import NoReference
 from mathrl.backend import Backend, BackendError, Tokenizer
 from mathrl.checkpoints import Resume, run_fingerprint
+from mathrl.cli.data import fake_tokenizer, prepared, refused_by_the_fake
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.loader import opt_in
 from mathrl.cli.progress import ProgressBar
@@ -244,13 +246,16 @@ async def open_backend(
         from mathrl_fakes import FakeBackend
 
         first_step = plan.resume.step + 1 if plan.resume else 1
-        inner = FakeBackend.for_run(
-            plan.task,
-            run_problems(plan.task, config.train, first_step),
-            latency=plan.fake.fake_latency,
-            fault_rate=plan.fake.fake_fault_rate,
-            checkpoint_dir=plan.fake.checkpoint_folder,
-        )
+        try:
+            inner = FakeBackend.for_run(
+                plan.task,
+                run_problems(plan.task, config.train, first_step),
+                latency=plan.fake.fake_latency,
+                fault_rate=plan.fake.fake_fault_rate,
+                checkpoint_dir=plan.fake.checkpoint_folder,
+            )
+        except NoReference as exc:
+            raise refused_by_the_fake(plan.task, exc, "train") from None
     else:
         from mathrl.service.mint_backend import Endpoint
         from mathrl.service.mint_backend import open_backend as open_mint
@@ -285,6 +290,9 @@ async def train(
     # While the bar is up, a line for the user goes above it, never into its rows.
     speak = (lambda m: progress.say(f"mathrl: {m}")) if progress.active else say
     set_up: list[bool] = []
+    max_tokens = config.train.max_tokens or task.max_tokens
+    # The fake's tokenizer is known now: the task's data is checked before the fake learns it.
+    data_line = prepared(task, fake_tokenizer(), max_tokens) if config.backend == "fake" else None
 
     def on_signal(signum: int) -> None:
         if received:  # the second one: abort at once, saying what can be resumed
@@ -321,6 +329,8 @@ async def train(
             mirrors: list[WandbMirror] = []
             workers = Workers(config.reward_workers, config.reward_timeout)
             try:
+                if config.backend != "fake":
+                    data_line = prepared(task, backend.tokenizer, max_tokens)
                 check_prompts(backend.tokenizer, task, config)
                 # Only now: a run that cannot start leaves no folder behind.
                 folder = plan.folder or RunFolder.create(
@@ -329,17 +339,19 @@ async def train(
                         **asdict(plan.fake), **asdict(plan.task_options),
                         "task_args": dict(task.options),
                     },
+                    task.data,
                 )  # fmt: skip
                 where[:] = [folder.path]
                 if config.wandb_project is not None:  # before stdout: W&B may refuse to start
                     mirrors.append(_mirror(config.wandb_project, folder, plan, speak))
-                if plan.preflight is not None:
-                    folder.note_preflight(plan.preflight)
+                for line in filter(None, [plan.preflight, data_line]):
+                    folder.note_preflight(line)
+                if data_line is not None:
+                    speak(data_line)
                 speak(f"run folder: {folder.path} (task {task.name})")
                 if mirrors:
                     speak(f"mirroring metrics to W&B: {mirrors[0].where}")
                 out.line(model_line(config, backend.tokenizer.vocab_size))
-                max_tokens = config.train.max_tokens or task.max_tokens
                 references = longest_reference(
                     task, backend.tokenizer, config.train.seed, config.train.batch
                 )

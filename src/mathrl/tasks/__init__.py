@@ -18,6 +18,10 @@ BUILT_IN: dict[str, tuple[str, str]] = {
         "mathrl.tasks.code.feedback:CodeFeedbackAdapter",
         "the code task in two turns: a failing test's details, then a second try (0.5)",
     ),
+    "dataset": (
+        "mathrl.tasks.dataset:DatasetTask",
+        "your own rows (train=FILE) and reward functions (reward=FILE.py:FUNCTION), no class",
+    ),
     "math": (
         "mathrl.tasks.math:MathDatasetAdapter",
         "math problems from a dataset file (GSM8K, MATH); reward: an equivalent final answer",

@@ -144,6 +144,11 @@ class MathAdapter:
     """The answer is one line: " 42" then the newline."""
     max_tokens = 8
     """The seed page's default token budget."""
+    cut_off_graded: str | None = (
+        "the seed's reward reads the first integer a completion writes, however it ended, and "
+        "this task keeps the seed's reward and output byte for byte: a sum is written in its "
+        "first tokens, so a completion cut off after them still states it"
+    )
 
     def build_dataset(self, seed: int, step: int, size: int) -> list[AdditionProblem]:
         return make_problems(problem_rng(seed, step), size)

@@ -64,6 +64,7 @@ from __future__ import annotations
 import math
 import tempfile
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ from mathrl.adapter import Adapter, AdapterError, Unavailable
 from mathrl.backend import Backend, Tokenizer
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
+from mathrl.problem_keys import problem_key
 from mathrl.resolved import Task, as_task
 from mathrl.rollout import RunProblems, run_problems
 from mathrl.testing.answer_checks import check_final_answer
@@ -134,13 +136,16 @@ def check_adapter(
         raise AssertionError(f"1 violation of the Adapter contract:\n- {exc}") from None
     checker = Checker(task)
     ready = _preflight(checker)
+    tokenizer = tokenizer or ByteTokenizer()
+    data = _prepare(checker, tokenizer)
     train = checker.dataset(seeds, steps, size)
     held = checker.heldout(seeds[0], heldout_size, guard_steps, size) if train else []
     if across_processes and checker.draws:
         check_across_processes(checker)
     checker.shared_prompts()
-    tokenizer = tokenizer or ByteTokenizer()
     rewards = RewardChecks(checker, tokenizer)
+    if train:
+        _budget(checker, rewards, seeds[0], size, held)
     for problem in [*train[:2], *held[:1]]:
         scored = rewards.one(problem, [*train, *held])
         if scored is not None and task.rewards_groups:
@@ -151,8 +156,16 @@ def check_adapter(
         EpisodeChecks(checker, rewards, tokenizer).run([*train[:2], *held[:1]])
     check_evaluate(checker)  # on every reward seen, episodes' too
     learned = None
-    if learns is not False and not checker.violations:
+    if learns is not False and not checker.violations and checker.no_reference is None:
         learned = _learning(checker, None if learns is True else learns)
+    if checker.no_reference is not None:
+        learning = ", nor whether it learns on the fake" if learns is not False else ""
+        checker.warnings.insert(
+            0,
+            f"no reference: {checker.no_reference}; so it was not checked that the reference "
+            "earns the most and fits max_tokens, that wrong answers earn less, nor how "
+            f"evaluate counts the reference{learning}",
+        )
     warnings = "".join(f"\nwarning: {w}" for w in checker.warnings)
     if checker.violations:
         n = len(checker.violations)
@@ -163,7 +176,8 @@ def check_adapter(
         )
     summary = f"task {task.name!r} ({task.identity}) passed {checker.checks} checks"
     learning = f"\n{learned}" if learned else ""
-    return summary + (f"; {ready}" if ready else "") + learning + warnings
+    lines = "".join(f"; {line}" for line in (ready, data) if line)
+    return summary + lines + learning + warnings
 
 
 def _preflight(checker: Checker) -> str | None:
@@ -189,6 +203,46 @@ def _preflight(checker: Checker) -> str | None:
         "preflight",
     )
     return line if one else None
+
+
+def _prepare(checker: Checker, tokenizer: Tokenizer) -> str | None:
+    """`prepare(tokenizer, max_tokens)` on the tokenizer checked with: None or one line, or
+    `OptionError` (data the task cannot use: a violation naming the row)."""
+    task = checker.task
+    what = f"prepare(tokenizer, max_tokens={task.max_tokens})"
+    ok, line = checker.call(what, partial(task.prepare, tokenizer, task.max_tokens))
+    if not ok or line is None:
+        return None
+    one = isinstance(line, str) and line.isprintable() and 0 < len(line) <= 1000
+    checker.expect(one, f"{what} must return None or one printable line (got {shown(line)})")
+    return line if one else None
+
+
+BUDGET_PROBLEMS = 200
+"""How many problems, at least, `check_adapter` checks the reference's token budget on (all of
+them, for a task with fewer)."""
+
+
+def _budget(checker: Checker, rewards: RewardChecks, seed: int, size: int, held: list[Any]) -> None:
+    """Every reference of at least BUDGET_PROBLEMS distinct training problems (drawn step by
+    step until that many, or until 10 steps bring none new), and of the held-out ones, fits
+    max_tokens on the tokenizer in use."""
+    drawn: dict[str, Any] = {}
+    idle, step = 0, 1
+    while len(drawn) < BUDGET_PROBLEMS and idle < 10 and step <= 10 * BUDGET_PROBLEMS:
+        ok, problems = checker.call(
+            f"build_dataset(seed={seed}, step={step}, size={size})",
+            partial(checker.adapter.build_dataset, seed, step, size),
+            key="build_dataset",
+        )
+        if not ok or not isinstance(problems, list):
+            return
+        before = len(drawn)
+        drawn.update((problem_key(checker.adapter, p), p) for p in problems)
+        idle = idle + 1 if len(drawn) == before else 0
+        step += 1
+    for _, prompt, ref in checker.with_references([*drawn.values(), *held]):
+        rewards.fits(ref, checker.task.stop_for(prompt), checker.name(prompt))
 
 
 def _learning(checker: Checker, learns_on: LearnsOn | None) -> str | None:

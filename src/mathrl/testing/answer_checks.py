@@ -12,7 +12,7 @@ from typing import Any
 
 from mathrl.adapter import Response
 from mathrl.backend import Tokenizer
-from mathrl.testing.checker import Checker, problem_name
+from mathrl.testing.checker import Checker
 from mathrl.testing.inputs import ADVERSARIAL, random_texts
 from mathrl.testing.reward_checks import ended_as_asked, sampled
 from mathrl.text import shown
@@ -27,7 +27,7 @@ def check_final_answer(checker: Checker, problems: Sequence[Any], tokenizer: Tok
     for _, prompt, ref in checker.with_references(problems):
         stops, chat = checker.task.stop_for(prompt), not isinstance(prompt, str)
         reference = ended_as_asked(ref, stops, chat, tokenizer)
-        where = problem_name(prompt)
+        where = checker.name(prompt)
         first, again = _named(checker, name, reference), _named(checker, name, reference)
         checker.expect(
             isinstance(first, str) and first == again,

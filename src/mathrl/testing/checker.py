@@ -7,13 +7,14 @@ failure with a key is reported once, however often it recurs.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from mathrl.adapter import Prompt
+from mathrl.adapter import NoReference, Prompt
 from mathrl.problem_keys import Unfingerprintable, problem_fingerprint, problem_key
 from mathrl.resolved import Task, prompt_key
 from mathrl.text import describe, shown
@@ -35,13 +36,43 @@ def is_prompt(prompt: object) -> bool:
     )
 
 
-def problem_name(prompt: object) -> str:
-    """A problem as a message names it: its text prompt's start, or its conversation's last
-    user message (the first message is, as often as not, a system message all problems share)."""
+def problem_name(prompt: object, shared: tuple[str, str] = ("", "")) -> str:
+    """A problem as a message names it: its text prompt, or its conversation's last user message
+    (the first message is, as often as not, a system message all problems share), less the
+    lines `shared` says every problem's begins and ends with (a few-shot header, an instruction
+    after the question), so what tells it apart shows: `...'Q: What is 12 + 30?'...`."""
     if isinstance(prompt, list | tuple) and is_prompt(prompt):
         users = [m["content"] for m in prompt if m["role"] == "user"]
-        return shown(users[-1] if users else prompt_key(prompt), 40)
-    return shown(prompt, 40)
+        text = users[-1] if users else prompt_key(prompt)
+    elif isinstance(prompt, str):
+        text = prompt
+    else:
+        return shown(prompt, 40)
+    head, tail = shared
+    start = len(head) if head and text.startswith(head) else 0
+    end = len(text) - len(tail) if tail and text.endswith(tail) else len(text)
+    if start >= end:
+        return shown(text, 40)
+    return f"{'...' * bool(start)}{shown(text[start:end], 40)}{'...' * (end < len(text))}"
+
+
+def shared_lines(prompts: Sequence[object]) -> tuple[str, str]:
+    """The whole lines every one of `prompts` (as `problem_name` reads them) begins with, and
+    those every one ends with; nothing for fewer than two different prompts."""
+    texts = []
+    for prompt in prompts:
+        if isinstance(prompt, list | tuple) and is_prompt(prompt):
+            users = [m["content"] for m in prompt if m["role"] == "user"]
+            texts.append(users[-1] if users else prompt_key(prompt))
+        elif isinstance(prompt, str):
+            texts.append(prompt)
+    if len(set(texts)) < 2:
+        return "", ""
+    head = os.path.commonprefix(texts)  # noqa: RUF071
+    head = head[: head.rfind("\n") + 1]  # whole lines only
+    tail = os.path.commonprefix([t[::-1] for t in texts])[::-1]  # noqa: RUF071
+    tail = tail[tail.find("\n") :] if "\n" in tail else ""
+    return head, tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +107,9 @@ class Checker:
         self._warned: set[str] = set()
         self.draws: list[Draw] = []
         """Each draw of problems checked, to draw again in another process."""
+        self.no_reference: str | None = None
+        """Why the task has no references (`NoReference`), once it said so."""
+        self._shared: tuple[str, str] | None = None
 
     def expect(self, ok: bool, sentence: str, key: str | None = None) -> bool:
         """Record one check; a failed one with a `key` seen before only adds to its count."""
@@ -105,15 +139,32 @@ class Checker:
             lines[self._where[key]] += f" ({count} times)"
         return lines
 
+    def name(self, prompt: object) -> str:
+        """A problem as a message names it: what tells its prompt apart from the others drawn
+        (`problem_name`, less the lines every prompt drawn so far shares)."""
+        if self._shared is None:
+            prompts = []
+            for draw in self.draws:
+                for problem in draw.problems[:64]:
+                    try:
+                        prompts.append(self.adapter.make_prompt(problem))
+                    except Exception:  # a violation of its own already
+                        continue
+            self._shared = shared_lines(prompts)
+        return problem_name(prompt, self._shared)
+
     def with_references(self, problems: Sequence[Any]) -> Iterator[tuple[Any, Prompt, str]]:
         """(problem, prompt, reference) of each problem whose prompt and reference the task
         gives (what it fails to give is recorded, and the reward checks say more of it)."""
         for problem in problems:
             ok, prompt = self.call("make_prompt", partial(self.adapter.make_prompt, problem))
-            ok2, ref = self.call(
-                "reference_completion", partial(self.adapter.reference_completion, problem)
+            if not ok:
+                continue
+            ok, ref = self.call(
+                f"reference_completion({self.name(prompt)})",
+                partial(self.adapter.reference_completion, problem),
             )
-            if ok and ok2 and isinstance(ref, str):
+            if ok and isinstance(ref, str):
                 yield problem, prompt, ref
 
     def call(self, what: str, fn: Callable[[], Any], key: str | None = None) -> tuple[bool, Any]:
@@ -124,6 +175,9 @@ class Checker:
         """
         try:
             return True, fn()
+        except NoReference as exc:  # no violation: the task has none, and check_adapter says so
+            self.no_reference = self.no_reference or describe(exc)
+            return False, None
         except Exception as exc:
             method = (key or what).split("(", 1)[0]
             self.expect(
@@ -302,7 +356,7 @@ class Checker:
         self.expect(
             not shared,
             f"{what} shares {len(shared)} of {size} problems with training steps "
-            f"1-{guard_steps} (size {batch}), e.g. {_named(self.adapter, shared[:1])}: "
+            f"1-{guard_steps} (size {batch}), e.g. {_named(self, shared[:1])}: "
             f"held-out problems must be ones training never draws{advice}",
         )
         return problems
@@ -335,9 +389,9 @@ def _fingerprint(problem: Any) -> str | None:
         return None
 
 
-def _named(adapter: Any, problems: Sequence[Any]) -> str:
+def _named(checker: Checker, problems: Sequence[Any]) -> str:
     """The first of `problems` as a message names it (its prompt, already checked)."""
-    return problem_name(adapter.make_prompt(problems[0])) if problems else ""
+    return checker.name(checker.adapter.make_prompt(problems[0])) if problems else ""
 
 
 def _count(value: Any) -> str:

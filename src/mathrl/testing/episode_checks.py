@@ -35,7 +35,7 @@ from mathrl.adapter import Ending, Feedback, Prompt, Response
 from mathrl.backend import Tokenizer
 from mathrl.episodes import limits_error, reply_tokens
 from mathrl.rewards import ended_tokens, metric_values, reward_total, text_tokens
-from mathrl.testing.checker import Checker, problem_name
+from mathrl.testing.checker import Checker
 from mathrl.testing.inputs import ADVERSARIAL, WRONG
 from mathrl.testing.metric_checks import SHAPE
 from mathrl.testing.reward_checks import RewardChecks, ended_as_asked, sampled
@@ -72,7 +72,7 @@ class EpisodeChecks:
         ok, prompt = self.c.call("make_prompt", lambda: self.adapter.make_prompt(problem))
         if not ok:
             return
-        where = problem_name(prompt)
+        where = self.c.name(prompt)
         reference = self.play(problem, prompt, where, "the reference episode")
         cut = self.play(problem, prompt, where, CUT_OFF, ended="length")
         recovery = self.play(problem, prompt, where, "the recovery episode", RECOVERING_FROM)
@@ -135,7 +135,7 @@ class EpisodeChecks:
                 )
             if p.label == CUT_OFF:
                 self.c.warn(
-                    total < best,
+                    total < best or self.task.cut_off_graded is not None,  # as it says, and why
                     f"{CUT_OFF} (every turn ended='length') earns {total:g}, as much as the "
                     f"reference episode on {where}: a turn that ran out of tokens earns full "
                     "reward; if the task needs its ending, pay less when "

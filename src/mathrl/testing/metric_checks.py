@@ -20,7 +20,7 @@ from typing import Any
 from mathrl.adapter import Response
 from mathrl.backend import Tokenizer
 from mathrl.rewards import metric_values
-from mathrl.testing.checker import Checker, problem_name
+from mathrl.testing.checker import Checker
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.testing.reward_checks import ended_as_asked, sampled, wrong_name
 from mathrl.text import shown
@@ -34,7 +34,7 @@ def check_metrics(checker: Checker, problems: Sequence[Any], tokenizer: Tokenize
     if method is None:
         return
     for problem, prompt, ref in checker.with_references(problems):
-        where = problem_name(prompt)
+        where = checker.name(prompt)
         ok, own = checker.call(
             f"wrong_completions({where})", partial(checker.task.wrong_completions, problem)
         )

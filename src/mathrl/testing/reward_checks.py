@@ -24,7 +24,7 @@ from typing import Any
 from mathrl.adapter import Ending, Response
 from mathrl.backend import Tokenizer
 from mathrl.rewards import ended_tokens, response_key, reward_total, text_tokens
-from mathrl.testing.checker import Checker, problem_name
+from mathrl.testing.checker import Checker
 from mathrl.testing.inputs import ADVERSARIAL, WRONG, random_texts
 from mathrl.text import describe, shown
 
@@ -74,10 +74,13 @@ class RewardChecks:
         ok, prompt = c.call("make_prompt", lambda: self.adapter.make_prompt(problem))
         if not ok:
             return None
-        where = problem_name(prompt)
+        where = c.name(prompt)
         ok, ref = c.call(
             f"reference_completion({where})", lambda: self.adapter.reference_completion(problem)
         )
+        if not ok and c.no_reference is not None:  # the task has none: what needs none
+            self.hostile(problem, prompt, where)
+            return None
         if not ok or not c.expect(
             isinstance(ref, str),
             f"reference_completion({where}) must return a str (got {shown(ref)})",
@@ -137,6 +140,19 @@ class RewardChecks:
                 key="lookalike-digits",
             )
         return reference, best, where
+
+    def hostile(self, problem: Any, prompt: Any, where: str) -> None:
+        """Wrong and hostile completions, ended either way, each scored alone: finite, and
+        never raising (for a task without references, which nothing can be compared with)."""
+        stops, chat = self.task.stop_for(prompt), not isinstance(prompt, str)
+        texts = [*((wrong_name(w), w) for w in WRONG), *ADVERSARIAL]
+        texts += [(f"random text {t!r:.20}", t) for t in random_texts(12)]
+        for label, text in texts:
+            for response in (
+                ended_as_asked(text, stops, chat, self.tokenizer),
+                sampled(self.tokenizer, text, "length"),
+            ):
+                self.score([response], problem, where, [label])
 
     def fits(self, ref: str, stops: Sequence[str], where: str) -> None:
         """The reference, ended as asked, fits in the task's max_tokens on this tokenizer."""
@@ -199,8 +215,8 @@ class RewardChecks:
         """A warning when the reference cut off at the token limit earns the finished one's
         reward: the contract cannot know the task's intent, but it is what the task's ending
         (a stop, a closing sentinel) is for."""
-        if self.task.plays_episodes:
-            return  # the episode checks play the reference episode cut off
+        if self.task.plays_episodes or self.task.cut_off_graded is not None:
+            return  # the episode checks play it cut off; or the task says why it pays it
         cut = sampled(self.tokenizer, reference.text, "length")
         names = ["the reference", "the reference cut off at the token limit"]
         scores = self.score([reference, cut], problem, where, names)

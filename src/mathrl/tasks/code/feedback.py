@@ -4,7 +4,8 @@ The model writes `f` as in the code task. If it fails a hidden test, the
 environment replies with the first failing input, the value expected and
 what `f` returned (or the error, shortened), and the model writes `f` once
 more. The reward is 1.0 for passing every test on the first try,
-SECOND_TRY (0.5) on the second, 0 otherwise; its two parts, `first_try` and
+SECOND_TRY (0.5) on the second, 0 otherwise (a turn cut off at the token
+limit never finished its function: it fails, and hears so); its two parts, `first_try` and
 `second_try`, show in the run's metrics how often the second turn rescues a
 first failure. The code runs in the same sandbox as the code task's, once
 per distinct function (the feedback and the reward share the run).
@@ -20,6 +21,8 @@ from mathrl.text import shown
 
 SECOND_TRY = 0.5
 """The reward for passing on the second try: less than the first's, so the first is learnt."""
+CUT_OFF = "it was cut off at the token limit before the closing fence"
+"""What the reply says of a turn that ran out of tokens: its function was never finished."""
 REPLY = """
 The function fails a hidden test: {failure}.
 Write `f` again, then close the block.
@@ -55,11 +58,17 @@ class CodeFeedbackAdapter(CodeAdapter):
     def feedback(self, problem: CodeProblem, responses: Sequence[Response]) -> Feedback:
         if len(responses) >= self.max_turns:
             return Feedback(None)
-        failure = first_failure(code_of(responses[-1]), problem, self.allow_missing_layers)
+        if responses[-1].ended == "length":
+            failure: str | None = CUT_OFF
+        else:
+            failure = first_failure(code_of(responses[-1]), problem, self.allow_missing_layers)
         return Feedback(None if failure is None else REPLY.format(failure=failure))
 
     def compute_reward(self, completion: str, problem: CodeProblem) -> dict[str, float]:
-        passed = first_failure(code_of(completion), problem, self.allow_missing_layers) is None
+        cut = isinstance(completion, Response) and completion.ended == "length"
+        passed = not cut and (
+            first_failure(code_of(completion), problem, self.allow_missing_layers) is None
+        )
         turn = completion.turn if isinstance(completion, Response) else 1
         return {
             "first_try": 1.0 if passed and turn == 1 else 0.0,

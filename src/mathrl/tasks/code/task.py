@@ -9,7 +9,8 @@ process. (The seed's version of this task ran model output with `exec`
 inside the trainer.)
 
 Completions are multi-line, so the task stops at the closing fence instead
-of a newline, and has a larger token budget. Problems come from a few
+of a newline, and has a larger token budget; one cut off at that budget
+never finished its function, and scores 0. Problems come from a few
 families of one-line functions; a fixed tenth of them, by hash, is held out.
 """
 
@@ -23,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mathrl.adapter import Reward
+from mathrl.adapter import Response, Reward
 from mathrl.tasks.code.sandbox import JsonValue, Limits, Outcome, call_function, check_layers
 
 FENCE = "```"
@@ -288,7 +289,10 @@ class CodeAdapter:
         )
 
     def compute_reward(self, completion: str, problem: CodeProblem) -> Reward:
-        """The share of the hidden tests `f` passes (a number; a subclass may name parts)."""
+        """The share of the hidden tests `f` passes (a number; a subclass may name parts); 0 for
+        a completion cut off at the token limit, whose function was never finished."""
+        if isinstance(completion, Response) and completion.ended == "length":
+            return 0.0
         code = code_of(completion)  # the stop, and anything after it, is not code
         return score(code, problem, self.allow_missing_layers) if code.strip() else 0.0
 

@@ -1,8 +1,8 @@
 """The math dataset task (built-in as `math`): problems from a file or a dataset, a real grader.
 
 - `task`: `MathDatasetAdapter`, its options and rewards;
-- `sources`: reading JSONL, JSON, CSV, Parquet, shipped fixtures and Hugging Face datasets;
-- `problems`: rows made problems, the held-out split and the epoch shuffle;
+- `problems`: what a row must hold to be a problem (the rows are read, checked,
+  split and drawn by `mathrl.tasks.dataset`, which the `dataset` task shares);
 - `prompts`: the conversation or few-shot prompt, and reference solutions;
 - `answers`: final answers (`\\boxed{}`, `####`, bare) and the exact-number fast path;
 - `grading`: equivalence, through math-verify in a child process with a deadline.

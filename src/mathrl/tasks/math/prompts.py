@@ -2,6 +2,10 @@
 
 For: the math task. Pure functions of a problem; no I/O. Not for: grading.
 
+Worked examples come before the problem: by default `few_shot` rows of the
+task's own training data (`MathDatasetAdapter`'s `examples`), or the
+built-in word problems (`EXAMPLES`).
+
 - `chat`: a conversation for an instruct model's chat template. Each worked
   example is a user turn (its question, then the instruction) and the
   assistant's answer; then the problem's own user turn. The completion is
@@ -25,6 +29,7 @@ held-out accuracy moves.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from mathrl.adapter import Message
 from mathrl.tasks.math.answers import BOXED, GSM_MARK, boxed_span
@@ -88,7 +93,8 @@ EXAMPLES = (
         "75",
     ),
 )
-"""Worked examples for few-shot prompts, written for this project (none is a fixture's)."""
+"""The built-in worked examples (`examples=built-in`), written for this project (none is a
+fixture's); by default the examples are rows of the task's own training data."""
 
 
 def worked(problem: MathProblem) -> str:
@@ -113,19 +119,21 @@ def user_turn(question: str, instruction: str) -> str:
     return f"{question}\n\n{instruction}"
 
 
-def chat_prompt(problem: MathProblem, instruction: str, shots: int) -> list[Message]:
-    """The conversation: `shots` worked examples, then the problem."""
+def chat_prompt(
+    problem: MathProblem, instruction: str, examples: Sequence[MathProblem]
+) -> list[Message]:
+    """The conversation: the worked `examples`, then the problem."""
     turns: list[Message] = []
-    for example in EXAMPLES[:shots]:
+    for example in examples:
         turns.append({"role": "user", "content": user_turn(example.question, instruction)})
         turns.append({"role": "assistant", "content": worked(example)})
     turns.append({"role": "user", "content": user_turn(problem.question, instruction)})
     return turns
 
 
-def text_prompt(problem: MathProblem, instruction: str, shots: int) -> str:
-    """The few-shot text: the instruction, `shots` worked examples, then the problem."""
+def text_prompt(problem: MathProblem, instruction: str, examples: Sequence[MathProblem]) -> str:
+    """The few-shot text: the instruction, the worked `examples`, then the problem."""
     blocks = [instruction]
-    blocks += [f"Question: {e.question}\nAnswer: {worked(e)}" for e in EXAMPLES[:shots]]
+    blocks += [f"Question: {e.question}\nAnswer: {worked(e)}" for e in examples]
     blocks.append(f"Question: {problem.question}\nAnswer:")
     return "\n\n".join(blocks)

@@ -20,8 +20,9 @@ dataset; `options` holds the dataset (unless it is the default) and each setting
 Reward. The prompt (a conversation) asks for the final answer between `<answer>` and
 `</answer>` (`answers.py`); the reward has two parts: `score`, the dataset's own
 score of that answer, and `format`, 0.1 for an answer given so. A completion without
-one, an answer longer than `answers.answer_limit`, or one spelling digits outside
-ASCII scores 0. The scorer runs in a child process (`scoring.py`): one that raises,
+one, cut off at the token limit, with an answer longer than `answers.answer_limit`, or
+one spelling digits outside ASCII scores 0. `final_answer` names each completion's
+answer, so `eval` reports maj@k. The scorer runs in a child process (`scoring.py`): one that raises,
 crashes, takes more than SCORE_SECONDS, or returns what is not a number scores 0,
 and a number outside [0, 1] is clipped. Correct (`evaluate`) is a full score.
 
@@ -49,7 +50,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from mathrl.adapter import Message, OptionError, Unavailable
+from mathrl.adapter import Message, OptionError, Response, Unavailable
 from mathrl.resolved import OptionValue
 from mathrl.tasks.reasoning_gym import answers
 from mathrl.tasks.reasoning_gym.answers import FORMAT, SYSTEM, final_answer, in_asked_form
@@ -176,10 +177,17 @@ class ReasoningGym:
 
     def compute_reward(self, completion: str, problem: Item) -> dict[str, float]:
         """`score`: the dataset's own score of the final answer; `format`: one was given."""
-        answer = final_answer(completion)
+        answer = self.final_answer(completion)
         if answer is None or len(answer) > answers.answer_limit(problem.answer):
             return {"score": 0.0, "format": 0.0}
         return {"score": self._score(answer, problem), "format": FORMAT}
+
+    def final_answer(self, completion: str) -> str | None:
+        """The answer between `<answer>` tags (`answers.final_answer`), for maj@k; None when
+        there is none, or the completion was cut off at the token limit before it ended."""
+        if isinstance(completion, Response) and completion.ended == "length":
+            return None
+        return final_answer(completion)
 
     def reference_completion(self, problem: Item) -> str:
         return in_asked_form(problem.answer or "")
