@@ -401,3 +401,17 @@ def test_sample_refuses_weights_trained_for_another_task(tmp_path: Path) -> None
                    "tinker://run/sampler_weights/code-seed0-0123abcd-step0000005")  # fmt: skip
     assert mint.returncode == 2
     assert "trained on task 'code', not on task 'addition'" in mint.stderr
+
+
+SLOW_TO_CHECK = ("code", "code-feedback", "reasoning-gym")
+"""Built-in tasks whose check runs sandboxed code or a library's scorers: the slow suite's."""
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_TO_CHECK else n for n in BUILT_IN]
+)
+def test_every_built_in_task_passes_its_checker_with_no_warning(name: str) -> None:
+    task = load_task(name, task_args=BUILT_IN_ARGS.get(name))
+    summary = check_adapter(task, across_processes=False)
+    assert summary.startswith(f"task {task.name!r} ({BUILT_IN[name][0]}) passed ")
+    assert "warning" not in summary, summary  # the tasks a user copies from heed their advice

@@ -107,6 +107,31 @@ def test_resume_refuses_a_run_whose_task_was_renamed(tmp_path: Path) -> None:
     assert (done.returncode, "lacks a setting ('lora_rank')" in done.stderr) == (2, True)
 
 
+@pytest.mark.parametrize("spec", ["overlap.py:Overlapping", "overlap:Overlapping"])
+def test_a_run_folder_records_the_tasks_file_absolute_and_works_from_any_folder(
+    tmp_path: Path, spec: str
+) -> None:
+    mine, elsewhere = tmp_path / "mine", tmp_path  # (what a call imports under it, it forgets)
+    mine.mkdir()
+    (mine / "overlap.py").write_text(OVERLAPPING_TASK)
+    done = run_main(mine, "--backend", "fake", "--adapter", spec, "--steps", "2",
+                    "--log-dir", "X")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = json.loads((mine / "X" / "config.json").read_text())
+    assert config["settings"]["adapter"] == f"{mine / 'overlap.py'}:Overlapping"
+    folder = str(mine / "X")
+    for args in (
+        ["--resume", folder, "--steps", "3"],
+        ["eval", "--model-path", folder, "--problems", "3"],
+        ["sample", "--model-path", folder, "--problems", "3"],
+    ):
+        done = run_main(elsewhere, *args)
+        assert done.returncode == 0, (args, done.stderr)
+    # The name typed then, given again with --resume, is the same task: not a change.
+    done = run_main(mine, "--resume", "X", "--steps", "4", "--adapter", spec)
+    assert done.returncode == 0, done.stderr
+
+
 def test_an_unreadable_dotenv_and_an_interrupt_are_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -34,7 +34,7 @@ from mathrl.tasks import BUILT_IN
 from mathrl.tasks.dataset.rows import Keyed, RowError, epoch_draw, split_heldout
 from mathrl.tasks.dataset.sources import FIXTURES
 from mathrl.tasks.math import MathDatasetAdapter, MathProblem
-from mathrl.tasks.math.prompts import worked
+from mathrl.tasks.math.prompts import EXAMPLES, worked
 from mathrl.testing import check_adapter
 from mathrl_fakes import ByteTokenizer, FakeBackend
 
@@ -523,3 +523,104 @@ def test_held_out_greedy_accuracy_rises_20_points_in_20_steps_on_the_fake(tmp_pa
     parts = result.steps[0].reward_parts
     assert 0 < parts["correct"] < 1  # partial credit shows
     assert parts["format"] > 0
+
+
+# -- every row checked (issue 35) ----------------------------------------------------------------
+
+
+GSM = [{"question": f"Q{n}?", "answer": f"So {n} + 1 = {n + 1}.\n#### {n + 1}"} for n in range(6)]
+"""Rows in GSM8K's format: reasoning, then the `####` line."""
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        # GSM8K's answer without its #### line: its whole reasoning would be the gold answer.
+        ({"question": "Q9?", "answer": "Natalia sold 48/2 = 24 clips in May."},
+         "line 7: field 'answer' has no '#### ANSWER' line, as most of this file's answers have "
+         "(GSM8K's format): without it the whole text would be the gold answer"),
+        ({"question": "", "answer": "#### 3"}, "line 7: field 'question' is empty (the question)"),
+        ({"answer": "#### 3"},
+         "line 7: field 'question' is missing (the question; the row's fields: 'answer')"),
+    ],
+)  # fmt: skip
+def test_a_gsm8k_row_that_cannot_be_used_is_refused_by_line_and_field(
+    tmp_path: Path, row: dict[str, str], message: str
+) -> None:
+    path = write(tmp_path / "t.jsonl", [*GSM, row])
+    with pytest.raises(RowError) as refused:
+        MathDatasetAdapter(train=str(path))
+    assert str(refused.value) == f"train file '{path}' {message}"
+
+
+def test_a_math_solution_without_its_box_and_a_bare_sentence_are_refused(tmp_path: Path) -> None:
+    boxed = [{"problem": f"What is {n}+1?", "solution": f"It is $\\boxed{{{n + 1}}}$."}
+             for n in range(5)]  # fmt: skip
+    path = write(tmp_path / "m.jsonl", [*boxed, {"problem": "P?", "solution": "It is 3."}])
+    with pytest.raises(RowError, match=r"line 6: field 'solution' has no closed \\boxed\{ANSWER\}"):
+        MathDatasetAdapter(train=str(path), question="problem", answer="solution")
+    bare = [{"question": f"Q{n}", "answer": str(n)} for n in range(5)]
+    path = write(tmp_path / "b.csv", [*bare, {"question": "Q9", "answer": "She has 7 apples."}])
+    with pytest.raises(RowError) as refused:
+        MathDatasetAdapter(train=str(path))
+    assert str(refused.value).endswith(
+        "line 7: field 'answer' is a sentence, not an answer: a bare answer is the answer alone "
+        "(at most 2 words); end a worked solution with '#### ANSWER' or \\boxed{ANSWER}"
+    )
+    # Short answers of a word or two, units and expressions are answers.
+    ok = [*bare, {"question": "Q7", "answer": "5 cm"}, {"question": "Q8", "answer": "\\frac{3}{4}"}]
+    assert MathDatasetAdapter(train=str(write(tmp_path / "c.csv", ok)), grader="exact").training
+
+
+def test_the_worked_examples_are_training_rows_drawn_seeded_and_not_trained_on() -> None:
+    task = MathDatasetAdapter(few_shot=3)
+    again = MathDatasetAdapter(few_shot=3)
+    assert task.examples == again.examples  # seeded: the same in every run
+    assert len(task.examples) == 3
+    assert not set(task.examples) & set(task.training)  # shown, so not trained on
+    assert len(task.training) + len(task.examples) == 200
+    prompt = task.make_prompt(task.heldout_problems[0])
+    assert isinstance(prompt, list)
+    assert [m["content"].split("\n\n")[0] for m in prompt[:-1:2]] == [
+        e.question for e in task.examples
+    ]
+    built_in = MathDatasetAdapter(few_shot=3, examples="built-in")
+    assert built_in.examples == EXAMPLES[:3]
+    assert len(built_in.training) == 200
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer"),
+    [
+        ("so \\boxed{72}", "72"),
+        ("so \\boxed{72.0}", "72"),  # the same number, named one way
+        ("\\boxed{\\frac{3}{4}}", "3/4"),
+        ("\\boxed{0.75}", "3/4"),
+        ("#### 1,000", "1000"),
+        ("\\boxed{x  +  1}", "x + 1"),
+        ("no answer here\nat all", None),
+    ],
+)
+def test_the_math_task_names_each_completions_answer_for_maj_at_k(
+    completion: str, answer: str | None
+) -> None:
+    task = MathDatasetAdapter(grader="exact")
+    assert task.final_answer(Response(completion, "end_of_turn")) == answer
+    assert task.final_answer(Response("\\boxed{72}", "length")) is None  # cut off: none stated
+
+
+def test_a_completion_cut_off_at_the_token_limit_earns_nothing() -> None:
+    task = MathDatasetAdapter(grader="exact")
+    problem = MathProblem("q", "245", "#### 245")
+    assert task.compute_reward(Response("\\boxed{245}", "length"), problem) == {
+        "correct": 0.0, "format": 0.0
+    }  # fmt: skip
+    wrong = task.compute_reward(Response("\\boxed{246}", "end_of_turn"), problem)
+    assert sum(wrong.values()) >= 0.0  # a wrong answer earns no less than a cut-off one
+
+
+def test_eval_reports_maj_at_k_for_the_math_task(tmp_path: Path) -> None:
+    done = run_main(tmp_path, "eval", "--backend", "fake", "--adapter", "math", "--task-arg",
+                    "grader=exact", "--problems", "10", "--k", "1,4")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "\nmaj@4 " in done.stdout

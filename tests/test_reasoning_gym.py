@@ -18,6 +18,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,6 +53,7 @@ from mathrl.tasks.reasoning_gym.settings import (
 )
 from mathrl.tasks.reasoning_gym.task import DrawError, Item, is_heldout
 from mathrl.testing import check_adapter
+from mathrl_fakes import ByteTokenizer
 
 LEARNED = ("basic_arithmetic", "chain_sum", "leg_counting", "word_sorting", "gsm_symbolic")
 """Five datasets the issue names: each passes check_adapter and learns on the fake."""
@@ -714,3 +716,26 @@ def test_the_refused_datasets_are_those_whose_scorer_runs_the_answer() -> None:
         name for name, (cls, _) in datasets.items() if _runs_text(cls.score_answer, cls, set())
     }
     assert running == set(RUNS_THE_ANSWER) | set(RUNS_ITS_OWN_TEXT)
+
+
+def test_the_task_names_each_completions_answer_for_maj_at_k() -> None:
+    library()
+    task = ReasoningGym()
+    assert task.final_answer(Response("so <answer> 42 </answer>", "end_of_turn")) == "42"
+    assert task.final_answer(Response("no tags", "end_of_turn")) is None
+    assert task.final_answer(Response("<answer>42</answer>", "length")) is None  # cut off
+    problem = task.build_dataset(0, 1, 1)[0]
+    cut = Response(task.reference_completion(problem), "length")
+    assert task.compute_reward(cut, problem) == {"score": 0.0, "format": 0.0}
+
+
+def test_prepare_checks_the_first_problems_against_the_token_budget() -> None:
+    library()
+    task = ReasoningGym("chain_sum")
+    line = task.prepare(ByteTokenizer(), 2048)
+    assert line.startswith("reasoning-gym chain_sum: the first 128 problems checked (held-out")
+    assert re.search(r"the longest reference takes \d+ of 2048 tokens$", line)
+    with pytest.raises(OptionError) as refused:
+        task.prepare(ByteTokenizer(), 8)
+    assert refused.value.option == "max_tokens"
+    assert "more than max_tokens=8 (the answer to ..." in str(refused.value)

@@ -110,16 +110,10 @@ def recorded_spec(spec: str) -> str:
         return spec
     if module_name.endswith(".py"):
         return f"{os.path.abspath(module_name)}:{attr}"
-    if "." in module_name:  # a package's module: its package is found as it was
-        return spec
-    try:
-        found = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
-        return spec
-    origin = found.origin if found is not None else None
-    if origin and origin.endswith(".py") and Path(origin).parent == Path.cwd():
-        return f"{os.path.abspath(origin)}:{attr}"
-    return spec
+    local = Path.cwd() / f"{module_name}.py"  # what `python -m` imports first, from here
+    if "." not in module_name and local.is_file():
+        return f"{local.absolute()}:{attr}"
+    return spec  # a package's module, or one importable from anywhere: found as it was
 
 
 def task_target(spec: str, source: str) -> Any:

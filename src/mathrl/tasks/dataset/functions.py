@@ -186,9 +186,9 @@ def _load(spec: str, option: str) -> tuple[RowFunction, str]:
     else:
         module = _import(where, option)
         recorded = spec
-        file = getattr(module, "__file__", None)
-        if "." not in where and file and Path(file).parent == Path.cwd():
-            recorded = f"{os.path.abspath(file)}:{name}"  # found beside you: works from anywhere
+        local = Path.cwd() / f"{where}.py"
+        if "." not in where and local.is_file():  # found beside you: works from anywhere
+            recorded = f"{local.absolute()}:{name}"
     target: Any = module
     for part in name.split("."):
         target = getattr(target, part, None)

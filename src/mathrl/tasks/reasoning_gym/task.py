@@ -12,7 +12,9 @@ and training keeps the others. So a held-out question is never a training questi
 at any seed or step, even where the generator repeats itself; and the problems are a
 function of the arguments alone, the same in every process and after a resume
 (generators that draw from the `random` module get it seeded by the problem, and
-restored after). A problem the generator fails to make is skipped.
+restored after). A problem the generator fails to make, or makes with an empty
+question, is skipped and counted; `prepare` checks the first problems a run draws
+(held-out and step 1's) against the token budget, and says how many were skipped.
 
 Options. The task's name is `reasoning-gym.<dataset>`, so checkpoint names say which
 dataset; `options` holds the dataset (unless it is the default) and each setting given.
@@ -51,12 +53,14 @@ from types import ModuleType
 from typing import Any
 
 from mathrl.adapter import Message, OptionError, Response, Unavailable
+from mathrl.backend import Tokenizer
 from mathrl.resolved import OptionValue
+from mathrl.rewards import ended_tokens
 from mathrl.tasks.reasoning_gym import answers
 from mathrl.tasks.reasoning_gym.answers import FORMAT, SYSTEM, final_answer, in_asked_form
 from mathrl.tasks.reasoning_gym.scoring import ScoringProcesses
 from mathrl.tasks.reasoning_gym.settings import check_dataset, convert_settings
-from mathrl.text import describe
+from mathrl.text import describe, shown_end
 
 INSTALL = "pip install 'mathrl[reasoning-gym]'"
 DEFAULT_DATASET = "basic_arithmetic"
@@ -68,6 +72,8 @@ MAX_WINDOWS = 200
 """A draw gives up after this many windows without enough problems of its stream."""
 SCORE_SECONDS = 5.0
 """The longest one score may take (in its process, see `scoring.py`): then it is 0."""
+PREPARED = 64
+"""How many held-out and first-step problems `prepare` checks against the token budget."""
 SEEDS = 2**31 - 2**20
 """Window seeds lie below this: reasoning-gym adds the index, and some of its generators
 seed libraries that take 32-bit seeds only."""
@@ -129,6 +135,8 @@ class ReasoningGym:
         """
         self.dataset = dataset
         self.name = "reasoning-gym." + re.sub(r"[^A-Za-z0-9_.-]", "-", dataset)[:48]
+        self._failed = 0
+        """Problems the generator failed to make (or made with an empty question), skipped."""
         library = _library()
         self._library = library
         if library is None:  # preflight says so; options are recorded as given
@@ -162,6 +170,34 @@ class ReasoningGym:
         """The library and dataset this task relies on; Unavailable if it is not installed."""
         self._need()
         return f"reasoning-gym {_installed_version()}, dataset {self.dataset}"
+
+    def prepare(self, tokenizer: Tokenizer, max_tokens: int) -> str:
+        """Check the first problems a run draws against the model's tokenizer: the held-out
+        set's first PREPARED and training step 1's, each reference within `max_tokens` (a
+        generator makes its problems as they are drawn: there is no file of them to check
+        whole); OptionError for one that does not fit. The set-up line says what was seen."""
+        self._need()
+        drawn = [
+            *self._draw("heldout", 0, 0, PREPARED, heldout=True),
+            *self._draw("train", 0, 1, PREPARED, heldout=False),
+        ]
+        longest = 0
+        for item in drawn:
+            needed = ended_tokens(tokenizer, self.reference_completion(item), self.stop)
+            if needed > max_tokens:
+                raise OptionError(
+                    "max_tokens",
+                    f"reasoning-gym's {self.dataset} makes problems whose reference takes "
+                    f"{needed} tokens, more than max_tokens={max_tokens} (the answer to "
+                    f"{shown_end(item.question, 60)}): raise max_tokens, or choose settings that "
+                    "make smaller problems",
+                )
+            longest = max(longest, needed)
+        failed = f", {self._failed} the generator failed to make skipped" if self._failed else ""
+        return (
+            f"reasoning-gym {self.dataset}: the first {len(drawn)} problems checked (held-out "
+            f"and step 1's){failed}; the longest reference takes {longest} of {max_tokens} tokens"
+        )
 
     def build_dataset(self, seed: int, step: int, size: int) -> list[Item]:
         return self._draw("train", seed, step, size, heldout=False)
@@ -229,8 +265,11 @@ class ReasoningGym:
                     with _quiet(), _own_random(first + index):
                         entry = source[index]
                     item = Item(str(entry["question"]), _text(entry["answer"]), entry)
-                except Exception:  # the generator's own failure: skip this problem
+                    if not item.question.strip():
+                        raise ValueError("an empty question")
+                except Exception:  # the generator's own failure: skip this problem, counted
                     failed += 1
+                    self._failed += 1
                     continue
                 if is_heldout(item.question) == heldout:
                     items.append(item)
