@@ -19,9 +19,11 @@ import pytest
 from hypothesis import given
 
 import dataset_fixtures
+import mathrl.service.mint_backend as mint_backend
 import strategies
 from cli_process import run_main
 from conftest import checks_passed
+from doubles.fake_mint import FakeMintServer
 from mathrl.adapter import NoReference, OptionError, Response
 from mathrl.checkpoints import run_fingerprint
 from mathrl.config import TrainConfig
@@ -55,6 +57,7 @@ def digits(completion, **row):
 '''
 """The README's reward and metric for the unit-conversion task, as a user writes them."""
 PROMPT = "{value} {unit_from} in {unit_to}:"
+KEY = "sk-test-dataset"
 ARGS = ["--task-arg", f"prompt={PROMPT}", "--task-arg", "reward=units.py:close"]
 
 
@@ -511,3 +514,30 @@ def test_a_task_error_from_a_reward_function_names_the_row(units: Path) -> None:
         "strict.py:strict raised ValueError: could not convert string to float: <input>"
     )
     assert problem.where.startswith("train file 'units.csv' line ")
+
+
+def test_a_task_without_references_trains_and_evaluates_over_the_mint_sdk(
+    units: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The mint SDK's double: the service samples any prompt, whatever its task.
+    server = FakeMintServer({}, checkpoint_dir=units / "mint")
+    real_open, real_sampler = mint_backend.open_backend, mint_backend.open_sampler
+
+    async def open_on_the_double(config: Any, env: Any, **kwargs: Any) -> Any:
+        return await real_open(config, env, service_client=server.connect(), **kwargs)
+
+    async def sampler_on_the_double(config: Any, env: Any, path: Any, **kwargs: Any) -> Any:
+        return await real_sampler(config, env, path, service_client=server.connect(), **kwargs)
+
+    monkeypatch.setattr(mint_backend, "open_backend", open_on_the_double)
+    monkeypatch.setattr(mint_backend, "open_sampler", sampler_on_the_double)
+    args = ["--adapter", "dataset", "--task-arg", "train=units.csv", "--task-arg",
+            f"prompt={PROMPT}", "--task-arg", "answer=", "--task-arg", "reward=units.py:digits",
+            "--task-arg", "correct_at=0.5"]  # fmt: skip
+    done = run_main(units, *args, "--steps", "2", "--log-dir", "run", MINT_API_KEY=KEY)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("Saved: tinker://")
+    assert "240 rows read (units.csv)" in done.stderr  # no reference: no budget to check
+    evaluated = run_main(units, "eval", *args, "--problems", "4", "--k", "1", MINT_API_KEY=KEY)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "greedy accuracy" in evaluated.stdout

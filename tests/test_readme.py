@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import shlex
 import sys
 import tempfile
 import textwrap
@@ -65,6 +66,26 @@ def test_the_readme_task_passes_its_check_and_learns(task_folder: Path) -> None:
     assert sum(accuracy[15:]) / 5 >= sum(accuracy[:5]) / 5 + 20
     # The worked example stays about 30 lines long.
     assert 25 <= len((task_folder / "subtraction.py").read_text().splitlines()) <= 40
+
+
+def test_the_readme_data_task_is_a_few_lines_that_check_and_learn(tmp_path: Path) -> None:
+    code = block_after("here in `units.py`:", "python")
+    (tmp_path / "units.py").write_text(code)
+    assert len([line for line in code.splitlines() if line.strip()]) <= 15
+    commands = block_after("In 20 steps greedy held-out accuracy", "console")
+    check, train = (shlex.split(c) for c in commands.replace("\\\n", " ").splitlines())
+    checked = run_main(tmp_path, *check[3:])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.startswith("check-adapter: task 'dataset' (mathrl.tasks.dataset:")
+    assert "warning" not in checked.stdout + checked.stderr  # an example to copy
+    done = run_main(tmp_path, *train[3:])
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0].startswith(
+        "mathrl: 240 rows read (fixture:units): 216 training and 24 held-out problems; 0 skipped"
+    )
+    evals = [float(m[1]) for m in re.finditer(r"Eval step \d+: accuracy=(\d+\.\d)%", done.stdout)]
+    assert 35 <= evals[0] <= 55  # "from about 45%"
+    assert evals[-1] == 100.0  # "to 100%"
 
 
 def test_the_python_snippets_run(
@@ -147,14 +168,6 @@ def test_the_configuration_table_agrees_with_the_settings() -> None:
             assert BUILT_IN[word][0] == value
         else:
             assert word == value, flag
-
-
-def test_the_installed_version_is_the_changelogs_newest() -> None:
-    # `### 0.3.0 (unreleased)`: 0.3.0.dev0 until it is released, then 0.3.0.
-    heading = re.search(r"^### (\d+\.\d+\.\d+)( \(unreleased\))?$", README, re.MULTILINE)
-    assert heading is not None, "the README's changelog has no version heading"
-    newest, unreleased = heading[1], heading[2] is not None
-    assert mathrl.__version__ == (f"{newest}.dev0" if unreleased else newest)
 
 
 def test_each_test_the_seed_table_names_exists() -> None:

@@ -7,7 +7,12 @@ script can call them (as trio's `check_*` suites are called). On success
 method and the input. `python -m mathrl check-adapter module:Class` runs it.
 
 What it checks (each distinct violation is listed once, with how many times
-it happened):
+it happened, and names a problem by what tells its prompt apart from the
+others': `...'Q: What is 12 + 30?'...`, not a few-shot header they share):
+
+- the task's data, if it has any (`prepare` on the tokenizer in use, at the
+  task's `max_tokens`): a row it cannot use is a violation naming the row,
+  and its set-up line ends the summary's first line;
 
 - problems (`checker.py`): determinism whatever the global random state
   (`build_dataset` and `heldout_dataset` both), and in a new interpreter with
@@ -19,16 +24,18 @@ it happened):
   cannot see what the prompt hides);
 - rewards (`reward_checks.py`; every completion it makes up is a `Response`
   that says how it ended and its `tokens` on the tokenizer in use): the
-  reference, ended as the task asks, earns the maximum and fits `max_tokens`
+  reference, ended as the task asks, earns the maximum, and fits `max_tokens`
   on the tokenizer in use (by default the fake's, which counts UTF-8 bytes,
-  more than real tokenizers do); wrong
+  more than real tokenizers do) for every problem of at least BUDGET_PROBLEMS
+  (200) drawn, and the held-out ones; wrong
   answers (the task's `wrong_completions` too) earn less, as does the
   reference in full-width look-alike digits; rewards are finite numbers or
   named parts and never raise on hostile completions (`inputs.py`: empty,
   whitespace, 10,000 characters, a 5,000-digit number, U+2212 minus, control
   characters, lone surrogates, random Unicode), ended either way; a warning
   (not a violation) when the reference cut off at the token limit earns as
-  much as the finished one; group rewards (`group_checks.py`) have the right
+  much as the finished one (unless the task says why it pays it:
+  `cut_off_graded`); group rewards (`group_checks.py`) have the right
   length, also for a group with repeated completions, are deterministic, equal
   for equal completions and shuffle with the group, and the reference alone in
   its group counts as correct; `evaluate` (`evaluate_checks.py`) stays in
@@ -53,6 +60,9 @@ it happened):
   same twice for the reference; an environment's `Feedback.metrics` too;
 - `preflight()`, if the task has one: None or one printable line, or
   `Unavailable`, which passes through (no check stands in for what is missing);
+- a task without references (`NoReference`): what needs none (determinism,
+  held-out problems, hostile completions, metrics, evaluate), and a warning
+  line saying which checks it could not make;
 - with `learns`: 20 steps raise accuracy by at least 10 points, or, when
   accuracy starts above 90% (too high to rise so far), the mean reward by a
   tenth of the range from the lowest reward seen to the reference's; the
