@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from cli_process import run_main
 from conftest import checks_passed
 from doubles.fake_mint import FakeMintServer
 from mathrl.adapter import NoReference, OptionError, Response
-from mathrl.checkpoints import run_fingerprint
+from mathrl.checkpoints import checkpoint_name, run_fingerprint
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
 from mathrl.resolved import as_task
@@ -541,3 +542,13 @@ def test_a_task_without_references_trains_and_evaluates_over_the_mint_sdk(
     evaluated = run_main(units, "eval", *args, "--problems", "4", "--k", "1", MINT_API_KEY=KEY)
     assert evaluated.returncode == 0, evaluated.stderr
     assert "greedy accuracy" in evaluated.stdout
+
+
+def test_editing_a_reward_function_gives_new_checkpoint_names(units: Path) -> None:
+    config = TrainConfig()
+    before = as_task(task_in(units, reward="units.py:close"))
+    (units / "units.py").write_text(UNITS.replace("rel_tol=1e-6", "rel_tol=1e-3"))
+    sys.modules.pop("units", None)
+    after = as_task(task_in(units, reward="units.py:close"))
+    assert after.version != before.version
+    assert checkpoint_name(after, config, 1) != checkpoint_name(before, config, 1)

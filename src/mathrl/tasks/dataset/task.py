@@ -32,11 +32,14 @@ references). Not for: episodes, tools or group rewards (write a class: see
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 import string
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 from mathrl.adapter import Message, NoReference, OptionError, Response
@@ -46,6 +49,7 @@ from mathrl.rewards import ended_tokens
 from mathrl.tasks.dataset.data import Data
 from mathrl.tasks.dataset.functions import (
     FunctionSpec,
+    Named,
     RowFunction,
     call,
     check_takes,
@@ -191,6 +195,8 @@ class DatasetTask:
         )
         self.data = self._data.digests
         """Each source's content digest: a changed file gives the run new checkpoint names."""
+        self.version = _version([*self.rewards, *self.measures])
+        """This package's code and the functions' modules': editing a reward gives new names."""
 
     # -- rows --------------------------------------------------------------------------
 
@@ -282,6 +288,26 @@ _DEFAULTS: dict[str, object] = {
     if name != "self"
 }
 """Each option's default, from the constructor: the one place they are written."""
+
+
+def _version(named: Sequence[Named]) -> str:
+    """A hash of this package's source and of the source of each function's module (or the
+    function's own, or its name, when there is no module source to read)."""
+    digest = hashlib.blake2b(digest_size=8)
+    files = resources.files(__package__)
+    for name in sorted(p.name for p in files.iterdir() if p.name.endswith(".py")):
+        digest.update(files.joinpath(name).read_bytes())
+    for n in named:
+        module = sys.modules.get(getattr(n.function, "__module__", "") or "")
+        for source in (module, n.function):
+            try:
+                digest.update(inspect.getsource(source).encode())  # type: ignore[arg-type]
+                break
+            except (OSError, TypeError):
+                continue
+        else:
+            digest.update(n.spec.encode())
+    return digest.hexdigest()
 
 
 def _fields_of(template: str, option: str) -> tuple[str, ...]:
