@@ -74,7 +74,8 @@ def test_the_fakes_and_the_conformance_kit_are_public_too() -> None:
         "references_for",
     ]  # fmt: skip
     assert sorted(mathrl.testing.__all__) == [
-        "ADVERSARIAL", "LearnsOn", "WRONG", "check_adapter", "random_texts",
+        "ADVERSARIAL", "BrokenRule", "LearnsOn", "WRONG", "check_adapter", "check_backend",
+        "random_texts",
     ]  # fmt: skip
 
 

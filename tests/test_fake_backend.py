@@ -12,20 +12,29 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import strategies as st_
-from backend_contract import check_backend
 from conftest import math_references
-from mathrl.backend import BackendError, Datum, SampleParams, TransientBackendError
+from mathrl.backend import (
+    BackendError,
+    Datum,
+    SampleParams,
+    TrainResult,
+    TransientBackendError,
+    check_train_step,
+)
 from mathrl.config import TrainConfig
 from mathrl.grpo import build_datum
 from mathrl.loop import run_grpo
+from mathrl.losses import IMPORTANCE_SAMPLING
 from mathrl.rollout import run_problems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl.testing import BrokenRule, check_backend
 from mathrl_fakes import (
     ByteTokenizer,
     FakeBackend,
@@ -598,3 +607,26 @@ def test_a_named_wrong_answer_parts_from_the_target_at_the_distractor() -> None:
     # Its logit is the fixed WRONG_BIAS whatever the weights: training never moves it.
     assert logprob([0.5] * 8, on_slip, ord("2")) == logprob([0.0] * 8, on_slip, ord("2"))
     assert position_at(target, list(b" 6")) == position_at(None, [])
+
+
+class SkipsTheOptimizerStep(FakeBackend):
+    """forward_backward without optim_step: a backend that computes the loss and learns nothing."""
+
+    async def submit_train_step(self, datums_D: Any, learning_rate: float, loss: Any = None) -> Any:
+        check_train_step(datums_D, learning_rate, VOCAB_SIZE)
+        metrics = self.model.forward_backward(list(datums_D), loss or IMPORTANCE_SAMPLING)
+
+        async def done() -> TrainResult:
+            return TrainResult(loss=metrics["loss:sum"], metrics=metrics)
+
+        return asyncio.ensure_future(done())
+
+
+def test_check_backend_names_the_rule_a_backend_breaks(tmp_path: Path) -> None:
+    with pytest.raises(BrokenRule) as broken:
+        check_backend(lambda: SkipsTheOptimizerStep(math_references(), checkpoint_dir=tmp_path))
+    assert broken.value.rule == "optimizer step"
+    assert str(broken.value).startswith(
+        "the backend breaks the contract's rule 'optimizer step': two steps on the same datums "
+        "gave the loss "
+    )

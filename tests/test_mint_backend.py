@@ -25,7 +25,6 @@ from hypothesis import given
 from tinker import types
 
 import strategies as st_
-from backend_contract import check_backend
 from cli_process import user_env
 from conftest import math_references
 from doubles.fake_mint import EOS_TEXT, FakeHFTokenizer, FakeMintServer
@@ -55,6 +54,7 @@ from mathrl.service.mint_backend import (
     translate_error,
 )
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl.testing import check_backend
 from mathrl_fakes import RecordingBackend
 from mathrl_fakes.policy import EOS
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from backend_contract import check_backend
 from mathrl.cli.settings import api_key
 from mathrl.config import Config, TrainConfig
 from mathrl.loop import run_grpo_async
 from mathrl.report import RunResult
 from mathrl.tasks.addition import MathAdapter
+from mathrl.testing import check_backend
 
 pytestmark = [
     pytest.mark.smoke,

@@ -1,4 +1,5 @@
-"""`check_adapter`: the Adapter contract, checked from the outside, in one call.
+"""`check_adapter`: the Adapter contract, checked from the outside, in one call; and
+`check_backend`, the Backend contract (`backend_checks.py`).
 
 Plain functions with no test-framework import, so pytest, unittest or a
 script can call them (as trio's `check_*` suites are called). On success
@@ -86,6 +87,7 @@ from mathrl.problem_keys import problem_key
 from mathrl.resolved import Task, as_task
 from mathrl.rollout import RunProblems, run_problems
 from mathrl.testing.answer_checks import check_final_answer
+from mathrl.testing.backend_checks import BrokenRule, check_backend
 from mathrl.testing.checker import Checker
 from mathrl.testing.episode_checks import EpisodeChecks
 from mathrl.testing.evaluate_checks import check_evaluate
@@ -96,7 +98,15 @@ from mathrl.testing.new_interpreter import check_across_processes
 from mathrl.testing.reward_checks import RewardChecks
 from mathrl.text import one_line, shown
 
-__all__ = ["ADVERSARIAL", "WRONG", "LearnsOn", "check_adapter", "random_texts"]
+__all__ = [
+    "ADVERSARIAL",
+    "WRONG",
+    "BrokenRule",
+    "LearnsOn",
+    "check_adapter",
+    "check_backend",
+    "random_texts",
+]
 
 RISE = 0.10
 """How much 20 steps must raise accuracy (or, accuracy saturated, the mean reward as a share
