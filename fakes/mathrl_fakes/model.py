@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from mathrl.adapter import Ending, Response
-from mathrl.backend import BackendError, Completion, Datum, SampleParams
+from mathrl.backend import ADAM, BackendError, Completion, Datum, SampleParams
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss, token_loss
 from mathrl_fakes.policy import (
     POSITIONS,
@@ -38,8 +38,8 @@ from mathrl_fakes.policy import (
 from mathrl_fakes.references import TOKENIZER, Known, PromptKey, Reference
 
 P = TypeVar("P")
-ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.95, 1e-12
-"""Tinker's `AdamParams` defaults."""
+ADAM_BETA1, ADAM_BETA2, ADAM_EPS = ADAM.beta1, ADAM.beta2, ADAM.eps
+"""The Backend contract's optimizer settings (`mathrl.backend.ADAM`)."""
 UnknownPrompts = Literal["error", "uniform"]
 SERVED_PROMPTS = 4096
 """Prompts of episodes' turns whose completions the fake keeps, to learn the next turns."""

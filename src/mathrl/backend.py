@@ -186,6 +186,23 @@ class Sampler(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class AdamSettings:
+    """The optimizer step's settings besides the learning rate: Tinker's `AdamParams`
+    defaults, which every backend uses (MinT is sent them; the fake steps with them)."""
+
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0
+    """0: no clipping of the gradient's norm."""
+
+
+ADAM = AdamSettings()
+"""The one place the optimizer's settings are written."""
+
+
 class Backend(Protocol):
     """A trainable policy, as the GRPO loop uses it.
 
@@ -202,8 +219,13 @@ class Backend(Protocol):
     - **Training.** `submit_train_step` runs `loss` (by default the
       importance-sampling loss; each loss's formula and settings are in
       `mathrl.losses`), summed over every position of every datum, as
-      forward_backward, then one Adam step at `learning_rate` as optim_step,
-      submitted back to back. Its result's metrics hold `loss:sum`, for a
+      forward_backward, then one Adam step at `learning_rate` (with `ADAM`'s
+      betas 0.9 and 0.95, eps 1e-12, no weight decay, no gradient clipping)
+      as optim_step, submitted back to back. The loss is a sum over tokens,
+      not a mean: its gradient grows with the tokens a step trains on, and
+      Adam's step, normalized by the gradient's running scale, does not, so
+      the learning rate does not need to shrink as batches or completions
+      grow, as it would for plain SGD. Its result's metrics hold `loss:sum`, for a
       loss that clips `clipped:frac` (the share of the model's tokens, by the
       mask, whose ratio the clip bound), and what else the service reports. It raises
       `ValueError` at submission for misuse the service would refuse: no

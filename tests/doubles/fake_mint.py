@@ -13,9 +13,8 @@ this module only translates types.
 Differences from the SDK worth knowing: the sampler always stops after EOS
 (as the fake policy does), so a missing EOS stop shows only in
 `FakeMintServer.sampling_params`; sync training calls run at once, without
-latency or ordering against async calls in flight; `AdamParams` fields other
-than `learning_rate` are checked for type only (FakeBackend's Adam uses
-tinker's defaults).
+latency or ordering against async calls in flight; `AdamParams` other than
+the contract's (`mathrl.backend.ADAM`, FakeBackend's Adam) are refused.
 
 Only the tests use it, so it lives with them, not in the shipped fakes.
 """
@@ -24,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import math
 import threading
 import time
@@ -35,7 +35,7 @@ import httpx
 import tinker
 from tinker import types
 
-from mathrl.backend import BackendError, Datum, SampleParams
+from mathrl.backend import ADAM, BackendError, Datum, SampleParams
 from mathrl.losses import LOSSES, Loss
 from mathrl_fakes import (
     ByteTokenizer,
@@ -353,6 +353,9 @@ class FakeMintServer:
         lr = adam_params.learning_rate
         if not (math.isfinite(lr) and lr > 0):
             raise refused(f"learning_rate must be finite and > 0 (got {lr})")
+        asked = tuple(getattr(adam_params, f) for f in ADAM.__dataclass_fields__)
+        if asked != dataclasses.astuple(ADAM):  # the engine steps with the contract's only
+            raise refused(f"this double's Adam runs with {ADAM} (got {adam_params!r})")
         try:
             self.engine.model.optim_step(lr)  # refuses a step with no forward_backward before it
         except BackendError as exc:

@@ -60,6 +60,7 @@ import tinker  # noqa: E402
 from tinker import types  # noqa: E402
 
 from mathrl.backend import (  # noqa: E402
+    ADAM,
     BackendError,
     BackendUnreachable,
     Completion,
@@ -226,7 +227,14 @@ class MintBackend:
             forward = await self._training.forward_backward_async(data_D, loss.name, loss.config())
         with service_errors("calling optim_step", self._secret):
             step = await self._training.optim_step_async(
-                types.AdamParams(learning_rate=learning_rate)
+                types.AdamParams(
+                    learning_rate=learning_rate,
+                    beta1=ADAM.beta1,
+                    beta2=ADAM.beta2,
+                    eps=ADAM.eps,
+                    weight_decay=ADAM.weight_decay,
+                    grad_clip_norm=ADAM.grad_clip_norm,
+                )
             )
 
         async def both() -> TrainResult:
