@@ -35,9 +35,9 @@ from mathrl.tasks.math.answers import (
     units_agree,
     wrong_answer,
 )
+from mathrl.tasks.math.cost import costly
 from mathrl.tasks.math.grading import (
     Grader,
-    costly,
     gradable,
     math_verify_equal,
     same_text,
@@ -76,6 +76,9 @@ def equivalence_rows() -> list[dict[str, str]]:
         ("#### ", None),
         ("7" * (MAX_ANSWER_CHARS + 1), None),  # longer than any dataset's answer
         (f"\\boxed{{{'{' * 5000}1{'}' * 5000}}}", None),  # deep nesting, too long to grade
+        (f"\\boxed{{{'9' * 100_000}}}", None),  # read no further than twice the longest answer
+        (f"\\boxed{{{' ' * (2 * MAX_ANSWER_CHARS)}7}}", None),
+        (f"\\boxed{{{' ' * MAX_ANSWER_CHARS}7}}", "7"),
     ],
 )
 def test_final_answer_worked_examples(text: str, answer: str | None) -> None:
@@ -467,7 +470,12 @@ COSTLY = [
     "\\binom{10^{6}}{5}",
     "\\binom{100000}{50000}",
     "(x+y+z)^{100}",  # expands to 5,151 terms
-    "(x+1)^{20}(x-1)^{20}",  # a bracket with a letter, raised to 40 in all
+    "(x+1)^{20}(x-1)^{20}",  # 441 terms once expanded
+    "(x+y+z+w)^{12}",  # 455 terms
+    "(a+b)(c+d)(e+f)(g+h)(i+j)(k+l)(m+n)",  # 128 terms
+    "(x+1)^{64}",  # 65 terms
+    "\\alpha^{100000}",
+    "2^{11111111111111111111}",
     "\\frac{1}{" * 7 + "2" + "}" * 7,  # brackets seven deep
     "(" * 7 + "1" + ")" * 7,
     "\\sin " * 9 + "x",  # nine function names (twelve take 6 s to parse)
@@ -495,6 +503,20 @@ FAIR = [
     "\\sin x \\cos y - \\cos x \\sin y",
     "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}",
     "12\\text{ cm}^2",
+    "(x+1)^{63}",  # 64 terms once expanded
+    "(a+b)(c+d)(e+f)(g+h)(i+j)(k+l)",  # 64 terms
+    "(x+y+z)^{6}",  # 28 terms
+    "\\sqrt{x}^{30}",  # one term
+    "x^2 + 2x + 1",
+    "1+" * 140 + "1",  # a long sum: one number
+    "x = 1, y = 2",
+    "3!!",
+    "0^{5}",
+    "2^",  # LaTeX that does not close: nothing costly in it
+    "(1",
+    "\\binom 5",
+    "x^\\pi",
+    "1,000^{2}",
 ]
 
 

@@ -16,7 +16,8 @@ The final answer of a text, the dataset's or the model's, is found by one rule:
 A full stop at the end of an answer ends the sentence, not the answer.
 
 An answer longer than MAX_ANSWER_CHARS is no answer: no dataset's is, and a
-grader never sees a 10,000-character one.
+grader never sees a 10,000-character one (nor is a box read much further:
+`boxed_answer`).
 
 What an answer states (`stated`) is its value and its unit, each written one
 way, so that the grader compares like with like (`mathrl.tasks.math.grading`
@@ -88,14 +89,16 @@ RELATIVE_TOLERANCE = Fraction(1, 10**9)
 places with fifteen significant digits: the fast path never contradicts it there."""
 
 
-def boxed_span(text: str) -> tuple[int, int] | None:
-    """(start, end) of the content of the last `\\boxed{...}` in `text`, if it is closed."""
+def boxed_span(text: str, longest: int | None = None) -> tuple[int, int] | None:
+    """(start, end) of the content of the last `\\boxed{...}` in `text`, if it is closed
+    (within `longest` characters of content, if given)."""
     at = text.rfind(BOXED + "{")
     if at < 0:
         return None
     start = at + len(BOXED) + 1
     depth, i = 1, start
-    while i < len(text):
+    end = len(text) if longest is None else min(len(text), start + longest + 1)
+    while i < end:
         char = text[i]
         if char == "\\":
             i += 2  # an escaped character, `\{` or `\}` among them, opens and closes nothing
@@ -112,8 +115,9 @@ def boxed_span(text: str) -> tuple[int, int] | None:
 
 def boxed_answer(text: str) -> str | None:
     """The content of the last closed `\\boxed{...}` in `text`, stripped; None if there is none
-    (or it is empty or longer than MAX_ANSWER_CHARS)."""
-    span = boxed_span(text)
+    (or it is empty or longer than MAX_ANSWER_CHARS, or than twice that with its spaces: a
+    box is read no further, so a 100,000-character one costs no more than a short one)."""
+    span = boxed_span(text, 2 * MAX_ANSWER_CHARS)
     return _answer(text[span[0] : span[1]]) if span else None
 
 

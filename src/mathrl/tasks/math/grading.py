@@ -11,7 +11,7 @@ How two answers compare is `Grader`'s docstring; this says how it is done.
    like 72), unpaired braces (which would close the `\\boxed{}` it is graded
    in), or longer than `answers.MAX_ANSWER_CHARS`;
 2. the same text (runs of whitespace aside) is the same answer;
-3. an answer costly to grade (`costly`) is equal to nothing else;
+3. an answer costly to grade (`cost.costly`) is equal to nothing else;
 4. what each answer states (`answers.stated`): two numbers side by side are
    not equal, nor are different units;
 5. the fast path (`answers.numbers_decide`) on the values: plain numbers,
@@ -37,16 +37,8 @@ pays no import. Verdicts are cached per (gold, candidate, timeout): a group
 that writes the same answer eight times forks once.
 
 Why tier 3: each distinct answer that runs math-verify to its deadline costs
-a whole `timeout` of a worker, and a policy that writes such answers would
-make every step pay it. `costly` reads the answer for what makes SymPy or
-math-verify's parser slow, in microseconds: brackets nested more than
-MAX_NESTING deep or more than MAX_FUNCTIONS function names (the parser's
-work grows about threefold with each level), integrals, limits, sums and
-products (work left to do), a bracket with a letter in it raised to more
-than MAX_DEGREE in all (`(x+y+z)^{100}` expands for minutes), and any
-number it writes, as a bound on its digits, above MAX_DIGITS (`9^{9^{9}}`,
-`(10^{6})!`, `\\binom{10^6}{5}`). `tests/bench/math_bombs.py` measures what
-a step with bombs costs.
+a worker the whole `timeout`; `mathrl.tasks.math.cost` says what is costly, and
+`tests/bench/math_bombs.py` measures a step's rewards with bombs.
 """
 
 from __future__ import annotations
@@ -55,7 +47,6 @@ import dataclasses
 import functools
 import importlib.metadata
 import logging
-import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -69,6 +60,7 @@ from mathrl.tasks.math.answers import (
     stated,
     units_agree,
 )
+from mathrl.tasks.math.cost import costly
 from mathrl.workers import in_process
 
 DEFAULT_TIMEOUT = 5.0
@@ -77,29 +69,6 @@ fair answers measured take under 1 s alone."""
 CACHED_VERDICTS = 65_536
 _OTHER_DIGITS = re.compile(r"(?![0-9])\d")
 """A digit of any script but ASCII: `\\d` matches them all."""
-MAX_NESTING = 6
-"""Brackets deeper than this are costly: six nested `\\cos(` take 0.7 s to parse, ten 2.7 s."""
-MAX_FUNCTIONS = 8
-"""More function names are costly: twelve nested `\\sin` take 6 s to parse, without a bracket."""
-MAX_DEGREE = 24
-"""The most a bracket with a letter in it may be raised to, all such powers added."""
-MAX_DIGITS = 10_000
-"""The most digits a number an answer writes may have (`2^{2017}` has 608, `10^{10^5}` too many)."""
-_FUNCTION = re.compile(
-    r"\\(?:(?:arc)?(?:sin|cos|tan|cot|sec|csc)h?|ln|log|lg|exp|operatorname)(?![A-Za-z])"
-)
-_CALCULUS = re.compile(r"\\(?:i*int|oint|lim|sum|prod)(?![A-Za-z])")
-_BINOMIAL = re.compile(r"\\[dt]?binom")
-_COMMAND = re.compile(r"\\[A-Za-z]+|\\.?", re.DOTALL)
-_SYMBOL = re.compile(
-    r"\\(?:var)?(?:alpha|beta|gamma|delta|epsilon|zeta|eta|theta|iota|kappa|lambda|mu|nu|xi|pi"
-    r"|rho|sigma|tau|upsilon|phi|chi|psi|omega|infty)",
-    re.IGNORECASE,
-)
-"""A command that is a number or a symbol (the others are spacing, structure or operators)."""
-_DIGITS = "0123456789"
-_OPENING, _CLOSING = "{([", "})]"
-_LOG2 = math.log10(2)
 
 
 def math_verify_version() -> str | None:
@@ -203,130 +172,6 @@ class Grader:
         if same_text(a.value, b.value):
             return True
         return self.math_verify and verdict(a.value, b.value, self.timeout)
-
-
-def costly(answer: str) -> bool:
-    """True for an answer that could cost math-verify seconds: see the module docstring.
-    Cheap (one pass, and one over each bracket's content), and never raises."""
-    if len(answer) > MAX_ANSWER_CHARS or len(_FUNCTION.findall(answer)) > MAX_FUNCTIONS:
-        return True
-    if _CALCULUS.search(answer) or _nesting(answer) > MAX_NESTING:
-        return True
-    digits, degree, _ = _bounds(answer)
-    return digits > MAX_DIGITS or degree > MAX_DEGREE
-
-
-def _nesting(text: str) -> int:
-    depth = deepest = 0
-    for char in text:
-        if char in _OPENING:
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in _CLOSING:
-            depth = max(0, depth - 1)
-    return deepest
-
-
-def _bounds(text: str) -> tuple[float, float, bool]:
-    """(digits, degree, lettered) of `text`: a bound on log10 of any number it writes, each
-    symbol counted as 2 (a sum or product of terms is at most the product of each term or
-    2, whichever is more: the logs add); the exponents of its lettered brackets, added; and
-    whether it has a letter or a Greek one. Call it on text nested at most MAX_NESTING
-    deep: it recurses into brackets."""
-    total = degree = 0.0
-    lettered = False
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char in _DIGITS:
-            end = _digits_end(text, i)
-            log, term_lettered, i = _literal_log(text[i:end]), False, end
-        elif char in _OPENING:
-            end = _closing(text, i)
-            log, inner_degree, term_lettered = _bounds(text[i + 1 : end])
-            degree, i = degree + inner_degree, end + 1
-        elif char == "\\":
-            command = _COMMAND.match(text, i)
-            assert command is not None  # a backslash, at least
-            i = command.end()
-            if _BINOMIAL.fullmatch(command[0]) and i < len(text) and text[i] in _OPENING:
-                end = _closing(text, i)  # binom(n, k) <= 2^n: n's size, times log10(2)
-                total += _LOG2 * _power_of_ten(_bounds(text[i + 1 : end])[0])
-                i = end + 1
-                continue
-            if not _SYMBOL.fullmatch(command[0]):
-                continue  # spacing, escapes, \left, \frac, \sqrt: their brackets are scanned
-            log, term_lettered = _LOG2, True
-        elif char.isalpha():
-            log, term_lettered, i = _LOG2, True, i + 1
-        else:
-            i += 1
-            continue
-        lettered = lettered or term_lettered
-        while True:  # what follows the term: powers and factorials
-            j = i
-            while j < len(text) and text[j] == " ":
-                j += 1
-            if j < len(text) and text[j] == "^":
-                exponent, i = _exponent(text, j + 1)
-                power = _power_of_ten(exponent)
-                degree += power if term_lettered and char in _OPENING else 0.0
-                log = max(log, _LOG2) * power
-            elif j < len(text) and text[j] == "!":
-                log, i = _power_of_ten(log) * max(log, _LOG2), j + 1  # n! <= n^n
-            else:
-                break
-        total += max(log, _LOG2)
-    return total, degree, lettered
-
-
-def _exponent(text: str, i: int) -> tuple[float, int]:
-    """The log10 bound of the exponent after a `^` at i - 1, and the index after it: a
-    bracket, a run of digits (math-verify reads `9^999` whole), a command or one char."""
-    while i < len(text) and text[i] == " ":
-        i += 1
-    if i >= len(text):
-        return 0.0, i
-    if text[i] in _OPENING:
-        end = _closing(text, i)
-        return _bounds(text[i + 1 : end])[0], end + 1
-    if text[i] in _DIGITS:
-        end = _digits_end(text, i)
-        return _literal_log(text[i:end]), end
-    command = _COMMAND.match(text, i)
-    return _LOG2, command.end() if command else i + 1
-
-
-def _digits_end(text: str, i: int) -> int:
-    while i < len(text) and (text[i] in _DIGITS or text[i] in ".,"):
-        i += 1
-    return i
-
-
-def _literal_log(literal: str) -> float:
-    """log10 of a number written in ASCII digits (commas and a decimal point allowed), >= 0."""
-    digits = literal.split(".")[0].replace(",", "")
-    if len(digits) > 15:
-        return float(len(digits))
-    return math.log10(int(digits)) if digits and int(digits) > 0 else 0.0
-
-
-def _power_of_ten(log: float) -> float:
-    """10 ** log, or infinity where a float overflows."""
-    return math.inf if log > 300 else 10.0**log
-
-
-def _closing(text: str, i: int) -> int:
-    """The index of the bracket that closes the one at i (of any kind), or len(text)."""
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] in _OPENING:
-            depth += 1
-        elif text[j] in _CLOSING:
-            depth -= 1
-            if depth == 0:
-                return j
-    return len(text)
 
 
 @functools.lru_cache(maxsize=CACHED_VERDICTS)
