@@ -313,6 +313,8 @@ def test_the_grader_worked_examples(gold: str, candidate: str, equal: bool) -> N
 
 
 PAID_WRONG_BEFORE = [
+    ("0", "12 000", False),  # math-verify reads a space between digits as a product
+    ("12000", "12 000", True),
     ("\\frac{1}{\\mathrm{e}}", "\\frac{1}{\\mathrm{x}}", False),  # math-verify's unit stripping
     # cut both to `\frac{1}{`, which it then compared as text
     ("1 - \\frac{1}{\\mathrm{e}}", "1 - \\frac{1}{e}", True),  # an upright e is e
