@@ -192,6 +192,7 @@ def test_a_wrong_answer_is_wrong() -> None:
         ("30^{\\circ}", "30", "°"),
         ("30\\text{ degrees}", "30", "°"),
         ("5\\text{ million}", "5\\text{ million}", ""),  # scale: no unit
+        ("12\\text{ dozens}", "12\\text{ dozens}", ""),
         ("2\\mathrm{e}", "2e", ""),  # Euler's number, upright
         ("1 - \\frac{1}{\\mathrm{e}}", "1 - \\frac{1}{e}", ""),
         ("\\text{Monday}", "\\text{Monday}", ""),  # text alone: no value, so no unit

@@ -77,8 +77,9 @@ _UNIT = re.compile(
     r"(?: ?\^ ?(?:\{ ?(?P<power>[23]) ?\}|(?P<bare_power>[23])))? ?$"
     r"|(?P<degree>\^ ?(?:\{ ?\\circ ?\}|\\circ)|°|\\degree) ?$"
 )
-NOT_UNITS = frozenset({"e", "i", "hundred", "thousand", "million", "billion", "trillion"})
-"""Trailing words that change the value or are a constant, not a unit (with the percents)."""
+NOT_UNITS = frozenset({"e", "i", "dozen", "hundred", "thousand", "million", "billion", "trillion"})
+"""Trailing words that change the value or are a constant, not a unit (with the percents),
+singular or plural."""
 PERCENT_WORDS = frozenset({"percent", "\\%", "%"})
 DEGREE_WORDS = frozenset({"degree", "degrees", "deg"})
 _PERCENT = re.compile(r" ?(?:\\text ?\{ ?(?:percent|\\%|%) ?\}|\\%|%| percent)$")
@@ -170,7 +171,7 @@ def stated(answer: str) -> Stated | None:
         words = " ".join((match["words"] or "").split())
         if match["degree"] or words in DEGREE_WORDS:
             value, unit = head, "°"
-        elif words not in NOT_UNITS | PERCENT_WORDS:
+        elif words.removesuffix("s") not in NOT_UNITS | PERCENT_WORDS:
             power = match["power"] or match["bare_power"]
             value, unit = head, words + (f"^{power}" if power else "")
     value = _UPRIGHT.sub(r"\1", _PERCENT.sub("\\%", value))

@@ -99,9 +99,10 @@ class Grader:
     r"""Decides whether a candidate final answer is equivalent to the gold one.
 
     Two answers are equal when they state the same value, however it is
-    written, and no different units. A wrong answer is never equal; where a
-    right one cannot be told from a wrong one, it is not equal either. The
-    examples run as a test (`equal = Grader().equivalent`):
+    written, and no different units. The aim is that a wrong answer is never
+    equal (a reward that pays one is what RL learns first); where a right one
+    cannot be told from a wrong one, it is not equal either. The examples
+    run as a test (`equal = Grader().equivalent`):
 
     Numbers: digits grouped in threes by commas, spaces, `{,}` or `\,` are one
     number (commas outside brackets only: `(3,100)` may be a point). A first
@@ -140,7 +141,8 @@ class Grader:
     (True, True, False)
 
     An upright e is Euler's number; what math-verify cannot parse, and an
-    answer costly to grade (`costly`), equal only their own text:
+    answer costly to grade (`mathrl.tasks.math.cost`), equal only their own
+    text:
 
     >>> equal("\\frac{1}{\\mathrm{e}}", "\\frac{1}{\\mathrm{x}}")
     False
