@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from fractions import Fraction
 
 from hypothesis import assume
@@ -16,6 +17,7 @@ from mathrl.tasks.addition import OPERAND_MAX, AdditionProblem
 from mathrl.tasks.code.sandbox import STATUSES, Outcome
 from mathrl.tasks.code.task import ALL as ALL_CODE_PROBLEMS
 from mathrl.tasks.dataset.rows import Keyed
+from mathrl.tasks.math.answers import MAX_ANSWER_CHARS
 
 operands = st.integers(min_value=0, max_value=OPERAND_MAX)
 """An operand of the addition task."""
@@ -300,6 +302,28 @@ def spellings(draw: st.DrawFn, value: Fraction) -> str:
     return wrap.format(text)
 
 
+GROUP_SEPARATORS = (",", "{,}", "\\,", " ", ",\\!", "\\ ", "~", "\\;", "")
+"""What may group a number's digits in threes, for the math task's grader (or nothing)."""
+
+grouped_values = st.decimals(
+    min_value=-(10**12), max_value=10**12, places=2, allow_nan=False, allow_infinity=False
+)
+"""A number an answer may write with its digits grouped: up to thirteen digits, two places
+(math-verify rounds decimals to six: different values stay different)."""
+
+
+@st.composite
+def grouped(draw: st.DrawFn, value: Decimal) -> str:
+    """`value` as a final answer may write it with its digits grouped by one of
+    GROUP_SEPARATORS: bare, as `x = ...`, with a unit or a currency sign. (Not in a
+    bracket, where commas separate a list's items: `(3,100)`.)"""
+    whole, _, places = f"{abs(value):f}".partition(".")
+    digits = f"{int(whole):,}".replace(",", draw(st.sampled_from(GROUP_SEPARATORS)))
+    places = places.rstrip("0")
+    number = ("-" if value < 0 else "") + digits + (f".{places}" if places else "")
+    return draw(st.sampled_from(["{}", "x = {}", "{}\\text{{ cm}}", "\\${}"])).format(number)
+
+
 def _frac(value: Fraction, command: str) -> str:
     sign = "-" if value < 0 else ""
     return f"{sign}\\{command}{{{abs(value.numerator)}}}{{{value.denominator}}}"
@@ -317,6 +341,16 @@ answer_texts = st.one_of(
     latex_texts, st.text(max_size=40), st.text(st.characters(codec=None), max_size=40)
 )
 """Any final answer or completion a grader may be given, LaTeX-like or not."""
+
+huge_answers = st.one_of(
+    st.integers(MAX_ANSWER_CHARS + 1, 100_000).map(lambda n: "1" * n),
+    st.text(min_size=MAX_ANSWER_CHARS + 1, max_size=2_000),
+    st.lists(st.sampled_from(LATEX_PIECES), min_size=MAX_ANSWER_CHARS + 1, max_size=600).map(
+        "".join
+    ),
+)
+"""An answer longer than any a grader is shown: up to 100,000 digits (int() reads at most
+4,300), or text, or LaTeX's pieces."""
 
 problem_counts = st.integers(min_value=1, max_value=60)
 """How many training problems a math-task source holds."""

@@ -7,10 +7,12 @@ which CI installs) skip without it, and say so.
 
 from __future__ import annotations
 
+import doctest
 import json
 import sys
 import threading
 from collections.abc import Callable
+from decimal import Decimal
 from fractions import Fraction
 from importlib import resources
 from typing import Any
@@ -24,13 +26,23 @@ from conftest import examples, needs_extra
 from mathrl.tasks.math import grading
 from mathrl.tasks.math.answers import (
     MAX_ANSWER_CHARS,
+    Stated,
     boxed_answer,
     exact_number,
     final_answer,
     numbers_decide,
+    stated,
+    units_agree,
     wrong_answer,
 )
-from mathrl.tasks.math.grading import Grader, gradable, math_verify_equal, verdict
+from mathrl.tasks.math.cost import costly
+from mathrl.tasks.math.grading import (
+    Grader,
+    gradable,
+    math_verify_equal,
+    same_text,
+    verdict,
+)
 
 needs_math_verify = needs_extra("math_verify", "math")
 BOMB = "9^{9^{9^{9}}}"
@@ -64,6 +76,9 @@ def equivalence_rows() -> list[dict[str, str]]:
         ("#### ", None),
         ("7" * (MAX_ANSWER_CHARS + 1), None),  # longer than any dataset's answer
         (f"\\boxed{{{'{' * 5000}1{'}' * 5000}}}", None),  # deep nesting, too long to grade
+        (f"\\boxed{{{'9' * 100_000}}}", None),  # read no further than twice the longest answer
+        (f"\\boxed{{{' ' * (2 * MAX_ANSWER_CHARS)}7}}", None),
+        (f"\\boxed{{{' ' * MAX_ANSWER_CHARS}7}}", "7"),
     ],
 )
 def test_final_answer_worked_examples(text: str, answer: str | None) -> None:
@@ -94,6 +109,14 @@ def test_finding_an_answer_never_raises_and_keeps_it_short(text: str) -> None:
         ("1,234,567", Fraction(1234567)),  # thousands commas
         ("1{,}234", Fraction(1234)),  # LaTeX's comma in a number
         ("1\\,234", Fraction(1234)),  # LaTeX's thin space
+        ("12 000", Fraction(12000)),  # a space between groups of three: one number
+        ("-12\\ 000.5", Fraction(-24001, 2)),
+        ("1,\\!000", Fraction(1000)),  # MATH's comma and negative space
+        ("0,111", None),  # no group starts with 0: a decimal comma, math-verify's
+        ("0 111", None),
+        ("1\\,2", None),  # not a group of three: two numbers
+        ("1 000{,}000", None),  # one separator a number
+        ("1" * 100_000, None),  # longer than any answer (and than int() reads)
         ("0.75", Fraction(3, 4)),
         (".5", Fraction(1, 2)),
         ("72.", None),  # math-verify reads no number there either: the answer finder drops it
@@ -131,6 +154,9 @@ def test_exact_number_worked_examples(text: str, value: Fraction | None) -> None
         ("1/3", "0.333333", None),  # 3.3e-7 apart: math-verify rounds to six places
         ("0.1234564", "0.1234561", None),
         ("72", "x = 72", None),  # not a plain number: math-verify's
+        ("0", "12 000", False),  # one number, 12000, where math-verify reads 12 * 000
+        ("12000", "12 000", True),
+        ("111", "0,111", None),  # a decimal comma to math-verify, not 111
     ],
 )
 def test_the_fast_path_decides_plain_numbers_only(
@@ -144,6 +170,77 @@ def test_a_wrong_answer_is_wrong() -> None:
     assert wrong_answer("1,234") == "1235"
     assert wrong_answer("3/4") == "7/4"  # 3/4 + 1
     assert wrong_answer("\\sqrt{2}") == "\\sqrt{2}+1"
+
+
+# -- what an answer states ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "value", "unit"),
+    [
+        ("12 000", "12000", ""),  # digits grouped in threes: one number
+        ("12\\,000", "12000", ""),
+        ("12{,}000", "12000", ""),
+        ("x = 12,000", "x = 12000", ""),  # a comma outside brackets too
+        ("(3,100)", "(3,100)", ""),  # inside, a list's, maybe: math-verify's to read
+        ("0,111", "0,111", ""),  # no group starts with 0: a decimal comma
+        ("5\\text{ cm}", "5", "cm"),
+        ("5 \\, \\mathrm{cm}", "5", "cm"),
+        ("12\\text{ cm}^{2}", "12", "cm^2"),
+        ("\\frac{1}{2}\\mbox{ square units}", "\\frac{1}{2}", "square units"),
+        ("30^\\circ", "30", "°"),
+        ("30^{\\circ}", "30", "°"),
+        ("30\\text{ degrees}", "30", "°"),
+        ("5\\text{ million}", "5\\text{ million}", ""),  # scale: no unit
+        ("12\\text{ dozens}", "12\\text{ dozens}", ""),
+        ("2\\mathrm{e}", "2e", ""),  # Euler's number, upright
+        ("1 - \\frac{1}{\\mathrm{e}}", "1 - \\frac{1}{e}", ""),
+        ("\\text{Monday}", "\\text{Monday}", ""),  # text alone: no value, so no unit
+        ("5 cm", "5 cm", ""),  # without \text: symbols, as math-verify reads them
+        ("50\\text{ percent}", "50\\%", ""),
+        ("50%", "50\\%", ""),
+    ],
+)
+def test_what_an_answer_states_worked_examples(answer: str, value: str, unit: str) -> None:
+    assert stated(answer) == Stated(value, unit)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "2 3",  # math-verify reads 2 + 3, or 2 * 3
+        "0 111",  # math-verify reads 0 * 111: equal to 0
+        "12 00",  # not a group of three
+        "x = 1\\;2",
+        "\\{1,000\\}",  # a set of 1 and 0 to math-verify, as is \{1,000,000\}
+    ],
+)
+def test_two_numbers_side_by_side_state_nothing(answer: str) -> None:
+    assert stated(answer) is None
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "agree"),
+    [
+        ("cm", "cm", True),
+        ("cm", "", True),  # a unit on one side only: the question named it, or the answer did
+        ("", "", True),
+        ("inch", "inches", True),  # singular and plural
+        ("cm", "cms", True),
+        ("cm", "m", False),
+        ("cm^2", "cm", False),
+        ("°", "radians", False),
+    ],
+)
+def test_units_agree_worked_examples(a: str, b: str, agree: bool) -> None:
+    assert units_agree(a, b) is agree
+    assert units_agree(b, a) is agree
+
+
+@given(strategies.answer_texts)
+def test_reading_what_an_answer_states_never_raises(answer: str) -> None:
+    read = stated(answer)
+    assert read is None or read.value == read.value.strip()
 
 
 # -- the grader ---------------------------------------------------------------------------------
@@ -160,6 +257,15 @@ EXACT_TABLE = [
     ("72", "\uff17\uff12", False),  # full-width digits
     ("72", "72}", False),  # an unpaired brace would close the box it is graded in
     ("\\pi", "\\pi\x00", False),  # control characters
+    ("0", "12 000", False),  # 12000, which math-verify reads as 12 * 000
+    ("12000", "12 000", True),
+    ("12000", "12\\,000", True),
+    ("111", "0,111", False),  # 0.111 to math-verify, not 111
+    ("5\\text{ cm}", "5", True),  # a unit on one side only: the numbers
+    ("5\\text{ cm}", "5\\text{ m}", False),
+    ("5", "2 3", False),  # two numbers side by side, which math-verify adds
+    ("1", "1" * 100_000, False),  # longer than any answer (and than int() reads)
+    ("9^{9^{9}}", "9^{9^{9}}", True),  # costly, but the same text
 ]
 """(gold, candidate, equivalent) for a grader without math-verify."""
 
@@ -205,6 +311,73 @@ decimal too short); the others in the slow suite: each is math-verify in a proce
 )
 def test_the_grader_worked_examples(gold: str, candidate: str, equal: bool) -> None:
     assert Grader().equivalent(gold, candidate) is equal
+
+
+PAID_WRONG_BEFORE = [
+    ("0", "12 000", False),  # math-verify reads a space between digits as a product
+    ("12000", "12 000", True),
+    ("\\frac{1}{\\mathrm{e}}", "\\frac{1}{\\mathrm{x}}", False),  # math-verify's unit stripping
+    # cut both to `\frac{1}{`, which it then compared as text
+    ("1 - \\frac{1}{\\mathrm{e}}", "1 - \\frac{1}{e}", True),  # an upright e is e
+    ("5\\text{ cm}", "5\\text{ m}", False),  # math-verify strips units, any units
+    ("3", "3t", False),  # and letters it takes for units (t, h, m, s, ...)
+    ("5", "5\\text{ million}", False),  # and words of scale
+    ("x = 1,000", "x = 1,000,000", False),  # both x = {1, 0} to math-verify
+    ("1000", "x = 1,000", True),
+    ("0.111", "0,111", True),  # math-verify's decimal comma
+    ("30", "30\\text{ degrees}", True),
+]
+"""(gold, candidate, equivalent): pairs math-verify alone grades wrongly, and the grader not."""
+
+
+@needs_math_verify
+@pytest.mark.parametrize(("gold", "candidate", "equal"), PAID_WRONG_BEFORE)
+def test_the_grader_settles_what_math_verify_alone_gets_wrong(
+    gold: str, candidate: str, equal: bool
+) -> None:
+    assert Grader().equivalent(gold, candidate) is equal
+
+
+@needs_math_verify
+def test_the_graders_docstring_examples_hold() -> None:
+    # The policy on units, percents, separators and approximations, with its examples.
+    finder = doctest.DocTestFinder(recurse=False)
+    [examples_] = finder.find(Grader, "Grader", globs={"equal": Grader().equivalent})
+    assert len(examples_.examples) >= 8
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    failures: list[str] = []
+    runner.run(examples_, out=failures.append)
+    assert runner.failures == 0, "".join(failures)
+
+
+@needs_math_verify
+def test_what_math_verify_cannot_parse_is_not_equal() -> None:
+    # Both fail to parse; math-verify keeps the text it failed on, `1+` for both, and would
+    # compare that. The same text is equal before math-verify is asked.
+    assert math_verify_equal("1+", "1+\\$") is False
+    assert math_verify_equal("1+", "1+") is False
+    assert Grader().equivalent("1+", "1+") is True
+
+
+@settings(max_examples=examples(200, 1000))
+@given(st.data(), strategies.grouped_values, strategies.grouped_values)
+def test_different_numbers_are_never_equal_however_their_digits_are_grouped(
+    data: st.DataObject, a: Decimal, b: Decimal
+) -> None:
+    # Without math-verify, each is a plain number, or one with a unit (`x = ` is not).
+    gold, candidate = data.draw(strategies.grouped(a)), data.draw(strategies.grouped(b))
+    equal = Grader(math_verify=False).equivalent(gold, candidate)
+    assert equal is (a == b) or (a == b and "x = " in gold + candidate), (gold, candidate)
+
+
+@needs_math_verify
+@settings(max_examples=examples(25, 150))  # a number after `x = ` forks a grading
+@given(st.data(), strategies.grouped_values, strategies.grouped_values)
+def test_different_numbers_are_never_equal_however_their_digits_are_grouped_to_math_verify(
+    data: st.DataObject, a: Decimal, b: Decimal
+) -> None:
+    gold, candidate = data.draw(strategies.grouped(a)), data.draw(strategies.grouped(b))
+    assert Grader(timeout=30.0).equivalent(gold, candidate) is (a == b), (gold, candidate)
 
 
 @needs_math_verify
@@ -280,12 +453,117 @@ def test_a_hung_grading_is_killed_at_its_deadline(monkeypatch: pytest.MonkeyPatc
 
 
 @needs_math_verify
-def test_a_latex_bomb_scores_nothing_and_returns() -> None:
-    grader = Grader(timeout=1.0)
-    assert returns_within(60, lambda: grader.equivalent("1", BOMB)) is False
+def test_a_latex_bomb_that_reaches_math_verify_is_killed_and_remembered() -> None:
+    # `costly` keeps this one from math-verify; one it misses ends the same way.
+    assert returns_within(60, lambda: verdict("1", BOMB, 1.0)) is False
     hits = verdict.cache_info().hits
-    assert returns_within(60, lambda: grader.equivalent("1", BOMB)) is False
+    assert returns_within(60, lambda: verdict("1", BOMB, 1.0)) is False
     assert verdict.cache_info().hits == hits + 1  # the group's next copy costs nothing
+
+
+COSTLY = [
+    "9^{9^{9^{9^{9}}}}",  # a tower: 9^(9^9) has 370 million digits
+    "9^{9^9}",
+    "9^{999999999}",
+    "9^999999999",  # math-verify reads the digits after ^ whole
+    "10^{10^{5}}",  # 100,001 digits
+    "\\pi^{100000}",
+    "100000!",  # 456,574 digits
+    "(10^{6})!",
+    "\\binom{10^{6}}{5}",
+    "\\binom{100000}{50000}",
+    "(x+y+z)^{100}",  # expands to 5,151 terms
+    "(x+1)^{20}(x-1)^{20}",  # 441 terms once expanded
+    "(x+y+z+w)^{12}",  # 455 terms
+    "(a+b)(c+d)(e+f)(g+h)(i+j)(k+l)(m+n)",  # 128 terms
+    "(x+1)^{64}",  # 65 terms
+    "(x+1)^{10000000}",
+    "\\alpha^{100000}",
+    "2^{11111111111111111111}",
+    "\\frac{1}{" * 7 + "2" + "}" * 7,  # brackets seven deep
+    "(" * 7 + "1" + ")" * 7,
+    "\\sin " * 9 + "x",  # nine function names (twelve take 6 s to parse)
+    "\\int_0^1 x^2 dx",  # work left to do
+    "\\lim_{x \\to 0} \\frac{\\sin x}{x}",
+    "\\sum_{k=1}^{n} k",
+    "1" * (MAX_ANSWER_CHARS + 1),
+]
+FAIR = [
+    "2^{2017}",  # 608 digits
+    "\\left(\\frac{1}{2}\\right)^{2017}",
+    "2^{2^{10}}",
+    "2^{2^{n}}",
+    "e^{-x^2}",
+    "x^{1000}",
+    "(x+1)^{2}(x-1)^{3}",
+    "\\binom{10000}{5000}",
+    "1000!",
+    "10^{-10000}",
+    "\\sqrt[1000]{2}",
+    "3 \\times 10^{8}",
+    "\\frac{\\sqrt{3}}{2}",
+    "\\left( -\\frac{1}{2}, \\frac{\\sqrt{3}}{2} \\right)",
+    "\\sqrt[3]{\\frac{1}{2}\\left(1+\\sqrt{\\frac{3}{5}}\\right)}",  # five deep
+    "\\sin x \\cos y - \\cos x \\sin y",
+    "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}",
+    "12\\text{ cm}^2",
+    "(x+1)^{63}",  # 64 terms once expanded
+    "(a+b)(c+d)(e+f)(g+h)(i+j)(k+l)",  # 64 terms
+    "(x+y+z)^{6}",  # 28 terms
+    "\\sqrt{x}^{30}",  # one term
+    "x^2 + 2x + 1",
+    "1+" * 140 + "1",  # a long sum: one number
+    "x = 1, y = 2",
+    "3!!",
+    "0^{5}",
+    "2^",  # LaTeX that does not close: nothing costly in it
+    "(1",
+    "\\binom 5",
+    "x^\\pi",
+    "x^ 2",
+    "1,000^{2}",
+]
+
+
+@pytest.mark.parametrize("answer", COSTLY)
+def test_a_costly_answer_is_equal_only_to_its_own_text_and_never_graded(
+    answer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_grading(*given: object) -> bool:
+        raise AssertionError(f"math-verify was asked about {given}")
+
+    monkeypatch.setattr(grading, "verdict", no_grading)
+    assert costly(answer)
+    assert Grader().equivalent("1", answer) is False
+    assert Grader().equivalent(answer, "1") is False
+    assert Grader().equivalent(answer, answer) is gradable(answer)
+
+
+@pytest.mark.parametrize("answer", FAIR)
+def test_a_fair_answer_is_not_costly(answer: str) -> None:
+    assert not costly(answer)
+
+
+@given(st.one_of(strategies.answer_texts, strategies.huge_answers))
+def test_the_cost_check_never_raises(answer: str) -> None:
+    assert costly(answer) in (True, False)
+
+
+def test_grading_never_raises_whatever_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    # int() refuses 4,300 digits and more: the fast path read this one as a number.
+    assert Grader().equivalent("1", "1" * 100_000) is False
+    assert Grader().equivalent("1" * 100_000, "1") is False
+    assert exact_number("1" * 100_000) is None
+
+
+@given(st.one_of(strategies.answer_texts, strategies.huge_answers), strategies.huge_answers)
+def test_an_answer_of_any_size_is_graded_without_math_verify_or_an_error(
+    other: str, huge: str
+) -> None:
+    asked = verdict.cache_info().misses
+    assert Grader().equivalent(other, huge) is False
+    assert Grader().equivalent(huge, other) is (same_text(huge, other) and gradable(other))
+    assert verdict.cache_info().misses == asked  # math-verify was never asked
 
 
 def test_a_grading_that_cannot_import_math_verify_is_not_equal(

@@ -28,9 +28,10 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
+from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pytest
 from hypothesis import given, settings
@@ -578,6 +579,62 @@ def test_a_fork_never_stops_scoring_children_it_did_not_start() -> None:
     child.owner -= 1
     scoring_module._stop(child, wait=5.0)
     assert child.process.exitcode == 0  # its pipe closed here: it ended
+
+
+class SlowToClose:
+    """A child's pipe end whose `close`, as `os.close` does, lets other threads run midway:
+    the first call waits there until `go` is set. Like a `Connection`, a closed end closes
+    no more; a second close that comes in before the first has finished is counted (a
+    `Connection`'s would close the descriptor twice: EBADF, or another file's)."""
+
+    def __init__(self) -> None:
+        self.closes = 0
+        self.open = True
+        self.closing, self.go = threading.Event(), threading.Event()
+
+    def close(self) -> None:
+        if not self.open:
+            return
+        self.closes += 1
+        if self.closes == 1:
+            self.closing.set()
+            self.go.wait(60)
+        self.open = False
+
+
+class Ended:
+    """A child process that has ended: joins at once."""
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+    def is_alive(self) -> bool:
+        return False
+
+    def kill(self) -> None:
+        raise AssertionError("an ended child is not killed")
+
+
+@pytest.mark.parametrize("first", ["its thread's seat", "the scorer"])
+def test_a_child_is_stopped_once_when_its_seat_and_the_scorer_stop_it_at_once(first: str) -> None:
+    # At exit the pool's threads end, each seat's finalizer stopping its child, while the
+    # interpreter runs the scorer's finalizer: the scoring child's exit traceback (EBADF).
+    pipe = SlowToClose()
+    child = scoring_module._Child(cast(Any, Ended()), cast(Any, pipe), os.getpid())
+    children = [child]
+    box: list[scoring_module._Child | None] = [child]
+    seat = partial(scoring_module._release, box, children)
+    scorer = partial(scoring_module._stop_all, children)
+    first_call, second_call = (seat, scorer) if first == "its thread's seat" else (scorer, seat)
+    closing = threading.Thread(target=first_call)
+    closing.start()
+    assert pipe.closing.wait(60)  # the first is inside close(), the descriptor not yet None
+    second_call()
+    pipe.go.set()
+    closing.join(60)
+    assert pipe.closes == 1
+    assert children == []
+    assert box == [None]
 
 
 def test_a_scorer_that_would_hang_the_trainer_scores_zero_in_time() -> None:

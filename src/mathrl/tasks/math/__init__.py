@@ -6,6 +6,7 @@
 - `prompts`: the conversation or few-shot prompt, and reference solutions;
 - `answers`: final answers (`\\boxed{}`, `####`, bare) and the exact-number fast path;
 - `grading`: equivalence, through math-verify in a child process with a deadline.
+- `cost`: what an answer would cost math-verify, bounded before it is asked.
 
 The shipped data (`data/`) was written for this project by `tests/math_fixtures.py`.
 """

@@ -10,11 +10,18 @@ scores one answer at a time; an answer not scored within `seconds` kills the chi
 and scores None, and the thread's next call forks a fresh one. A call costs a
 round trip through a pipe, not a fork. Not for: running model output as code (the
 task refuses datasets whose scorer does; see `settings.RUNS_THE_ANSWER`).
+
+A child is stopped once, by whoever takes it out of the scorer's list first
+(`_take`): its thread's seat, when the thread ends, or the scorer, when it is
+collected or the interpreter exits. The worker pool's threads end on their own
+after it closes, so at exit the two may come at once; closing one pipe twice
+from two threads could close a file descriptor the first close freed, and
+another open had taken since (or print `OSError: [Errno 9] Bad file
+descriptor` from the finalizer).
 """
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import signal
@@ -32,9 +39,11 @@ Score = Callable[[str, Mapping[str, Any]], object]
 _FORKING = threading.Lock()
 """Held from a pipe's creation to the closing of the child's ends in this process, so no
 other child forked meanwhile holds them (its end of file would never come)."""
+_TAKING = threading.Lock()
+"""Held while a child is taken out of a scorer's list of children (`_take`)."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Child:
     process: BaseProcess
     connection: Connection
@@ -97,7 +106,8 @@ class ScoringProcesses:
             process.start()
             theirs.close()
         child = _Child(process, ours, os.getpid())
-        self._children.append(child)
+        with _TAKING:
+            self._children.append(child)
         return child
 
 
@@ -136,15 +146,30 @@ def _stop(child: _Child, wait: float) -> None:
 
 
 def _release(box: list[_Child | None], children: list[_Child], wait: float = 1.0) -> None:
-    """Stop a seat's child, if it has one, and forget it."""
+    """Stop a seat's child, if it has one and nothing else has taken it to stop."""
     child, box[0] = box[0], None
-    if child is not None:
+    if child is not None and _take(child, children):
         _stop(child, wait)
-        with contextlib.suppress(ValueError):  # the scorer's own end may have taken it
-            children.remove(child)
 
 
 def _stop_all(children: list[_Child]) -> None:
-    for child in list(children):  # a seat's finalizer may be removing one meanwhile
-        _stop(child, wait=1.0)
-    children.clear()
+    for child in list(children):  # a seat's finalizer may be taking one meanwhile
+        if _take(child, children):
+            _stop(child, wait=1.0)
+
+
+def _take(child: _Child, children: list[_Child]) -> bool:
+    """Take `child` out of `children`: True for the one caller that does, which stops it.
+
+    In a fork of the owner (whose finalizers fire there, see `_Child.owner`)
+    it is True: the fork has its own copy of the pipe to close, and its copy
+    of the lock may have been held by a thread of the owner's when it forked.
+    """
+    if os.getpid() != child.owner:
+        return True
+    with _TAKING:
+        for i, listed in enumerate(children):
+            if listed is child:
+                del children[i]
+                return True
+    return False
