@@ -237,9 +237,9 @@ def test_every_reference_must_fit_max_tokens_or_its_row_is_skipped(units: Path) 
                     "train=units.csv", *ARGS, "--max-tokens", "12")  # fmt: skip
     assert done.returncode == 2
     assert re.fullmatch(
-        r"mathrl: error: task 'dataset': train file 'units.csv' line \d+: field 'answer' makes a "
-        r"reference of 1\d tokens, more than max_tokens=12: raise max_tokens, or skip such rows "
-        r"\(skip_bad_rows=true\)\n",
+        r"mathrl: error: task 'dataset.units': train file 'units.csv' line \d+: field 'answer' "
+        r"makes a reference of 1\d tokens, more than max_tokens=12: raise max_tokens, or skip "
+        r"such rows \(skip_bad_rows=true\)\n",
         done.stderr,
     )
     task = task_in(units, skip_bad_rows=True)
@@ -382,7 +382,7 @@ def test_from_python_the_functions_are_given_as_themselves(units: Path) -> None:
     task = DatasetTask(train=str(units / "units.csv"), prompt=PROMPT, reward=[close])
     assert str(task.options["reward"]).endswith(":test_from_python_the_functions_are_given_as_"
                                            "themselves.<locals>.close")  # fmt: skip
-    assert check_adapter(task, across_processes=False).startswith("task 'dataset'")
+    assert check_adapter(task, across_processes=False).startswith("task 'dataset.units'")
 
 
 # -- no answer field ---------------------------------------------------------------------------
@@ -397,7 +397,7 @@ def test_a_task_without_references_is_checked_for_what_it_can_and_the_fake_refus
         task.reference_completion(problem)
     summary = check_adapter(task, across_processes=False, learns=True)
     line, note = summary.splitlines()
-    assert line.startswith("task 'dataset' (mathrl.tasks.dataset:DatasetTask) passed ")
+    assert line.startswith("task 'dataset.units' (mathrl.tasks.dataset:DatasetTask) passed ")
     assert note == (
         "warning: no reference: the dataset task was given no answer field (answer=), so it "
         "has no reference completions; so it was not checked that the reference earns the "
@@ -409,8 +409,8 @@ def test_a_task_without_references_is_checked_for_what_it_can_and_the_fake_refus
                     "answer=", "--task-arg", "reward=units.py:digits")  # fmt: skip
     assert done.returncode == 2
     assert done.stderr == (
-        "mathrl: error: the fake backend cannot train task 'dataset': it learns to write each "
-        "problem's reference, and the task has none (the dataset task was given no answer "
+        "mathrl: error: the fake backend cannot train task 'dataset.units': it learns to write "
+        "each problem's reference, and the task has none (the dataset task was given no answer "
         "field (answer=), so it has no reference completions); use the real backend (--backend "
         "mint), or give the task its references\n"
     )
@@ -511,7 +511,7 @@ def test_a_task_error_from_a_reward_function_names_the_row(units: Path) -> None:
         task.adapter.compute_reward(Response("x\n", "stop", "\n"), problem)
     error = TaskError(task, "compute_reward", failed.value, Response("x\n", "stop", "\n"))
     assert str(error).startswith(
-        f"task 'dataset' failed: compute_reward raised FunctionError: on {problem.where}, "
+        f"task 'dataset.units' failed: compute_reward raised FunctionError: on {problem.where}, "
         "strict.py:strict raised ValueError: could not convert string to float: <input>"
     )
     assert problem.where.startswith("train file 'units.csv' line ")

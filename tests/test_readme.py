@@ -76,7 +76,7 @@ def test_the_readme_data_task_is_a_few_lines_that_check_and_learn(tmp_path: Path
     check, train = (shlex.split(c) for c in commands.replace("\\\n", " ").splitlines())
     checked = run_main(tmp_path, *check[3:])
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert checked.stdout.startswith("check-adapter: task 'dataset' (mathrl.tasks.dataset:")
+    assert checked.stdout.startswith("check-adapter: task 'dataset.units' (mathrl.tasks.dataset:")
     assert "warning" not in checked.stdout + checked.stderr  # an example to copy
     done = run_main(tmp_path, *train[3:])
     assert done.returncode == 0, done.stderr

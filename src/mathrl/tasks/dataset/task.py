@@ -35,11 +35,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import re
 import string
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import PurePath
 from typing import Any
 
 from mathrl.adapter import Message, NoReference, OptionError, Response
@@ -57,7 +59,7 @@ from mathrl.tasks.dataset.functions import (
     recorded,
 )
 from mathrl.tasks.dataset.rows import BadRow, Keyed, cells, field_text
-from mathrl.tasks.dataset.sources import SPEC_HELP, Source
+from mathrl.tasks.dataset.sources import FIXTURE, HF, SPEC_HELP, Source
 from mathrl.tasks.dataset.sources import Row as Fields
 from mathrl.text import shown
 
@@ -93,6 +95,7 @@ class DatasetTask:
     """Rows and reward functions as a task (see the module docstring)."""
 
     name = "dataset"
+    """`dataset.` and its training data's name, once built (`task_name`)."""
 
     def __init__(
         self,
@@ -178,6 +181,7 @@ class DatasetTask:
         self._data = Data.load(
             train, test, self._row, skip=skip_bad_rows, heldout=heldout, split_seed=split_seed
         )
+        self.name = task_name(train)
         first = dict(self._data.training[0].problem.fields)
         check_takes(self.rewards, first, "reward")
         check_takes(self.measures, first, "metrics")
@@ -288,6 +292,18 @@ _DEFAULTS: dict[str, object] = {
     if name != "self"
 }
 """Each option's default, from the constructor: the one place they are written."""
+
+
+def task_name(train: str) -> str:
+    """The task's name, from its training data's (`dataset.units` for `units.csv` or
+    `fixture:units`, `dataset.gsm8k` for `hf:openai/gsm8k:main:train`): runs of different
+    data are told apart in the run folders' and checkpoints' names."""
+    if train.startswith(HF):
+        stem = train.removeprefix(HF).split(":")[0].rstrip("/").rsplit("/", 1)[-1]
+    else:
+        stem = PurePath(train.removeprefix(FIXTURE)).stem
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", stem).strip("-._")[:48]
+    return f"dataset.{cleaned}" if cleaned else "dataset"
 
 
 def _version(named: Sequence[Named]) -> str:
