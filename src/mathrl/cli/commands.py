@@ -16,7 +16,8 @@ to stderr; a training run's stdout carries exactly the seed demo's lines:
     Saved: <path>                         last: the latest weights to sample from
 
 Exit codes: 0 success; 1 the service or the run failed; 2 a user's mistake
-(one line naming the setting, what it must be and what it got); 130 and 143
+(one line naming the setting, what it must be and what it got), a key the
+service rejects, or an address that is not a MinT API; 130 and 143
 a run stopped by SIGINT or SIGTERM; 141 a run stopped because stdout closed.
 None of them prints a traceback.
 """
@@ -36,7 +37,7 @@ from dotenv import dotenv_values
 
 from mathrl import __version__
 from mathrl.adapter import Unavailable
-from mathrl.backend import BackendError
+from mathrl.backend import BackendError, CredentialsRejected, WrongEndpoint
 from mathrl.cli.exit_codes import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -475,6 +476,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _train_command(rest, env)
     except ConfigError as exc:
         _say(f"error: {one_line(str(exc), 500)}")
+        return EXIT_USAGE
+    except (CredentialsRejected, WrongEndpoint) as exc:  # the key or the URL given: fix it
+        _say(f"error: {one_line(worded(exc), 500)}")
         return EXIT_USAGE
     except BackendError as exc:
         _say(f"error: {one_line(worded(exc), 500)}")

@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from mathrl import __version__
 from mathrl.cli.settings import SETTINGS, Setting, default_of, parse_bool
 from mathrl.config import DEFAULT_BASE_URL, ConfigError
 from mathrl.losses import PARAMETERS, losses_taking
@@ -131,6 +132,7 @@ def train_parser() -> Parser:
         help="continue a stopped run from its last saved state, with its own settings",
     )
     _add_task_args(parser)
+    parser.add_argument("--version", action="version", version=f"mathrl {__version__}")
     return parser
 
 
