@@ -267,7 +267,7 @@ def test_sample_reads_only_the_settings_it_uses(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("path", "reason"),
     [
-        ("nope.json", "cannot load the fake checkpoint 'nope.json' (No such file or directory)"),
+        ("nope.json", "--model-path 'nope.json': no such run folder or checkpoint file"),
         ("", "--model-path must be the path a run printed as `Saved:` (got '')"),
         (".", "('.' is a folder)"),
         ("/etc/passwd",
@@ -293,7 +293,7 @@ def test_sample_refuses_a_path_that_is_not_a_checkpoint(
          "--problems must be an integer from 1 to 10,000 (got '10001')"),
         (["sample", "--backend", "fake", "--model-path", "p", "--temperature", "-1"],
          "--temperature must be a number >= 0 and <= 100 (got '-1')"),
-        (["sample", "--backend", "mint", "--model-path", "/tmp/x.json"],
+        (["sample", "--backend", "mint", "--model-path", "tinker://run/x"],
          "MINT_API_KEY must be set"),
         (["frobnicate"], "the command must be sample, eval, check-adapter, plot or tasks"),
     ],

@@ -153,10 +153,12 @@ def test_an_adapter_that_cannot_be_built_is_one_line(
 
 
 def test_sample_over_mint_refuses_a_path_that_is_not_mints(tmp_path: Path) -> None:
-    done = run_main(tmp_path, "sample", "--model-path", "/tmp/x.json", MINT_API_KEY=KEY)
+    (tmp_path / "x.json").write_text("{}")  # there, but not MinT's
+    done = run_main(tmp_path, "sample", "--backend", "mint", "--model-path", "x.json",
+                    MINT_API_KEY=KEY)  # fmt: skip
     assert done.returncode == 2
     assert (
-        "--model-path must be a tinker:// path a run printed as `Saved:` (got '/tmp/x.json')"
+        "--model-path must be a tinker:// path a run printed as `Saved:` (got 'x.json')"
         in done.stderr
     )
 

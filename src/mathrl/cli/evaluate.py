@@ -27,7 +27,15 @@ from mathrl.checkpoints import step_of_checkpoint, task_of_checkpoint
 from mathrl.cli.loader import load_recorded_task, load_task
 from mathrl.cli.parsers import BACKENDS, SAMPLE_FIELDS
 from mathrl.cli.records import eval_file_record
-from mathrl.cli.run_folder import CONFIG, EVALS, RunFolder, RunFolderError, RunRecord, read_run
+from mathrl.cli.run_folder import (
+    CONFIG,
+    EVALS,
+    RunFolder,
+    RunFolderError,
+    RunRecord,
+    no_such_weights,
+    read_run,
+)
 from mathrl.cli.settings import (
     BY_FIELD,
     advised,
@@ -141,6 +149,9 @@ def _run_folder(model_path: str | None) -> RunRecord | None:
             "--model-path must be a run folder or the path a run printed as `Saved:` (got ''); "
             "leave it out to evaluate the base model"
         )
+    missing = no_such_weights(model_path)
+    if missing is not None:  # before any key is asked for: a mistyped path needs none
+        raise ConfigError(missing)
     try:
         if not (Path(model_path) / CONFIG).is_file():
             return None

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +45,7 @@ from mathrl.cli.records import eval_record, sample_record, step_record
 from mathrl.config import Config, ConfigError, TrainConfig
 from mathrl.report import Checkpoint, EvalMetrics, Observer, SampleGroup, StepMetrics
 from mathrl.resolved import Task, as_task
+from mathrl.text import closest, shown
 
 CONFIG, METRICS, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints.jsonl"
 RUNS = Path("runs")
@@ -356,6 +358,35 @@ def _recording(path: str, runs: Path) -> RunRecord | None:
         except RunFolderError:  # unreadable, or another program's: not the run looked for
             continue
     return None
+
+
+NEARBY = 5
+"""How many run folders a message about a missing `--model-path` names."""
+
+
+def no_such_weights(path: str, runs: Path = RUNS) -> str | None:
+    """Why `path`, a `--model-path`, names no weights, as the ConfigError says it; None if it
+    may: a `tinker://` path is the service's to know, anything else a file or a folder here.
+
+    A mistyped run folder is most often a letter off, so the message names the run
+    folders nearby, the closest first: those beside the path, and those in `runs`.
+    """
+    try:
+        if path.startswith("tinker://") or Path(path).exists():
+            return None
+        places = [p for p in dict.fromkeys([Path(path).parent, runs]) if p.is_dir()]
+        found = [str(c.parent) for place in places for c in sorted(place.glob(f"*/{CONFIG}"))]
+    except (OSError, ValueError):  # a name too long to be a file, say
+        found = []
+    said = f"--model-path {shown(path, 200)}: no such run folder or checkpoint file"
+    if not found:
+        return f"{said}; no run folder is beside it or in {runs}/"
+    name = Path(path).name  # a run folder's name is what is mistyped, not where it is
+    best = closest(name, [Path(f).name for f in found])
+    similar = sorted(found, key=lambda f: -SequenceMatcher(None, name, Path(f).name).ratio())
+    guess = next((f"; did you mean {f}?" for f in similar if Path(f).name == best), "")
+    more = f" and {len(found) - NEARBY} more" if len(found) > NEARBY else ""
+    return f"{said}{guess} (run folders: {', '.join(similar[:NEARBY])}{more})"
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from mathrl.backend import BackendError, Sampler, Tokenizer
 from mathrl.checkpoints import task_of_checkpoint
-from mathrl.cli.run_folder import RunFolderError, run_record
+from mathrl.cli.run_folder import RunFolderError, no_such_weights, run_record
 from mathrl.cli.settings import api_key, base_url
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError
@@ -81,6 +81,9 @@ def latest_of_run(model_path: str) -> str:
     except RunFolderError as exc:
         raise ConfigError(f"--model-path: {exc}") from None
     if record is None:
+        missing = no_such_weights(model_path)
+        if missing is not None:  # before any key is asked for: a mistyped path needs none
+            raise ConfigError(missing)
         return model_path
     samplers = [c["path"] for c in record.checkpoints if c["kind"] == "sampler"]
     if not samplers:
