@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import mathrl.service.mint_backend
-from cli_process import Result, run_main
+from cli_process import Result, run_main, saved_names
 from conftest import math_references
 from doubles.fake_mint import FakeMintServer
 from mathrl.cli.commands import main
@@ -255,7 +255,7 @@ def test_eval_k_adds_pass_at_k_to_eval_lines_and_records_and_nothing_else(
     done = run_main(tmp_path, "--backend", "fake", *TRAINED, "--eval-k", "4,1")
     again = run_main(tmp_path, "--backend", "fake", *TRAINED[:4], "--log-dir", "plain")
     assert done.returncode == again.returncode == 0, done.stderr
-    with_k, without = done.stdout.splitlines(), again.stdout.splitlines()
+    with_k, without = saved_names(done.stdout).splitlines(), saved_names(again.stdout).splitlines()
     # The same lines, the same checkpoint (its name holds no trace of --eval-k) ...
     assert [line for line in with_k if not line.startswith("Eval")] == [
         line for line in without if not line.startswith("Eval")

@@ -7,12 +7,13 @@ what is wrong and what would work, with the exit code the README gives.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
 
-from cli_process import run_main
-from mathrl.cli.run_folder import no_such_weights
+from cli_process import run_main, saved_names
+from mathrl.cli.run_folder import no_such_weights, read_jsonl, read_run
 
 FAKE = ("--backend", "fake")
 
@@ -60,3 +61,101 @@ def test_a_missing_path_far_from_any_run_folder_lists_them_without_a_guess(
     assert "did you mean" not in said
     assert said.endswith(f"(run folders: {', '.join(str(runs / f'run{n}') for n in range(5))} "
                          "and 2 more)")  # fmt: skip
+
+
+# -- 2. the fake's checkpoints, lost or broken ------------------------------------------------
+
+
+def test_the_fakes_checkpoints_live_in_the_run_folder(tmp_path: Path) -> None:
+    done = run_main(tmp_path, *FAKE, "--steps", "2", "--log-dir", "R")
+    assert done.returncode == 0, done.stderr
+    saved = Path(done.stdout.splitlines()[-1].removeprefix("Saved: "))
+    assert saved.parent == tmp_path / "R" / "checkpoints"  # absolute: any folder can resume
+    assert sorted(p.name for p in saved.parent.iterdir()) == sorted(
+        Path(c["path"]).name for c in read_jsonl(tmp_path / "R" / "checkpoints.jsonl")
+    )
+    assert not (tmp_path / "mathrl-fake").exists()  # nothing in the temp folder
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    again = run_main(elsewhere, "--resume", str(tmp_path / "R"), "--steps", "3")
+    assert again.returncode == 0, again.stderr
+
+
+def suggested(stderr: str) -> list[str]:
+    """The command a line of stderr suggests (after `with: `), as argv for `main`."""
+    command = shlex.split(stderr.strip().rsplit(" with: ", 1)[1])
+    assert command[:3] == ["python", "-m", "mathrl"]
+    return command[3:]
+
+
+@pytest.mark.parametrize("damage", ["missing", "not JSON", "a sampler's"])
+def test_a_lost_state_exits_2_naming_the_file_and_a_resume_that_works(
+    tmp_path: Path, damage: str
+) -> None:
+    whole = run_main(tmp_path, *FAKE, "--steps", "6", "--log-dir", "whole")
+    first = run_main(tmp_path, *FAKE, "--steps", "4", "--save-every", "2", "--log-dir", "R")
+    assert first.returncode == 0, first.stderr
+    state = next((tmp_path / "R" / "checkpoints").glob("*state0000004.json"))
+    if damage == "missing":
+        state.unlink()
+        why = f"cannot load the fake checkpoint '{state}' (No such file or directory)"
+    elif damage == "not JSON":
+        state.write_text('{"format"')
+        why = f"cannot load the fake checkpoint '{state}' (not JSON: "
+    else:
+        state.write_text(next(state.parent.glob("*step0000004.json")).read_text())
+        why = f"'{state}' is a sampler checkpoint, not a state one"
+    records = {p.name: p.read_text() for p in (tmp_path / "R").iterdir() if p.is_file()}
+    done = run_main(tmp_path, "--resume", "R", "--steps", "6")
+    assert (done.returncode, done.stdout) == (2, "")  # no `Saved:` for what cannot load
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"mathrl: error: --resume: R cannot go on from step 4 ({why}")
+    assert line.endswith(
+        "; the last step whose state can be loaded is 2: resume from it with: python -m mathrl "
+        "--resume R --from-step 2 --steps 6"
+    )
+    assert records == {p.name: p.read_text() for p in (tmp_path / "R").iterdir() if p.is_file()}
+    # The command it gives goes on from step 2 to the end an unbroken run reaches.
+    resumed = run_main(tmp_path, *suggested(line))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "mathrl: resuming R from step 2 (of 6)" in resumed.stderr
+    assert (
+        saved_names(resumed.stdout).splitlines()[1:] == (saved_names(whole.stdout).splitlines()[3:])
+    )
+
+
+def test_with_no_state_left_to_load_it_says_to_start_over_and_that_works(tmp_path: Path) -> None:
+    whole = run_main(tmp_path, *FAKE, "--steps", "2", "--log-dir", "whole")
+    run_main(tmp_path, *FAKE, "--steps", "2", "--log-dir", "R")
+    for state in (tmp_path / "R" / "checkpoints").glob("*state*.json"):
+        state.unlink()
+    done = run_main(tmp_path, "--resume", "R", "--steps", "2")
+    assert done.returncode == 2
+    assert done.stderr.endswith(
+        "; no earlier state can be loaded: start the run over with: python -m mathrl --resume R "
+        "--from-step 0 --steps 2\n"
+    )
+    again = run_main(tmp_path, *suggested(done.stderr))
+    assert again.returncode == 0, again.stderr
+    assert "mathrl: starting R over: --from-step 0" in again.stderr
+    assert saved_names(again.stdout) == saved_names(whole.stdout)
+    assert [r["step"] for r in read_run(tmp_path / "R").steps] == [1, 2]
+
+
+def test_from_step_names_the_steps_it_can_go_on_from(tmp_path: Path) -> None:
+    run_main(tmp_path, *FAKE, "--steps", "4", "--save-every", "2", "--log-dir", "R")
+    for step, said in [
+        ("3", "(got '3')"),
+        ("x", "(got 'x')"),
+        ("-1", "(got '-1')"),
+    ]:
+        done = run_main(tmp_path, "--resume", "R", "--from-step", step)
+        assert done.stderr == (
+            f"mathrl: error: --from-step must be a step whose state {Path('R/checkpoints.jsonl')} "
+            f"records, or 0 to start over: 0, 2, 4 {said}\n"
+        )
+        assert done.returncode == 2
+    done = run_main(tmp_path, *FAKE, "--from-step", "2")
+    assert (done.returncode, done.stderr) == (
+        2, "mathrl: error: --from-step goes only with --resume RUN_DIR (got no --resume)\n"
+    )  # fmt: skip

@@ -47,7 +47,13 @@ def task_folder(tmp_path: Path) -> Iterator[Path]:
 def test_the_readme_shows_the_real_output_of_an_offline_run(tmp_path: Path) -> None:
     shown = block_after("python -m mathrl --backend fake\n```", "text")
     done = run_main(tmp_path, "--backend", "fake")
-    assert done.stdout.replace(str(tmp_path), "/tmp") == shown
+    # The clone's folder, and the run folder's name (the time it started), are the reader's.
+    printed = done.stdout.replace(str(tmp_path), "/home/you/mathrl")
+    assert re.sub(r"runs/\d{8}T\d{6}Z-", "runs/20260101T120000Z-", printed) == shown
+    # The fake keeps its checkpoints in the run folder: a cleaned temp folder loses none.
+    saved = Path(done.stdout.splitlines()[-1].removeprefix("Saved: "))
+    assert saved.is_file()
+    assert saved.parent.parent.parent == tmp_path / "runs"
 
 
 def test_the_readme_task_passes_its_check_and_learns(task_folder: Path) -> None:

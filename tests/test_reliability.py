@@ -406,7 +406,8 @@ def test_a_checkpoint_folder_that_cannot_be_written_is_one_line_before_anything(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "mathrl-fake").write_text("a file where the folder should be")
-    done = run_main(tmp_path, "--backend", "fake", "--steps", "1")  # the default folder
+    done = run_main(tmp_path, "--backend", "fake", "--steps", "1",
+                    MINT_RL_FAKE_CHECKPOINTS=f"{tmp_path}/mathrl-fake")  # fmt: skip
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
         f"mathrl: error: the fake's checkpoint folder {tmp_path}/mathrl-fake cannot be written "

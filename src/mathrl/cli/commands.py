@@ -66,6 +66,7 @@ from mathrl.cli.parsers import (
     tasks_parser,
     train_parser,
 )
+from mathrl.cli.resume import FROM_STEP, check_resume_point, resume_point_at
 from mathrl.cli.run_folder import (
     CONFIG,
     RunFolder,
@@ -154,6 +155,8 @@ def _preflight(task: Task[Any]) -> str | None:
 
 def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     args = train_parser().parse_args(argv)
+    if args.from_step is not None and args.resume is None:
+        raise ConfigError(f"{FROM_STEP} goes only with --resume RUN_DIR (got no --resume)")
     if args.resume is not None:
         plan = _resume_plan(args, env)
         if plan is None:
@@ -218,8 +221,8 @@ def _check_folders(plan: Plan, new_run: bool) -> None:
     """The folders the run writes in, tried before anything is printed or made."""
     if new_run:
         check_new(plan.config.log_dir)
-    if plan.config.backend == "fake":
-        folder = plan.fake.checkpoint_folder
+    if plan.config.backend == "fake" and plan.fake.fake_checkpoints is not None:
+        folder = Path(plan.fake.fake_checkpoints)  # (by default: in the run folder, tried above)
         why = unwritable(folder)
         if why is not None:
             raise ConfigError(
@@ -244,7 +247,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
     folder = Path(args.resume)
     try:
         record = read_run(folder)
-        point = record.resume_point()
+        point = resume_point_at(record, args.from_step)
     except RunFolderError as exc:
         raise ConfigError(f"--resume: {exc}") from None
     recorded = record.config["settings"]
@@ -306,6 +309,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
             f"--resume: {config.adapter} is now task {task.name!r}, but the run trained "
             f"task {record.config.get('task')!r}"
         )
+    check_resume_point(record, point, config.train, config.backend, args.steps)
     if point is not None and point.step >= config.train.steps:
         _say(f"{folder} already finished all {config.train.steps} steps; nothing to resume")
         print(f"Saved: {point.sampler_path}", flush=True)
@@ -326,8 +330,9 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
             for name in FAKE_FIELDS
         }
     )
-    if point is None:  # it failed before its first state: nothing to keep, start over
-        _say(f"starting {folder} over: it saved no training state")
+    if point is None:  # it failed before its first state (or --from-step 0): start over
+        why = "it saved no training state" if args.from_step is None else f"{FROM_STEP} 0"
+        _say(f"starting {folder} over: {why}")
     else:
         _say(f"resuming {folder} from step {point.step} (of {config.train.steps})")
         if config.train.eval_every and point.step not in {e["step"] for e in record.evals}:

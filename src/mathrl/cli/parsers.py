@@ -55,7 +55,7 @@ class Parser(argparse.ArgumentParser):
 DEFAULTS_DECIDED_LATER = {
     "max_tokens": "the task's",
     "log_dir": "runs/<UTC time>-<task>-<fingerprint>",
-    "fake_checkpoints": "mathrl-fake in the temp folder",
+    "fake_checkpoints": "checkpoints/ in the run folder",
     "retries": "none: the retry window alone",
     "reward_workers": "one per core",
     "wandb_project": "none: no mirror",
@@ -130,6 +130,12 @@ def train_parser() -> Parser:
         "--resume",
         metavar="RUN_DIR",
         help="continue a stopped run from its last saved state, with its own settings",
+    )
+    parser.add_argument(
+        "--from-step",
+        metavar="STEP",
+        help="with --resume: go on from this step's saved state instead of the last one (the "
+        "records after it are dropped; 0 starts the run over)",
     )
     _add_task_args(parser)
     parser.add_argument("--version", action="version", version=f"mathrl {__version__}")

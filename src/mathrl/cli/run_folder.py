@@ -96,17 +96,15 @@ class RunFolder(Observer):
         fingerprint: str,
         version: str,
         more_settings: Mapping[str, Any] | None = None,
+        path: Path | None = None,
     ) -> RunFolder:
-        """Make the folder (`config.log_dir`, or a new one under `runs/`) and write config.json.
+        """Make the folder (`path`, else `new_path`'s) and write config.json.
 
         `more_settings` are recorded beside the config's (the fake's knobs, say).
         """
         now = datetime.now(UTC)
         check_new(config.log_dir)
-        if config.log_dir is not None:
-            path = Path(config.log_dir)
-        else:
-            path = _fresh(RUNS / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
+        path = path or new_path(config.log_dir, task_name, fingerprint, now)
         made = [p for p in (path, *path.parents) if not p.exists()][::-1]
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -243,6 +241,18 @@ def unwritable(folder: Path) -> str | None:
     return None
 
 
+def new_path(
+    log_dir: str | None, task_name: str, fingerprint: str, now: datetime | None = None
+) -> Path:
+    """Where a new run's folder goes: `log_dir`, or a new folder under `runs/` named for the
+    time (UTC), the task and the run's fingerprint. Known before the folder is made, so the
+    fake backend can keep its checkpoints in it from the first save."""
+    if log_dir is not None:
+        return Path(log_dir)
+    now = now or datetime.now(UTC)
+    return _fresh(RUNS / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
+
+
 def _fresh(path: Path) -> Path:
     candidate, n = path, 1
     while candidate.exists():
@@ -266,9 +276,18 @@ class RunRecord:
         fields = TrainConfig.__dataclass_fields__
         return TrainConfig(**{k: v for k, v in self.config["settings"].items() if k in fields})
 
-    def resume_point(self) -> Resume | None:
-        """The last complete state record and the samplers around it; None if none was saved."""
-        states = [c for c in self.checkpoints if c["kind"] == "state"]
+    def state_steps(self) -> list[int]:
+        """The steps whose training state the run saved, in order."""
+        return sorted({c["step"] for c in self.checkpoints if c["kind"] == "state"})
+
+    def resume_point(self, until: int | None = None) -> Resume | None:
+        """The last complete state record (at or before step `until`, if given) and the
+        samplers around it; None if none was saved."""
+        states = [
+            c
+            for c in self.checkpoints
+            if c["kind"] == "state" and (until is None or c["step"] <= until)
+        ]
         if not states:
             return None
         step = states[-1]["step"]

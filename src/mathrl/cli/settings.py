@@ -17,7 +17,6 @@ asks of the task it loads (`--weak-sandbox`) is the task's: it lives in
 from __future__ import annotations
 
 import re
-import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -52,14 +51,19 @@ class FakeOptions:
     fake_fault_rate: float = 0.0
     """The share of fake calls that fail transiently (seeded)."""
     fake_checkpoints: str | None = None
-    """The folder of the fake's checkpoint files (None: `mathrl-fake` in the temp folder)."""
+    """The folder of the fake's checkpoint files (None: `checkpoints/` in the run folder,
+    so they last as long as the run's records do)."""
 
-    @property
-    def checkpoint_folder(self) -> Path:
-        """`fake_checkpoints`, or its default."""
+    def checkpoint_folder(self, run_folder: Path) -> Path:
+        """`fake_checkpoints`, or its default in `run_folder`; absolute, so a resume from
+        another working folder finds the files the run folder records."""
         if self.fake_checkpoints is not None:
             return Path(self.fake_checkpoints)
-        return Path(tempfile.gettempdir()) / "mathrl-fake"
+        return run_folder.absolute() / FAKE_CHECKPOINTS
+
+
+FAKE_CHECKPOINTS = "checkpoints"
+"""The fake's checkpoint folder in the run folder, by default."""
 
 
 FAKE_RULES = {

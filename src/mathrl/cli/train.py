@@ -25,7 +25,7 @@ from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
 from mathrl.cli.loader import opt_in
 from mathrl.cli.progress import ProgressBar
-from mathrl.cli.run_folder import RunFolder
+from mathrl.cli.run_folder import RunFolder, new_path
 from mathrl.cli.settings import (
     BY_FIELD,
     FakeOptions,
@@ -232,10 +232,12 @@ async def open_backend(
     env: Mapping[str, str],
     say: Callable[[str], None],
     waiting: Callable[[str], None] = lambda status: None,
+    run_folder: Path = Path("."),
 ) -> RetryingBackend:
     """The run's backend, fake or MinT, wrapped in deadlines and retries.
 
-    `waiting` hears what set-up waits on, and for how long at most.
+    `waiting` hears what set-up waits on, and for how long at most; the fake
+    keeps its checkpoints in `run_folder` unless told otherwise.
     """
     config = plan.config
     inner: Backend
@@ -249,7 +251,7 @@ async def open_backend(
             run_problems(plan.task, config.train, first_step),
             latency=plan.fake.fake_latency,
             fault_rate=plan.fake.fake_fault_rate,
-            checkpoint_dir=plan.fake.checkpoint_folder,
+            checkpoint_dir=plan.fake.checkpoint_folder(run_folder),
         )
     else:
         from mathrl.service.mint_backend import Endpoint
@@ -281,6 +283,9 @@ async def train(
     latest = Latest(plan.resume)
     where: list[Path] = [plan.folder.path] if plan.folder else []
     first = plan.resume.step if plan.resume else 0
+    # Where the run folder is (or will be, once the backend is up): the fake saves in it.
+    fingerprint = run_fingerprint(task, config.train)
+    run_path = plan.folder.path if plan.folder else new_path(config.log_dir, task.name, fingerprint)
     progress = ProgressBar(config.train.steps, first, config.train.batch * config.train.group)
     # While the bar is up, a line for the user goes above it, never into its rows.
     speak = (lambda m: progress.say(f"mathrl: {m}")) if progress.active else say
@@ -308,7 +313,9 @@ async def train(
     try:
         with progress:
             out.around = progress.above
-            opening = asyncio.ensure_future(open_backend(plan, env, speak, progress.setting_up))
+            opening = asyncio.ensure_future(
+                open_backend(plan, env, speak, progress.setting_up, run_path)
+            )
             stopping = asyncio.ensure_future(stop.wait())
             await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
@@ -324,11 +331,12 @@ async def train(
                 check_prompts(backend.tokenizer, task, config)
                 # Only now: a run that cannot start leaves no folder behind.
                 folder = plan.folder or RunFolder.create(
-                    config, task.name, run_fingerprint(task, config.train), version,
+                    config, task.name, fingerprint, version,
                     {
                         **asdict(plan.fake), **asdict(plan.task_options),
                         "task_args": dict(task.options),
                     },
+                    run_path,
                 )  # fmt: skip
                 where[:] = [folder.path]
                 if config.wandb_project is not None:  # before stdout: W&B may refuse to start
