@@ -109,7 +109,7 @@ def test_fake_only_flags_are_refused_on_mint(tmp_path: Path) -> None:
     done = run_main(tmp_path, "--fake-latency", "0.1", MINT_API_KEY="sk-x")
     assert done.returncode == 2
     assert done.stderr == (
-        "mathrl: error: --fake-latency work only with --backend fake (got --backend mint)\n"
+        "mathrl: error: --fake-latency works only with --backend fake (got --backend mint)\n"
     )
 
 

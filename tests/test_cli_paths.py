@@ -295,7 +295,7 @@ def test_the_fakes_checkpoints_go_where_asked_and_sample_takes_a_run_folder(
     assert not (tmp_path / "S").exists()
     refused = run_main(tmp_path, "--fake-checkpoints", "x", MINT_API_KEY="sk-x")
     assert refused.stderr == (
-        "mathrl: error: --fake-checkpoints work only with --backend fake (got --backend mint)\n"
+        "mathrl: error: --fake-checkpoints works only with --backend fake (got --backend mint)\n"
     )
 
 

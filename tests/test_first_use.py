@@ -7,6 +7,7 @@ what is wrong and what would work, with the exit code the README gives.
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -159,3 +160,85 @@ def test_from_step_names_the_steps_it_can_go_on_from(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (
         2, "mathrl: error: --from-step goes only with --resume RUN_DIR (got no --resume)\n"
     )  # fmt: skip
+
+
+# -- 3. settings given, never dropped without a word -----------------------------------------
+
+
+def test_a_variable_that_changes_a_resumed_runs_training_is_refused_as_a_flag_is(
+    tmp_path: Path,
+) -> None:
+    run_main(tmp_path, *FAKE, "--steps", "2", "--log-dir", "R")
+    flag = run_main(tmp_path, "--resume", "R", "--lr", "0.001")
+    variable = run_main(tmp_path, "--resume", "R", MINT_RL_LR="0.001")
+    assert flag.stderr == (
+        f"mathrl: error: --lr 0.001 cannot be given with --resume: {Path('R/config.json')} "
+        "records --lr 0.0001, and a resumed run trains as it started; leave it out, or start a "
+        "new run\n"
+    )
+    assert variable.stderr == (
+        f"mathrl: error: MINT_RL_LR=0.001 cannot be given with --resume: "
+        f"{Path('R/config.json')} records --lr 0.0001, and a resumed run trains as it started; "
+        "unset it, or give --lr 0.0001\n"
+    )
+    assert flag.returncode == variable.returncode == 2
+    (tmp_path / ".env").write_text("MINT_RL_STEPS=9\nMINT_RL_BATCH=3\n")
+    dotenv = run_main(tmp_path, "--resume", "R")
+    assert dotenv.stderr == (
+        f"mathrl: error: MINT_RL_STEPS=9 (from {tmp_path / '.env'}), MINT_RL_BATCH=3 (from "
+        f"{tmp_path / '.env'}) cannot be given with --resume: {Path('R/config.json')} records "
+        "--steps 2, --batch 10, and a resumed run trains as it started; unset them, or give "
+        "--steps 2, --batch 10 (--steps 9 extends the run)\n"
+    )
+    # A flag beats its variable: given as the record has them, the run goes on.
+    agreed = run_main(tmp_path, "--resume", "R", "--steps", "2", "--batch", "10")
+    assert agreed.returncode == 0, agreed.stderr
+
+
+def test_a_resumed_run_takes_its_resumable_settings_from_variables_too(tmp_path: Path) -> None:
+    run_main(tmp_path, *FAKE, "--steps", "2", "--log-dir", "R")
+    samples = (tmp_path / "R" / "samples.jsonl").read_text()
+    done = run_main(tmp_path, "--resume", "R", "--steps", "3", MINT_RL_LOG_SAMPLES="0",
+                    MINT_RL_FAKE_CHECKPOINTS="moved")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "R" / "samples.jsonl").read_text() == samples  # step 3 logged none
+    assert done.stdout.splitlines()[-1].startswith(f"Saved: {Path('moved')}/")
+
+
+@pytest.mark.parametrize("command", [(), ("sample", "--model-path", "R"), ("eval",)])
+@pytest.mark.parametrize("where", ["flag", "variable"])
+def test_a_task_token_limit_and_max_tokens_that_disagree_are_refused(
+    tmp_path: Path, command: tuple[str, ...], where: str
+) -> None:
+    run_main(tmp_path, *FAKE, "--steps", "1", "--log-dir", "R")
+    args = [*command, *FAKE, "--adapter", "math", "--task-arg", "max_tokens=64"]
+    if where == "flag":
+        done = run_main(tmp_path, *args, "--max-tokens", "128")
+        given = "--max-tokens 128"
+    else:
+        done = run_main(tmp_path, *args, MINT_RL_MAX_TOKENS="128")
+        given = "MINT_RL_MAX_TOKENS=128"
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"mathrl: error: --task-arg max_tokens=64 and {given} both set the tokens per "
+        "completion, and disagree: give one of them\n"
+    )
+
+
+def test_a_line_cut_off_mid_write_is_trimmed_on_resume_and_said(tmp_path: Path) -> None:
+    run_main(tmp_path, *FAKE, "--steps", "3", "--save-every", "2", "--log-dir", "R")
+    checkpoints = tmp_path / "R" / "checkpoints.jsonl"
+    kept = [r for r in read_jsonl(checkpoints) if (r["kind"], r["step"]) != ("state", 3)]
+    checkpoints.write_text("".join(json.dumps(r) + "\n" for r in kept))  # died before its save
+    with (tmp_path / "R" / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 4, "accuracy": 0.4')  # and mid-write
+    done = run_main(tmp_path, "--resume", "R")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == (
+        "mathrl: trimmed R: metrics.jsonl's last line, cut off mid-write "
+        '(\'{"step": 4, "accuracy": 0.4\'); the records of step 3 in metrics.jsonl, '
+        "checkpoints.jsonl and samples.jsonl, which the resumed run does again"
+    )
+    assert [r["step"] for r in read_run(tmp_path / "R").steps] == [1, 2, 3]
+    again = run_main(tmp_path, "--resume", "R", "--steps", "4")  # nothing to trim now
+    assert not any("trimmed" in line for line in again.stderr.splitlines())

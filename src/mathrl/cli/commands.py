@@ -78,6 +78,7 @@ from mathrl.cli.run_folder import (
     unwritable,
 )
 from mathrl.cli.settings import (
+    BY_FIELD,
     FAKE_FIELDS,
     SETTINGS,
     FakeOptions,
@@ -87,6 +88,7 @@ from mathrl.cli.settings import (
     build_config,
     fake_options,
     flag_values,
+    given_values,
     parse_count,
     task_options,
     worded,
@@ -155,6 +157,7 @@ def _preflight(task: Task[Any]) -> str | None:
 
 def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     args = train_parser().parse_args(argv)
+    _one_token_limit(args, env)
     if args.from_step is not None and args.resume is None:
         raise ConfigError(f"{FROM_STEP} goes only with --resume RUN_DIR (got no --resume)")
     if args.resume is not None:
@@ -217,6 +220,71 @@ def _worded(value: object, field: str) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _given_now(args: argparse.Namespace, env: Mapping[str, str]) -> set[str]:
+    """The settings given to this command, by field: by a flag, or by a variable (or `.env`)."""
+    return {
+        s.field
+        for s in SETTINGS
+        if getattr(args, s.field, None) is not None or (s.env is not None and s.env in env)
+    }
+
+
+def _refuse_variables(
+    args: argparse.Namespace, env: Mapping[str, str], recorded: Mapping[str, Any], folder: Path
+) -> None:
+    """ConfigError naming each variable (or `.env` line) that gives a training setting other
+    than the run folder's record, as `_refuse_changes` does for flags: a resumed run trains as
+    it started, and a setting given is never dropped silently. A flag beats its variable."""
+    fixed = [
+        s.field
+        for s in SETTINGS
+        if s.field not in RESUMABLE and getattr(args, s.field, None) is None
+    ]
+    given = given_values({}, env, fixed)  # flags: `_refuse_changes`
+    changed = {
+        field: (value, source)
+        for field, (value, source) in given.items()
+        if _spec(value) != _spec(recorded.get(field, DEFAULTS.get(field)))
+    }
+    if not changed:
+        return
+    ours = ", ".join(_as_given(value, source, field) for field, (value, source) in changed.items())
+    kept = ", ".join(
+        f"{BY_FIELD[f].flag} {_worded(recorded.get(f, DEFAULTS.get(f)), f)}" for f in changed
+    )
+    it = "them" if len(changed) > 1 else "it"
+    steps = changed.get("steps", (0, ""))[0]
+    extend = f" (--steps {steps} extends the run)" if steps > recorded.get("steps", 0) else ""
+    raise ConfigError(
+        f"{ours} cannot be given with --resume: {folder / CONFIG} records {kept}, and a resumed "
+        f"run trains as it started; unset {it}, or give {kept}{extend}"
+    )
+
+
+def _one_token_limit(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """ConfigError when `--task-arg max_tokens=N` and `--max-tokens` (or its variable) are both
+    given and differ. The task's option is its own default limit, which `--max-tokens`
+    overrides; rather than keep one silently and record both, the command asks for one."""
+    task_limit = given_task_args(args.task_arg).get("max_tokens")
+    run_limit = given_values(_flags(args), env, ["max_tokens"]).get("max_tokens")
+    if task_limit is None or run_limit is None:
+        return
+    value, source = run_limit
+    if task_limit.strip() != str(value):
+        raise ConfigError(
+            f"--task-arg max_tokens={task_limit} and {_as_given(value, source, 'max_tokens')} "
+            "both set the tokens per completion, and disagree: give one of them"
+        )
+
+
+def _as_given(value: object, source: str, field: str) -> str:
+    """A setting as it was given: `--x 3`, `NAME=3` or `NAME=3 (from /x/.env)`."""
+    if source.startswith("--"):
+        return f"{source} {_worded(value, field)}"
+    name, _, where = source.partition(" ")
+    return f"{name}={_worded(value, field)}{' ' * bool(where)}{where}"
+
+
 def _check_folders(plan: Plan, new_run: bool) -> None:
     """The folders the run writes in, tried before anything is printed or made."""
     if new_run:
@@ -260,6 +328,8 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         why=", and a resumed run trains as it started",
         otherwise=", or start a new run",
     )
+    _refuse_variables(args, env, recorded, folder)
+    now = _given_now(args, env)
     reliability = build_config(_flags(args), env, only=RESUMABLE, backend=recorded.get("backend"))
     try:
         train = record.train_config()
@@ -271,7 +341,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
                     f"{steps}): it extends a run, and cannot shorten one"
                 )
             train = replace(train, steps=steps)
-        if args.eval_k is not None:  # pass@k in this session's evaluations: trains the same
+        if "eval_k" in now:  # pass@k in this session's evaluations: trains the same
             eval_k = reliability.train.eval_k
             check_eval_k(
                 eval_k, train.eval_problems,
@@ -287,7 +357,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
             log_dir=str(folder),
             log_samples=(
                 reliability.log_samples
-                if args.log_samples is not None
+                if "log_samples" in now
                 else recorded.get("log_samples", reliability.log_samples)
             ),
             # The W&B mirror carries over too: the resumed steps go on in the same W&B run.
@@ -315,17 +385,19 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         print(f"Saved: {point.sampler_path}", flush=True)
         return None
     run_folder = RunFolder(folder, config.log_samples)
-    run_folder.truncate_after(point.step if point is not None else -1)
+    trimmed = run_folder.truncate_after(point.step if point is not None else -1)
+    if trimmed is not None:
+        _say(trimmed)
     if config.train.steps != recorded.get("steps"):  # extended: later resumes go as far
         run_folder.write_config(
             {**record.config, "settings": {**recorded, "steps": config.train.steps}}
         )
     # The fake's knobs carry over from the run's record unless given again.
-    given = fake_options(_flags(args), config.backend)
+    given = fake_options(_flags(args), config.backend, env)
     fake = FakeOptions(
         **{
             name: getattr(given, name)
-            if getattr(args, name) is not None
+            if name in now
             else recorded.get(name, getattr(FakeOptions(), name))
             for name in FAKE_FIELDS
         }
@@ -400,6 +472,7 @@ def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     from mathrl.cli.sample import sample
 
     args = sample_parser().parse_args(argv)
+    _one_token_limit(args, env)
     count = _problem_count(args.problems)
     fields = [*SAMPLE_FIELDS, *(["temperature"] if args.temperature is not None else [])]
     flags = {**_flags(args), "temperature": args.temperature}
@@ -452,6 +525,7 @@ def _eval_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     from mathrl.cli.evaluate import evaluate_weights, plan_eval
 
     args = eval_parser().parse_args(argv)
+    _one_token_limit(args, env)
     plan = plan_eval(args, _flags(args), env, _problem_count(args.problems))
     _preflight(plan.task)
     return asyncio.run(evaluate_weights(plan, env, _say))

@@ -45,7 +45,7 @@ from mathrl.cli.records import eval_record, sample_record, step_record
 from mathrl.config import Config, ConfigError, TrainConfig
 from mathrl.report import Checkpoint, EvalMetrics, Observer, SampleGroup, StepMetrics
 from mathrl.resolved import Task, as_task
-from mathrl.text import closest, shown
+from mathrl.text import closest, listed, shown
 
 CONFIG, METRICS, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints.jsonl"
 RUNS = Path("runs")
@@ -187,13 +187,30 @@ class RunFolder(Observer):
         for group in groups[: self.log_samples]:
             self.append(SAMPLES, sample_record(group))
 
-    def truncate_after(self, step: int) -> None:
-        """Drop records past `step`, which a resumed run is about to redo."""
+    def truncate_after(self, step: int) -> str | None:
+        """Drop records past `step`, which a resumed run is about to redo, and a last line cut
+        off mid-write; return what went, as one line says it (None: nothing did)."""
+        torn: list[str] = []
+        later: dict[str, set[int]] = {}
         for name in (METRICS, CHECKPOINTS, SAMPLES):
-            kept = [r for r in read_jsonl(self.path / name) if r["step"] <= step]
+            records = read_jsonl(self.path / name)
+            cut = torn_line(self.path / name)
+            if cut is not None:
+                torn.append(f"{name}'s last line, cut off mid-write ({shown(cut, 30)})")
+            if steps := {r["step"] for r in records if r["step"] > step}:
+                later[name] = steps
+            if cut is None and name not in later:
+                continue
             with self._writing(name + ".tmp", "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in kept)
+                f.writelines(json.dumps(r) + "\n" for r in records if r["step"] <= step)
             (self.path / (name + ".tmp")).replace(self.path / name)
+        if later:
+            steps = set().union(*later.values())
+            first, last = min(steps), max(steps)
+            which = f"step {first}" if first == last else f"steps {first} to {last}"
+            files = listed(later, "and")
+            torn.append(f"the records of {which} in {files}, which the resumed run does again")
+        return f"trimmed {self.path}: {'; '.join(torn)}" if torn else None
 
 
 def check_new(log_dir: str | None) -> None:
@@ -406,6 +423,23 @@ def no_such_weights(path: str, runs: Path = RUNS) -> str | None:
     guess = next((f"; did you mean {f}?" for f in similar if Path(f).name == best), "")
     more = f" and {len(found) - NEARBY} more" if len(found) > NEARBY else ""
     return f"{said}{guess} (run folders: {', '.join(similar[:NEARBY])}{more})"
+
+
+def torn_line(path: Path) -> str | None:
+    """The last line of a .jsonl file if a crash cut it off mid-write (no newline after it,
+    and not JSON), which `read_jsonl` skips; None if there is none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # missing, or read_jsonl says what is wrong
+        return None
+    last = text.rsplit("\n", 1)[-1]
+    if not last.strip():
+        return None
+    try:
+        json.loads(last)
+    except ValueError:
+        return last
+    return None
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

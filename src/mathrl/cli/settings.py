@@ -347,6 +347,14 @@ def flag_values(flags: Mapping[str, str | None], only: Collection[str]) -> dict[
     return {setting.field: value for setting, value, _ in _read(flags, {}, only)}
 
 
+def given_values(
+    flags: Mapping[str, str | None], env: Mapping[str, str], only: Collection[str]
+) -> dict[str, tuple[Any, str]]:
+    """The settings among `only` given by a flag or a variable, by field: each value parsed and
+    checked alone, and where it came from as a message names it (`--x`, or `NAME`)."""
+    return {setting.field: (value, source) for setting, value, source in _read(flags, env, only)}
+
+
 def fake_options(
     flags: Mapping[str, str | None], backend: str, env: Mapping[str, str] | None = None
 ) -> FakeOptions:
@@ -355,7 +363,8 @@ def fake_options(
     flagged = sorted(s.flag for s, _, source in read if source == s.flag)
     if flagged and backend != "fake":
         raise ConfigError(
-            f"{', '.join(flagged)} work only with --backend fake (got --backend {backend})"
+            f"{listed(flagged, 'and')} {'work' if len(flagged) > 1 else 'works'} only with "
+            f"--backend fake (got --backend {backend})"
         )
     return FakeOptions(**{s.field: value for s, value, _ in read})
 
