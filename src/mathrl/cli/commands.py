@@ -45,9 +45,10 @@ from mathrl.cli.exit_codes import (
     EXIT_STDOUT_CLOSED,
     EXIT_USAGE,
 )
-from mathrl.cli.extras import install_command
+from mathrl.cli.extras import as_installed, install_command
 from mathrl.cli.loader import (
     CLI_KEYWORDS,
+    check_command,
     load_recorded_task,
     load_task,
     opt_in,
@@ -104,7 +105,7 @@ from mathrl.text import one_line, shown
 
 
 def _say(message: str) -> None:
-    print(f"mathrl: {message}", file=sys.stderr, flush=True)
+    print(f"mathrl: {as_installed(message)}", file=sys.stderr, flush=True)
 
 
 def environment() -> dict[str, str]:
@@ -564,7 +565,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except TaskError as exc:  # outside a run: `sample`, say
         _say(f"error: {one_line(str(exc), 500)}")
-        _say(f"check the task with: python -m mathrl check-adapter {exc.task_identity}")
+        _say(f"check the task with: {check_command(exc.task_identity)}")
         return EXIT_FAILURE
     except RunFolderError as exc:
         _say(f"error: {one_line(str(exc), 500)}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -33,6 +34,8 @@ TASK_KEYWORDS = {"weak_sandbox": "allow_missing_layers"}
 """Each field of `TaskOptions` -> the constructor keyword of the tasks that take it."""
 CLI_KEYWORDS = frozenset(TASK_KEYWORDS.values())
 """Constructor keywords the command line sets from its own settings, not from --task-arg."""
+_LOADED: dict[str, list[str]] = {}
+"""Each task this process loaded, by identity: how `check-adapter` is told to load it again."""
 
 
 def opt_in(allowed_by: object) -> str | None:
@@ -90,6 +93,11 @@ def load_task(
         task = as_task(adapter)
     except AdapterError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    _LOADED[task.identity] = [
+        spec,
+        *(w for k, v in (task_args or {}).items() for w in ("--task-arg", f"{k}={_text(v)}")),
+        *(BY_FIELD[name].flag for name, keyword in TASK_KEYWORDS.items() if keyword in asked),
+    ]
     for name, keyword in TASK_KEYWORDS.items():
         if keyword in asked and keyword not in keywords:
             setting = BY_FIELD[name]
@@ -98,6 +106,19 @@ def load_task(
                 f"it takes no {keyword} option"
             )
     return task
+
+
+def check_command(identity: str) -> str:
+    """The command that checks the task `identity` names as this process loaded it: its spec
+    as given (a file's path, say), its options and what was asked of it, so it runs as
+    printed; just the identity for a task this process did not load."""
+    words = ["python", "-m", "mathrl", "check-adapter", *_LOADED.get(identity, [identity])]
+    return shlex.join(words)
+
+
+def _text(value: object) -> str:
+    """An option's value as `--task-arg` reads it back."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def task_target(spec: str, source: str) -> Any:

@@ -23,7 +23,8 @@ from typing import Any
 from mathrl.backend import Backend, BackendError, Tokenizer
 from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
-from mathrl.cli.loader import opt_in
+from mathrl.cli.extras import as_installed
+from mathrl.cli.loader import check_command, opt_in
 from mathrl.cli.progress import ProgressBar
 from mathrl.cli.run_folder import RunFolder, new_path
 from mathrl.cli.settings import (
@@ -288,7 +289,7 @@ async def train(
     run_path = plan.folder.path if plan.folder else new_path(config.log_dir, task.name, fingerprint)
     progress = ProgressBar(config.train.steps, first, config.train.batch * config.train.group)
     # While the bar is up, a line for the user goes above it, never into its rows.
-    speak = (lambda m: progress.say(f"mathrl: {m}")) if progress.active else say
+    speak = (lambda m: progress.say(f"mathrl: {as_installed(m)}")) if progress.active else say
     set_up: list[bool] = []
 
     def on_signal(signum: int) -> None:
@@ -425,7 +426,7 @@ def _failed(
         say(f"error: {exc}; or run with what is there: {flag}")  # the machine's, not the task's
     elif isinstance(exc, TaskError):
         say(f"error: {exc}")
-        say(f"check the task with: python -m mathrl check-adapter {exc.task_identity}")
+        say(f"check the task with: {check_command(exc.task_identity)}")
     else:
         say(f"error: {worded(exc)}")
     if latest.sampler:
