@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_process import run_main, saved_names
+from conftest import needs_extra
 from mathrl.cli.run_folder import no_such_weights, read_jsonl, read_run
 
 FAKE = ("--backend", "fake")
@@ -242,3 +243,30 @@ def test_a_line_cut_off_mid_write_is_trimmed_on_resume_and_said(tmp_path: Path) 
     assert [r["step"] for r in read_run(tmp_path / "R").steps] == [1, 2, 3]
     again = run_main(tmp_path, "--resume", "R", "--steps", "4")  # nothing to trim now
     assert not any("trimmed" in line for line in again.stderr.splitlines())
+
+
+# -- 6. plot ------------------------------------------------------------------------------------
+
+
+@needs_extra("matplotlib", "plot")
+def test_plot_refuses_a_run_with_no_steps_and_puts_a_comparison_beside_the_first_run(
+    tmp_path: Path,
+) -> None:
+    for name in ("A", "B"):
+        assert run_main(tmp_path, *FAKE, "--steps", "2", "--log-dir", name).returncode == 0
+    # A run that saved its step 0 and failed before step 1 finished: no step to draw.
+    failed = run_main(tmp_path, *FAKE, "--steps", "2", "--log-dir", "C", "--fake-fault-rate",
+                      "0.3", "--retries", "0")  # fmt: skip
+    assert failed.returncode == 1
+    assert read_run(tmp_path / "C").steps == []
+    for runs in (["C"], ["A", "C"]):
+        done = run_main(tmp_path, "plot", *runs)
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == (
+            "mathrl: error: plot: C records no training step yet (metrics.jsonl has none), so "
+            "there is nothing to draw\n"
+        )
+    assert not list(tmp_path.rglob("*.png"))  # no blank chart
+    both = run_main(tmp_path, "plot", "A", "B")
+    assert (both.returncode, both.stdout) == (0, f"{Path('A/compare.png')}\n")  # where it went
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*.png")] == [Path("A/compare.png")]

@@ -427,6 +427,7 @@ def test_plot_refuses_what_it_cannot_draw(
     assert "plot: nowhere is not a run folder" in capsys.readouterr().err
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text('{"settings": {}}')
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "accuracy": 0.5, "datums": 4}\n')
     assert main(["plot", "run", "--out", "x.txt"]) == 2
     assert "--out must be a .png file (got 'x.txt')" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "mathrl.cli.plot", None)  # as if matplotlib were missing

@@ -70,6 +70,7 @@ from mathrl.cli.parsers import (
 from mathrl.cli.resume import FROM_STEP, check_resume_point, resume_point_at
 from mathrl.cli.run_folder import (
     CONFIG,
+    METRICS,
     RunFolder,
     RunFolderError,
     check_new,
@@ -457,8 +458,13 @@ def _plot_command(argv: Sequence[str]) -> int:
         records = [read_run(Path(run)) for run in args.runs]
     except RunFolderError as exc:
         raise ConfigError(f"plot: {exc}") from None
-    default = Path(args.runs[0]) / "plot.png" if len(args.runs) == 1 else Path("plot.png")
-    out = Path(args.out) if args.out else default
+    for record in records:
+        if not record.steps:  # a run stopped during set-up, or not yet past its first step
+            raise ConfigError(
+                f"plot: {record.path} records no training step yet ({METRICS} has none), so "
+                "there is nothing to draw"
+            )
+    out = Path(args.out) if args.out else Path(args.runs[0]) / PLOT[len(args.runs) > 1]
     if out.suffix.lower() != ".png":
         raise ConfigError(f"--out must be a .png file (got {shown(str(out))})")
     try:
@@ -467,6 +473,10 @@ def _plot_command(argv: Sequence[str]) -> int:
         raise ConfigError(f"--out: cannot write {out} ({exc.strerror or exc})") from None
     print(out, flush=True)
     return EXIT_OK
+
+
+PLOT = {False: "plot.png", True: "compare.png"}
+"""The PNG `plot` writes in the (first) run folder without --out: one run's, or a comparison."""
 
 
 def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:

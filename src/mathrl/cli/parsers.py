@@ -261,6 +261,9 @@ def plot_parser() -> Parser:
     )
     parser.add_argument("runs", metavar="RUN_DIR", nargs="+", help="run folders to draw")
     parser.add_argument(
-        "--out", help="the PNG to write (default RUN_DIR/plot.png; ./plot.png for several runs)"
+        "--out",
+        metavar="FILE.png",
+        help="the PNG to write (default RUN_DIR/plot.png; for several runs, the first one's "
+        "RUN_DIR/compare.png)",
     )
     return parser
