@@ -152,11 +152,11 @@ def test_help_lists_every_variable_with_its_default(tmp_path: Path) -> None:
         "MINT_RL_CLIP_LOW --clip-low default the loss's: 0.8 for ppo, 0 for cispo",
         "MINT_RL_CLIP_HIGH --clip-high default the loss's: 1.2 for ppo, 4 for cispo",
         "MINT_RL_DRO_BETA --dro-beta default 0.05",
-        "--loss X the policy-gradient loss: importance_sampling, ppo, cispo or dro (default "
+        "--loss LOSS the policy-gradient loss: importance_sampling, ppo, cispo or dro (default "
         "importance_sampling, env MINT_RL_LOSS)",
-        "--clip-low X ppo and cispo: the lower bound of the importance ratio (default the loss's: "
-        "0.8 for ppo, 0 for cispo, env MINT_RL_CLIP_LOW)",
-        "--dro-beta X dro: the weight of its quadratic penalty (default 0.05, env "
+        "--clip-low FLOAT ppo and cispo: the lower bound of the importance ratio (default the "
+        "loss's: 0.8 for ppo, 0 for cispo, env MINT_RL_CLIP_LOW)",
+        "--dro-beta FLOAT dro: the weight of its quadratic penalty (default 0.05, env "
         "MINT_RL_DRO_BETA)",
     ):
         assert line in " ".join(done.stdout.split())

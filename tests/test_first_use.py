@@ -8,6 +8,7 @@ what is wrong and what would work, with the exit code the README gives.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from conftest import needs_extra
 from mathrl.cli.run_folder import no_such_weights, read_jsonl, read_run
 
 FAKE = ("--backend", "fake")
+README = (Path(__file__).parents[1] / "README.md").read_text()
 
 
 @pytest.fixture
@@ -270,3 +272,79 @@ def test_plot_refuses_a_run_with_no_steps_and_puts_a_comparison_beside_the_first
     both = run_main(tmp_path, "plot", "A", "B")
     assert (both.returncode, both.stdout) == (0, f"{Path('A/compare.png')}\n")  # where it went
     assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*.png")] == [Path("A/compare.png")]
+
+
+# -- 7. help, listing, and names a letter off -----------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["", "sample", "eval", "check-adapter", "plot", "tasks"])
+def test_help_shows_each_values_kind_never_a_bare_x(tmp_path: Path, command: str) -> None:
+    done = run_main(tmp_path, *filter(None, [command]), "--help", COLUMNS="200")
+    assert done.returncode == 0
+    assert not re.search(r"(--[a-z-]+|,) \[?X\]?\b", done.stdout), done.stdout
+
+
+def test_help_names_the_kinds_and_the_readmes_default_task(tmp_path: Path) -> None:
+    usage = run_main(tmp_path, "--help", COLUMNS="400").stdout
+    for shown in ("--steps N", "--lr FLOAT", "--call-timeout SECONDS", "--log-dir PATH",
+                  "--mask-truncated [BOOL]", "--eval-k K,K,...", "--adapter TASK",
+                  "--task-arg NAME=VALUE", "--resume RUN_DIR", "--fake-latency SECONDS",
+                  "--scale-rewards none|group|batch", "--from-step STEP"):  # fmt: skip
+        assert shown in usage, shown
+    # The README's table and --help give the same default: the built-in task's short name.
+    assert "MINT_RL_ADAPTER)" in usage
+    assert "(default addition, env MINT_RL_ADAPTER)" in " ".join(usage.split())
+    assert "| `MINT_RL_ADAPTER` | `--adapter` | `addition` (" in README
+    assert "(default false, env MINT_RL_MASK_TRUNCATED)" in " ".join(usage.split())
+    eval_usage = run_main(tmp_path, "eval", "--help", COLUMNS="400").stdout
+    for shown in ("--model-path PATH", "--k K,K,...", "--samples N", "--temperature FLOAT"):
+        assert shown in eval_usage, shown
+
+
+def test_tasks_shows_every_option_wrapped_to_the_terminal(tmp_path: Path) -> None:
+    done = run_main(tmp_path, "tasks", COLUMNS="60")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert max(map(len, lines)) <= 59
+    code = lines.index(next(line for line in lines if line.startswith("code ")))
+    following = " ".join(line.strip() for line in lines[code + 1 : code + 6])
+    assert "--weak-sandbox (or MINT_RL_WEAK_SANDBOX=1) run model-written code" in following
+    assert "--task-arg max_tokens=512 tokens per completion" in " ".join(done.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["sampel"], "(got 'sampel'); did you mean sample?"),
+        (["--stesp", "3"], "unrecognized arguments: --stesp 3; did you mean --steps? (see "),
+        (["eval", "--sampels=3"], "--sampels=3; did you mean --samples? (see "),
+        (["--backend", "fake", "--adapter", "additon"], "; did you mean addition?"),
+        (["check-adapter", "preferance"], "; did you mean preference?"),
+        (["--backend", "fake", "--loss", "cipso"], "(got 'cipso'); did you mean cispo?"),
+        (["--backend", "fake", "--adapter", "math", "--task-arg", "few_shots=2"],
+         "; did you mean few_shot?"),
+    ],
+)  # fmt: skip
+def test_a_name_a_letter_off_gets_a_did_you_mean(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    done = run_main(tmp_path, *args)
+    assert (done.returncode, done.stdout) == (2, "")
+    (line,) = done.stderr.splitlines()
+    assert said in line
+
+
+def test_a_name_far_from_any_gets_no_guess(tmp_path: Path) -> None:
+    for args in (["frobnicate"], ["--zzz"], ["--backend", "fake", "--adapter", "qqq"]):
+        done = run_main(tmp_path, *args)
+        assert done.returncode == 2
+        assert "did you mean" not in done.stderr
+
+
+def test_counts_of_one_read_as_english(tmp_path: Path) -> None:
+    done = run_main(tmp_path, "eval", *FAKE, "--k", "1", "--problems", "2")
+    assert done.stdout.splitlines()[2] == (
+        "Problems: 2 held-out (seed 0), 1 sample each at temperature 1, and one greedy"
+    )
+    one = run_main(tmp_path, *FAKE, "--batch", "1", "--steps", "3")
+    assert "mathrl: step 3: its one group had equal rewards, so nothing was trained" in one.stderr

@@ -27,7 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -48,6 +50,7 @@ from mathrl.cli.exit_codes import (
 from mathrl.cli.extras import as_installed, install_command
 from mathrl.cli.loader import (
     CLI_KEYWORDS,
+    TASK_KEYWORDS,
     check_command,
     load_recorded_task,
     load_task,
@@ -102,7 +105,10 @@ from mathrl.config import DEFAULTS, ConfigError, check_eval_k
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError
 from mathrl.tasks import BUILT_IN
-from mathrl.text import one_line, shown
+from mathrl.text import closest, listed, one_line, shown
+
+COMMANDS = ("sample", "eval", "check-adapter", "plot", "tasks")
+"""The commands besides training (which is none)."""
 
 
 def _say(message: str) -> None:
@@ -436,14 +442,28 @@ def _check_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
 
 def _tasks_command(argv: Sequence[str]) -> int:
+    """Each built-in task, then its options: its own (`--task-arg`), and the command line's
+    settings it takes (`--weak-sandbox`); wrapped to the terminal, each under its first word."""
     tasks_parser().parse_args(argv)
+    columns = max(40, shutil.get_terminal_size((100, 24)).columns - 1)
     width = max(map(len, BUILT_IN))
     for name, (spec, what) in BUILT_IN.items():
-        print(f"{name:<{width}}  {what} ({spec})")
+        _wrapped(f"{name:<{width}}  {what} ({spec})", width + 2, columns)
         options = task_options_of(task_target(spec, "tasks"))
         for line in described({k: v for k, v in options.items() if k not in CLI_KEYWORDS}):
-            print(f"{'':<{width}}    --task-arg {line}")
+            _wrapped(f"{'':<{width}}    --task-arg {line}", width + 8, columns)
+        for field, keyword in TASK_KEYWORDS.items():
+            if keyword in options:
+                setting = BY_FIELD[field]
+                line = f"{setting.flag} (or {setting.env}=1)  {setting.help_text}"
+                _wrapped(f"{'':<{width}}    {line}", width + 8, columns)
     return EXIT_OK
+
+
+def _wrapped(line: str, indent: int, columns: int) -> None:
+    """Print `line` in rows of at most `columns`, the rows after the first indented."""
+    rows = textwrap.wrap(line, columns, subsequent_indent=" " * indent, break_on_hyphens=False)
+    print("\n".join(rows or [""]))
 
 
 def _plot_command(argv: Sequence[str]) -> int:
@@ -559,9 +579,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "eval":
             return _eval_command(rest, env)
         if command:
+            guess = closest(command, COMMANDS)
             raise ConfigError(
-                f"the command must be sample, eval, check-adapter, plot or tasks, or none to "
-                f"train (got {shown(command)})"
+                f"the command must be {listed(COMMANDS, 'or')}, or none to train (got "
+                f"{shown(command)}){f'; did you mean {guess}?' if guess else ''}"
             )
         return _train_command(rest, env)
     except ConfigError as exc:

@@ -251,7 +251,8 @@ def table(m: EvalMetrics, weights: str | None, step: int | None, config: Config)
     width = max(len(name) for name, _ in rows)
     return [
         f"Weights: {which}{at}",
-        f"Problems: {m.problems} held-out (seed {config.train.seed}), {m.samples} samples each "
+        f"Problems: {m.problems} held-out (seed {config.train.seed}), {m.samples} "
+        f"sample{'s' * (m.samples != 1)} each "
         f"at temperature {config.train.temperature:g}, and one greedy",
         *(f"{name:<{width}}  {value}" for name, value in rows),
     ]

@@ -28,7 +28,7 @@ from mathrl.cli.task_args import FLAG, converted, task_options_of
 from mathrl.config import ConfigError, adapter_spec_shown
 from mathrl.resolved import Task, as_task
 from mathrl.tasks import BUILT_IN
-from mathrl.text import describe, shown
+from mathrl.text import closest, describe, shown
 
 TASK_KEYWORDS = {"weak_sandbox": "allow_missing_layers"}
 """Each field of `TaskOptions` -> the constructor keyword of the tasks that take it."""
@@ -127,9 +127,10 @@ def task_target(spec: str, source: str) -> Any:
     spec = BUILT_IN[spec][0] if spec in BUILT_IN else spec
     module_name, sep, attr = spec.partition(":")
     if not (sep and module_name and attr and ":" not in attr):
+        guess = closest(spec, BUILT_IN) if not sep else None
         raise ConfigError(
             f"{source} must be {', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask "
-            f"(got {adapter_spec_shown(spec)})"
+            f"(got {adapter_spec_shown(spec)}){f'; did you mean {guess}?' if guess else ''}"
         )
     module = _import(module_name, source)
     target: Any = module

@@ -135,7 +135,8 @@ def untrained_step_advice(
     When completions hit the token limit, it says how many, against what the
     reference takes: a limit below the reference's length is the likely cause.
     """
-    said = f"step {m.step}: all {m.groups} groups had equal rewards, so nothing was trained"
+    groups = f"all {m.groups} groups" if m.groups != 1 else "its one group"
+    said = f"step {m.step}: {groups} had equal rewards, so nothing was trained"
     if not m.truncated:
         return f"{said}. {VARIED_GROUPS}"
     completions = m.groups * m.group_size
