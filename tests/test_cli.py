@@ -220,7 +220,9 @@ def test_a_step_with_only_constant_groups_says_why_on_stderr(tmp_path: Path) -> 
     ), advice[0]
 
 
-SAMPLE_LINE = re.compile(r"Q: What is \d+ \+ \d+\? A: -> '.*': (correct|wrong) \(reward [01]\)")
+SAMPLE_LINE = re.compile(
+    r"Q: What is \d+ \+ \d+\? -> '.*'( \* \d+)?: (correct|wrong) \(reward [01]\)"
+)  # the question (what differs between prompts), and the answer: quoted, runs of bytes counted
 
 
 def test_sample_shows_what_training_changed(tmp_path: Path) -> None:

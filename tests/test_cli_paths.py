@@ -402,7 +402,7 @@ def test_sample_takes_a_saved_path_inside_its_run_folder_and_prints_whole_episod
         r"\(reward [01]\)",
         lines[1],
     ), lines[1]
-    assert re.fullmatch(r"  turn 1: '.*'", lines[2])
+    assert re.fullmatch(r"  turn 1: '.*'( \* \d+)?", lines[2])  # a run of bytes: counted
     episode = lines[1 : next(i for i, line in enumerate(lines[2:], 2) if line[0] != " ")]
     turns = int(lines[1].split(" -> ")[-1].split(" ")[0])
     assert [line.split(":")[0] for line in episode[1:]] == [

@@ -7,16 +7,20 @@ what is wrong and what would work, with the exit code the README gives.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
 from pathlib import Path
 
 import pytest
+from hypothesis import given
 
 from cli_process import run_main, saved_names
 from conftest import needs_extra
 from mathrl.cli.run_folder import no_such_weights, read_jsonl, read_run
+from mathrl.cli.sample import shown_completion
+from strategies import unicode_text
 
 FAKE = ("--backend", "fake")
 README = (Path(__file__).parents[1] / "README.md").read_text()
@@ -348,3 +352,70 @@ def test_counts_of_one_read_as_english(tmp_path: Path) -> None:
     )
     one = run_main(tmp_path, *FAKE, "--batch", "1", "--steps", "3")
     assert "mathrl: step 3: its one group had equal rewards, so nothing was trained" in one.stderr
+
+
+# -- 8. reading what sample prints -------------------------------------------------------------
+
+
+def evaluated(shown: str) -> str:
+    """The text `shown_completion`'s expression stands for: its quoted terms, each repeated
+    as it says, joined (only string literals, `+` and `* N`; never anything else run)."""
+
+    def value(node: ast.expr) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return value(node.left) + value(node.right)
+        assert isinstance(node, ast.BinOp), ast.dump(node)
+        assert isinstance(node.op, ast.Mult), ast.dump(node)
+        assert isinstance(node.right, ast.Constant), ast.dump(node)
+        assert isinstance(node.right.value, int), ast.dump(node)
+        return value(node.left) * node.right.value
+
+    return value(ast.parse(shown, mode="eval").body)
+
+
+def test_a_completion_shows_a_run_of_unprintable_characters_as_one_term() -> None:
+    assert shown_completion(" 26\n") == "' 26\\n'"
+    assert shown_completion("g\x00\x00\x00\x00\x00\x00\x00") == "'g' + '\\x00' * 7"
+    assert shown_completion(" 12\ufffd\x00\x00\x00\x00") == "' 12\\ufffd' + '\\x00' * 4"
+    assert shown_completion("\x00\x00\x00") == "'\\x00\\x00\\x00'"  # fewer than 4: as it is
+    assert shown_completion("") == "''"
+    assert shown_completion("aaaaaa") == "'aaaaaa'"  # printable runs are the text itself
+
+
+@given(unicode_text)
+def test_a_shown_completion_is_the_completion_whole_on_one_printable_line(text: str) -> None:
+    shown = shown_completion(text)
+    assert evaluated(shown) == text
+    assert shown.isprintable()
+
+
+def test_sample_shows_the_end_of_a_long_question_and_says_what_escapes_are(
+    tmp_path: Path,
+) -> None:
+    run_main(tmp_path, *FAKE, "--adapter", "math", "--steps", "1", "--log-dir", "M")
+    done = run_main(tmp_path, "sample", "--model-path", "M", "--problems", "3")
+    assert done.returncode == 0, done.stderr
+    questions = [line.split(" -> ")[0] for line in done.stdout.splitlines()[1:-1]]
+    # The instruction every prompt ends with is left out, and a long question keeps its end,
+    # where the questions differ.
+    assert all(len(q) <= 60 for q in questions)
+    assert all(q.startswith("...") and q.endswith("?") for q in questions), questions
+    assert len(set(questions)) == 3
+    assert "\\x00' * " in done.stdout  # the untrained fake's bytes, counted
+    assert done.stderr.count("mathrl: note: \\x00, \\ufffd and the like in quotes are") == 1
+    addition = run_main(tmp_path, *FAKE, "--steps", "1", "--log-dir", "A")
+    assert addition.returncode == 0
+    short = run_main(tmp_path, "sample", "--model-path", "A", "--problems", "2")
+    assert [line.split(" -> ")[0] for line in short.stdout.splitlines()[1:-1]] == [
+        "Q: What is 27 + 31?", "Q: What is 34 + 87?"
+    ]  # fmt: skip
+
+
+def test_the_readme_says_what_datums_and_vocab_are_and_keeps_no_changelog() -> None:
+    quick_start = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "`Vocab` is the size of the tokenizer's vocabulary" in quick_start
+    assert "`datums` counts the completions a step trained on" in quick_start
+    assert "## Changes" not in README
+    assert len(README.splitlines()) <= 400
