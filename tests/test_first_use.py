@@ -11,6 +11,7 @@ import ast
 import json
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,10 @@ from hypothesis import given
 
 from cli_process import run_main, saved_names
 from conftest import needs_extra
+from mathrl.cli.resume import unloadable
 from mathrl.cli.run_folder import no_such_weights, read_jsonl, read_run
 from mathrl.cli.sample import shown_completion
+from mathrl.config import TrainConfig
 from strategies import unicode_text
 
 FAKE = ("--backend", "fake")
@@ -419,3 +422,25 @@ def test_the_readme_says_what_datums_and_vocab_are_and_keeps_no_changelog() -> N
     assert "`datums` counts the completions a step trained on" in quick_start
     assert "## Changes" not in README
     assert len(README.splitlines()) <= 400
+
+
+def test_each_file_a_resumed_run_loads_first_is_checked(tmp_path: Path) -> None:
+    run_main(tmp_path, *FAKE, "--steps", "3", "--save-every", "1", "--log-dir", "R")
+    point = read_run(tmp_path / "R").resume_point()
+    assert point is not None
+    on_policy, off_policy, kl = (
+        TrainConfig(),
+        TrainConfig(max_steps_off_policy=1),
+        TrainConfig(kl_coef=0.1),
+    )
+    assert unloadable(None, on_policy) is None
+    assert unloadable(point, on_policy) is unloadable(point, off_policy) is None
+    Path(point.lagged_sampler_path).unlink()  # step 2's weights: off-policy, step 4 samples them
+    assert unloadable(point, on_policy) is None
+    assert f"'{point.lagged_sampler_path}' (No such file" in str(unloadable(point, off_policy))
+    Path(point.base_sampler_path).unlink()  # the base model's: the KL penalty's
+    assert f"'{point.base_sampler_path}' (No such file" in str(unloadable(point, kl))
+    folder = replace(point, state_path=str(tmp_path))
+    assert unloadable(folder, on_policy) == f"'{tmp_path}' is a folder"
+    long = replace(point, state_path="x" * 5000)
+    assert "cannot load the fake checkpoint 'xxxx" in str(unloadable(long, on_policy))
