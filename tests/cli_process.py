@@ -99,6 +99,17 @@ def _is_under(file: str | None, folder: Path) -> bool:
     return file is not None and Path(file).resolve().is_relative_to(folder.resolve())
 
 
+def saved_names(stdout: str) -> str:
+    """`stdout` with each `Saved:` path cut to its file name: two runs of the same training in
+    other run folders (where the fake keeps its checkpoints) print the same."""
+    return "".join(
+        f"Saved: {Path(line.removeprefix('Saved: ').rstrip()).name}\n"
+        if line.startswith("Saved: ")
+        else line
+        for line in stdout.splitlines(keepends=True)
+    )
+
+
 def fresh_interpreters(code: str) -> set[str]:
     """What `code` prints in two fresh interpreters with other hash seeds: one line if stable."""
     return {

@@ -489,3 +489,22 @@ def keyed_problems(draw: st.DrawFn) -> list[Keyed[str]]:
 
 held_out_shares = st.floats(min_value=0.01, max_value=0.5) | st.sampled_from([0.1, 0.25, 0.5])
 """A share of a source's rows to hold out (the data tasks' `heldout`)."""
+progress_rooms = st.integers(min_value=1, max_value=300)
+"""The columns the progress rows may fill: a terminal's width less one."""
+
+
+@st.composite
+def progress_texts(
+    draw: st.DrawFn,
+) -> tuple[int, int, tuple[int, int], int, tuple[int, int]]:
+    """The widths of what the progress rows say (`mathrl.cli.progress.row_widths`): the
+    heading, the counts, the clock (elapsed, estimate), the phase, and the last step's line
+    with its reward and without (no longer)."""
+    short = draw(st.integers(0, 60))
+    return (
+        draw(st.integers(10, 16)),
+        draw(st.integers(3, 13)),
+        (draw(st.integers(7, 9)), draw(st.integers(11, 13))),
+        draw(st.integers(8, 80)),
+        (short + draw(st.integers(0, 20)), short),
+    )

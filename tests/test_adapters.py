@@ -380,7 +380,8 @@ def test_sample_refuses_weights_trained_for_another_task(tmp_path: Path) -> None
     write_task(tmp_path, "subtraction", SUBTRACTION_TASK)
     # Its run folder is neither above the checkpoint nor in runs/: nothing leads back to it.
     train = run_main(tmp_path, "--backend", "fake", "--steps", "1",
-                     "--adapter", "subtraction:Subtraction", "--log-dir", "elsewhere")  # fmt: skip
+                     "--adapter", "subtraction:Subtraction", "--log-dir", "elsewhere",
+                     "--fake-checkpoints", "apart")  # fmt: skip
     saved = train.stdout.splitlines()[-1].removeprefix("Saved: ")
     done = run_main(tmp_path, "sample", "--backend", "fake", "--model-path", saved)
     assert done.returncode == 2

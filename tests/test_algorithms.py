@@ -217,8 +217,8 @@ def test_a_loss_added_to_the_table_is_checked_configured_helped_and_trained(
     shown = run_main(tmp_path, "--help").stdout
     words = " ".join(shown.split())
     assert "the policy-gradient loss: importance_sampling, ppo, cispo, dro or capped" in words
-    assert "--clip-high X ppo, cispo and capped: the upper bound of the importance ratio" in words
-    assert "--clip-low X ppo and cispo: the lower bound of the importance ratio" in words
+    assert "--clip-high FLOAT ppo, cispo and capped: the upper bound of the importance" in words
+    assert "--clip-low FLOAT ppo and cispo: the lower bound of the importance ratio" in words
     assert re.search(r"MINT_RL_CLIP_HIGH\s+--clip-high\s+default the loss's: 1\.2 for ppo, "
                      r"4 for cispo, 2 for capped\n", shown)  # fmt: skip
     assert re.search(r"MINT_RL_CLIP_LOW\s+--clip-low\s+default the loss's: 0\.8 for ppo, "

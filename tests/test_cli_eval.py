@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import mathrl.service.mint_backend
-from cli_process import Result, run_main
+from cli_process import Result, run_main, saved_names
 from conftest import math_references
 from doubles.fake_mint import FakeMintServer
 from mathrl.cli.commands import main
@@ -147,12 +147,14 @@ def test_more_samples_than_k_estimate_the_same_pass_at_k(tmp_path: Path) -> None
         (("--problems", "0"), "--problems must be an integer from 1 to 10,000 (got '0')"),
         (("--temperature", "-1"), "--temperature must be a number >= 0 and <= 100 (got '-1')"),
         (("--model-path", "nope.json"),
-         "--model-path must be a run folder or a fake sampler checkpoint a run printed as "
-         "`Saved:` (cannot load the fake checkpoint 'nope.json' (No such file or directory))"),
+         "--model-path 'nope.json': no such run folder or checkpoint file; no run folder is "
+         "beside it or in runs/"),
         (("--model-path", ""), "--model-path must be a run folder or the path a run printed as "
                                "`Saved:` (got ''); leave it out to evaluate the base model"),
         (("--model-path", "."), "('.' is a folder)"),
-        (("--model-path", "x" * 5000), "(cannot load the fake checkpoint 'xxxxxxxx"),
+        (("--model-path", "x" * 5000), "--model-path 'xxxxxxxx"),
+        (("--model-path", "not-json.json"),
+         "(cannot load the fake checkpoint 'not-json.json' (not JSON"),
         (("--model-path", "code-seed0-0123abcd-step0000003.json"),
          "--model-path 'code-seed0-0123abcd-step0000003.json' holds weights trained on task "
          "'code', not on task 'addition'"),
@@ -162,6 +164,8 @@ def test_more_samples_than_k_estimate_the_same_pass_at_k(tmp_path: Path) -> None
 def test_eval_refuses_a_mistake_in_one_line(
     tmp_path: Path, args: tuple[str, ...], message: str
 ) -> None:
+    (tmp_path / "code-seed0-0123abcd-step0000003.json").write_text("{}")
+    (tmp_path / "not-json.json").write_text("{")
     done = run_main(tmp_path, "eval", "--backend", "fake", *args)
     assert (done.returncode, done.stdout) == (2, "")
     assert len(done.stderr.splitlines()) == 1, done.stderr
@@ -202,10 +206,11 @@ def test_eval_on_mint_needs_a_key_and_a_tinker_path(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr.startswith("mathrl: error: MINT_API_KEY must be set")) == (
         2, True
     )  # fmt: skip
-    done = run_main(tmp_path, "eval", "--model-path", "/tmp/x.json", MINT_API_KEY="sk-x")
+    (tmp_path / "x.json").write_text("{}")  # there, but not MinT's
+    done = run_main(tmp_path, "eval", "--model-path", "x.json", MINT_API_KEY="sk-x")
     assert done.returncode == 2
     assert "--model-path must be a run folder or a tinker:// path a run printed as `Saved:` " \
-        "(got '/tmp/x.json')" in done.stderr  # fmt: skip
+        "(got 'x.json')" in done.stderr  # fmt: skip
 
 
 def test_eval_over_mint_of_a_checkpoint_and_of_the_base_model(
@@ -250,7 +255,7 @@ def test_eval_k_adds_pass_at_k_to_eval_lines_and_records_and_nothing_else(
     done = run_main(tmp_path, "--backend", "fake", *TRAINED, "--eval-k", "4,1")
     again = run_main(tmp_path, "--backend", "fake", *TRAINED[:4], "--log-dir", "plain")
     assert done.returncode == again.returncode == 0, done.stderr
-    with_k, without = done.stdout.splitlines(), again.stdout.splitlines()
+    with_k, without = saved_names(done.stdout).splitlines(), saved_names(again.stdout).splitlines()
     # The same lines, the same checkpoint (its name holds no trace of --eval-k) ...
     assert [line for line in with_k if not line.startswith("Eval")] == [
         line for line in without if not line.startswith("Eval")

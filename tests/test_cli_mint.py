@@ -27,6 +27,7 @@ import mathrl.service.mint_backend
 from cli_process import Result, run_main, user_env
 from conftest import math_references
 from doubles.fake_mint import FakeMintServer
+from doubles.fake_mint_http import FakeMintHTTP
 from mathrl.cli.loader import load_task
 from mathrl.cli.train import check_prompts
 from mathrl.config import Config, ConfigError
@@ -34,6 +35,7 @@ from mathrl.service.probe import probe_service
 from mathrl_fakes import ByteTokenizer
 
 KEY = "sk-test-SECRET123"
+README = (Path(__file__).parents[1] / "README.md").read_text()
 COMMANDS = {
     "train": ("--steps", "1"),
     "sample": ("sample", "--model-path", "tinker://run/sampler_weights/x", "--problems", "1"),
@@ -214,11 +216,11 @@ def test_an_http_error_at_set_up_names_the_status_and_whether_to_retry(
 ) -> None:
     status, url = status_url
     done = run_main(tmp_path, *COMMANDS["train"], MINT_API_KEY=KEY, MINT_BASE_URL=url)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == (2 if status == 404 else 1), done.stderr  # 404: the URL is wrong
     line = assert_one_error_line(done)
     assert f"MinT at {url} answered HTTP {status} at set-up" in line
     if status == 404:
-        assert "which a retry will not change" in line
+        assert "which a retry will not change: check the address (MINT_BASE_URL)" in line
         assert probe_sleeps == []
     else:
         assert "may succeed on retry later" in line
@@ -246,17 +248,38 @@ def test_a_blank_or_malformed_key_or_url_exits_2_at_once(
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_rejected_key_exits_1_and_never_shows_the_key(
+def test_a_rejected_key_exits_2_as_the_readme_says_and_never_shows_the_key(
     tmp_path: Path, rejecting_url: str, command: str
 ) -> None:
     done = run_main(tmp_path, *COMMANDS[command], MINT_API_KEY=KEY, MINT_BASE_URL=rejecting_url)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert "a key the service rejects" in " ".join(README.split())  # and the README says so
     line = assert_one_error_line(done)
     assert "MinT rejected the API key" in line
     assert line.endswith("answered HTTP 401 at set-up (MINT_API_KEY)")
     for leak in (KEY, "SECRET123"):
         assert leak not in done.stdout
         assert leak not in done.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_url_that_answers_a_web_page_is_not_a_mint_api_and_exits_2(
+    tmp_path: Path, command: str
+) -> None:
+    service = FakeMintHTTP(math_references(), tmp_path / "mint")
+    service.pages.add("client/config")  # a web server's page, where MinT answers JSON
+    try:
+        done = run_main(tmp_path, *COMMANDS[command], MINT_API_KEY=KEY, MINT_BASE_URL=service.url)
+    finally:
+        service.close()
+    assert done.returncode == 2, done.stderr
+    assert assert_one_error_line(done) == (
+        f"mathrl: error: {service.url} is not a MinT API: it answered set-up (POST "
+        "/api/v1/client/config) with HTTP 200 and text/html, where MinT answers JSON; check "
+        "the address (MINT_BASE_URL)"
+    )
+    assert done.stdout == ""
+    assert "Content-Type" not in done.stderr  # not the SDK's words
 
 
 @pytest.mark.slow

@@ -206,8 +206,8 @@ def test_the_fakes_knobs_are_the_fakes_alone() -> None:
     assert fake_options(NO_FLAGS, "mint") == FakeOptions()
     with pytest.raises(
         ConfigError,
-        match=r"^--fake-fault-rate, --fake-latency work only with --backend fake \(got --backend "
-        r"mint\)$",
+        match=r"^--fake-fault-rate and --fake-latency work only with --backend fake \(got "
+        r"--backend mint\)$",
     ):
         fake_options(flags, "mint")
     with pytest.raises(ConfigError, match=r"^--fake-fault-rate must be a number >= 0 and <= 1"):

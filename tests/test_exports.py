@@ -43,6 +43,7 @@ def test_all_is_pinned() -> None:
         "TrainResult",
         "TransientBackendError",
         "Workers",
+        "WrongEndpoint",
         "__version__",
         "as_task",
         "build_datum",

@@ -15,12 +15,14 @@ from mathrl.backend import (
     BackendUnreachable,
     CredentialsRejected,
     TransientBackendError,
+    WrongEndpoint,
 )
-from mathrl.service.probe import SETUP_PATH, probe_service
+from mathrl.service.probe import SETUP_PATH, not_json, probe_service
 
 KEY = "sk-probe"
-Serve = Callable[[int], tuple[str, list[tuple[str, str, str | None, bytes]]]]
-"""Starts a server answering one status; gives its URL and the requests it gets."""
+Serve = Callable[..., tuple[str, list[tuple[str, str, str | None, bytes]]]]
+"""Starts a server answering one status (and Content-Type); gives its URL and the requests
+it gets."""
 
 
 class Sleeps(list[float]):
@@ -38,10 +40,12 @@ class QuietServer(ThreadingHTTPServer):
 
 
 class Recorder(BaseHTTPRequestHandler):
-    """Answers `status` and remembers what it was asked."""
+    """Answers `status` (with `kind` as its Content-Type, if any) and remembers what it was
+    asked."""
 
     protocol_version = "HTTP/1.1"
     status = 200
+    kind = ""
     requests: list[tuple[str, str, str | None, bytes]]
 
     def do_POST(self) -> None:
@@ -49,6 +53,8 @@ class Recorder(BaseHTTPRequestHandler):
         self.requests.append((self.command, self.path, self.headers.get("X-API-Key"), body))
         payload = json.dumps({}).encode()
         self.send_response(self.status)
+        if self.kind:
+            self.send_header("content-type", self.kind)
         self.send_header("content-length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -61,9 +67,9 @@ class Recorder(BaseHTTPRequestHandler):
 def serve() -> Iterator[Serve]:
     servers: list[QuietServer] = []
 
-    def start(status: int) -> tuple[str, list[tuple[str, str, str | None, bytes]]]:
+    def start(status: int, kind: str = "") -> tuple[str, list[tuple[str, str, str | None, bytes]]]:
         seen: list[tuple[str, str, str | None, bytes]] = []
-        handler = type("Handler", (Recorder,), {"status": status, "requests": seen})
+        handler = type("Handler", (Recorder,), {"status": status, "kind": kind, "requests": seen})
         server = QuietServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
         servers.append(server)
@@ -106,7 +112,7 @@ def test_a_healthy_endpoint_is_asked_what_the_sdk_asks_first(
         (401, CredentialsRejected,
          "MinT rejected the API key: {url} answered HTTP 401 at set-up"),
         (403, CredentialsRejected, "answered HTTP 403 at set-up"),
-        (404, BackendError,
+        (404, WrongEndpoint,
          "MinT at {url} answered HTTP 404 at set-up, which a retry will not change"),
         (503, TransientBackendError, "MinT at {url} answered HTTP 503 at set-up (2 tries in 0 s)"),
         (429, TransientBackendError, "answered HTTP 429 at set-up (2 tries in 0 s)"),
@@ -129,6 +135,42 @@ def test_an_http_error_status_is_named_with_whether_a_retry_may_help(
         2 if status in (429, 503) else 1
     )  # only a status that may pass is asked again
     assert sleeps == ([1.0] if status in (429, 503) else [])  # a second before asking again
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "error"),
+    [
+        (200, "text/html; charset=utf-8", WrongEndpoint),  # a web server's home page
+        (404, "text/html", WrongEndpoint),  # its page for a path it does not know
+        (200, "application/json", None),  # MinT
+        (200, "application/problem+json", None),
+        (302, "text/html", None),  # a redirect: the SDK's client may follow it
+        (503, "text/html", TransientBackendError),  # a proxy's page while MinT restarts
+    ],
+)
+def test_an_answer_that_is_not_json_is_not_a_mint_api(
+    serve: Serve, status: int, kind: str, error: type[BackendError] | None
+) -> None:
+    url, _ = serve(status, kind)
+    if error is None:
+        probe_service(url, KEY, 2.0)
+        return
+    with pytest.raises(error) as excinfo:
+        probe_service(url, KEY, 2.0, tries=1, sleep=Sleeps())
+    assert type(excinfo.value) is error
+    if error is WrongEndpoint:
+        assert str(excinfo.value) == (
+            f"{url} is not a MinT API: it answered set-up (POST /base{SETUP_PATH}) with HTTP "
+            f"{status} and text/html, where MinT answers JSON; check the address"
+        )
+        assert excinfo.value.settings == ("base_url",)
+
+
+def test_not_json_gives_an_answer_that_does_not_say_the_benefit_of_the_doubt() -> None:
+    assert not_json("text/html")
+    assert not_json("Text/Plain; charset=utf-8")
+    assert not not_json("application/json; charset=utf-8")
+    assert not not_json("")
 
 
 def test_a_refused_connection_is_tried_again_then_named() -> None:

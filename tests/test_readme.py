@@ -48,7 +48,13 @@ def task_folder(tmp_path: Path) -> Iterator[Path]:
 def test_the_readme_shows_the_real_output_of_an_offline_run(tmp_path: Path) -> None:
     shown = block_after("python -m mathrl --backend fake\n```", "text")
     done = run_main(tmp_path, "--backend", "fake")
-    assert done.stdout.replace(str(tmp_path), "/tmp") == shown
+    # The clone's folder, and the run folder's name (the time it started), are the reader's.
+    printed = done.stdout.replace(str(tmp_path), "/home/you/mathrl")
+    assert re.sub(r"runs/\d{8}T\d{6}Z-", "runs/20260101T120000Z-", printed) == shown
+    # The fake keeps its checkpoints in the run folder: a cleaned temp folder loses none.
+    saved = Path(done.stdout.splitlines()[-1].removeprefix("Saved: "))
+    assert saved.is_file()
+    assert saved.parent.parent.parent == tmp_path / "runs"
 
 
 def test_the_readme_task_passes_its_check_and_learns(task_folder: Path) -> None:
@@ -168,6 +174,13 @@ def test_the_configuration_table_agrees_with_the_settings() -> None:
             assert BUILT_IN[word][0] == value
         else:
             assert word == value, flag
+
+
+def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+    # The project is unreleased, and the README keeps no changelog: --version says which.
+    done = run_main(tmp_path, "--version")
+    assert (done.returncode, done.stdout) == (0, f"mathrl {mathrl.__version__}\n")
+    assert "## Changes" not in README
 
 
 def test_each_test_the_seed_table_names_exists() -> None:

@@ -119,7 +119,8 @@ def test_a_run_with_evaluation_leaves_a_folder_that_matches_its_output(tmp_path:
     assert [c["step"] for c in checkpoints if c["kind"] == "state"] == [0, 5, 10, 15, 20]
     assert lines[-1] == f"Saved: {[c for c in checkpoints if c['kind'] == 'sampler'][-1]['path']}"
     # The key was in the environment; nothing of it is in the output or the folder.
-    for text in [done.stdout, done.stderr, *(p.read_text() for p in folder.iterdir())]:
+    files = [p.read_text() for p in folder.rglob("*") if p.is_file()]  # checkpoints/ too
+    for text in [done.stdout, done.stderr, *files]:
         assert KEY not in text
         assert "SECRET123" not in text
 
@@ -426,6 +427,7 @@ def test_plot_refuses_what_it_cannot_draw(
     assert "plot: nowhere is not a run folder" in capsys.readouterr().err
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text('{"settings": {}}')
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "accuracy": 0.5, "datums": 4}\n')
     assert main(["plot", "run", "--out", "x.txt"]) == 2
     assert "--out must be a .png file (got 'x.txt')" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "mathrl.cli.plot", None)  # as if matplotlib were missing

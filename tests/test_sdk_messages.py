@@ -32,6 +32,8 @@ pytestmark = [
 ]
 
 KEY = "sk-test-SECRET123"
+PAGE: Json = {}
+"""Stands for an HTML page in SERVICES: the route is put in `FakeMintHTTP.pages`."""
 SERVICES: dict[str, dict[str, Json]] = {
     # client/config without JWT exchange: tinker checks the key as its own, 'tml-' first.
     "The api_key must start with the 'tml-' prefix": {
@@ -39,6 +41,10 @@ SERVICES: dict[str, dict[str, Json]] = {
     },
     # A session answer without its id: not the API this SDK reads.
     "Data returned by API invalid for expected schema.": {"create_session": {"session": "s"}},
+    # A web page where the session should be (after the probe's client/config passed).
+    "Expected Content-Type response header to be `application/json` but received": {
+        "create_session": PAGE
+    },
 }
 """What the fake service answers instead, for each translated message to be raised."""
 
@@ -59,15 +65,21 @@ def test_every_translated_message_has_a_service_that_raises_it() -> None:
 def test_the_sdk_raises_the_message_and_mathrl_says_what_it_means(
     service: FakeMintHTTP, says: str
 ) -> None:
-    service.answers.update(SERVICES[says])
+    for route, answer in SERVICES[says].items():
+        if answer is PAGE:
+            service.pages.add(route)
+        else:
+            service.answers[route] = answer
     known = translation(says)
     assert known is not None
     with pytest.raises(BackendError) as failed:
         asyncio.run(open_backend(Config(connect_timeout=30), Endpoint(KEY, service.url)))
-    assert str(failed.value) == (
+    assert str(failed.value).startswith(
         f"connecting to MinT at {service.url} failed: {known.means} "
-        f"(tinker {tinker.__version__} said: {says})"
+        f"(tinker {tinker.__version__} said: {says}"
     )
+    assert str(failed.value).endswith(")")
+    assert type(failed.value) is known.error
     assert failed.value.settings == known.settings
     assert KEY not in str(failed.value)
 

@@ -11,6 +11,7 @@ columns and at 60.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_process import run_cli, user_env
+from cli_process import run_cli, saved_names, user_env
 from conftest import math_references
 from doubles.fake_mint_http import FakeMintHTTP
 
@@ -115,7 +116,7 @@ def test_every_stdout_line_stays_on_screen_above_the_bar(tmp_path: Path, tmux: l
 
     # At the end: every stdout line, in order, then the exit status; no bar left over.
     shown = [line for line in lines if line and not line.startswith("mathrl: ")]
-    assert shown == [*expected, "EXIT=0"]
+    assert saved_names("\n".join(shown)) == saved_names("\n".join([*expected, "EXIT=0"]))
     assert not any(line.startswith(("step ", "samples", "setting up")) for line in lines)
 
     # While it ran: the bar sat below every line printed so far.
@@ -206,3 +207,40 @@ def test_ctrl_c_during_set_up_leaves_a_clean_screen_and_says_what_happened(
     text = [line.replace("^C", "") for line in lines if line]
     assert cursor == "1"
     assert text == ["mathrl: stopped during set-up; nothing was trained", "EXIT=130"]
+
+
+def test_at_60_columns_the_bar_keeps_the_phase_and_the_accuracy(
+    tmp_path: Path, tmux: list[str]
+) -> None:
+    start_in_tmux(tmux, tmp_path, [*RUN, "--log-dir", "X"], 60)
+    seen = wait_for(
+        tmux,
+        lambda lines: any(line.startswith("samples") and "accuracy" in line for line in lines),
+    )
+    rows = [line for line in seen if line.startswith(("step ", "samples"))]
+    assert len(rows) == 2, "\n".join(seen)
+    steps, samples = rows
+    # The least useful fields went (elapsed time, reward, counts); nothing is cut short.
+    clock = r"eta [-\d]:[-\d]{2}:[-\d]{2}"  # -:--:-- until it can tell
+    assert re.fullmatch(rf"step +\d+/12 [━╸╺]{{24}} {clock} (sampling|training|evaluating)",
+                        steps), steps  # fmt: skip
+    assert re.fullmatch(r"samples {4}[━╸╺]{24} step \d+: accuracy \d+\.\d%", samples), samples
+    assert all(len(row) < 60 and "…" not in row for row in rows)
+    lines = wait_for(tmux, lambda lines: any(line.startswith("EXIT=") for line in lines))
+    assert not [line for line in lines if line.startswith(BAR_ROWS) or "━" in line]
+
+
+def test_a_terminal_made_narrower_mid_run_leaves_no_stale_bar(
+    tmp_path: Path, tmux: list[str]
+) -> None:
+    expected = run_cli(tmp_path, *RUN, "--log-dir", "piped").stdout.splitlines()
+    start_in_tmux(tmux, tmp_path, [*RUN, "--log-dir", "X"], 120)
+    wait_for(tmux, lambda lines: any(line.startswith("samples") for line in lines))
+    wide = [line for line in screen(tmux) if line.startswith(("step ", "samples"))]
+    assert max(map(len, wide)) > 60  # rows the narrower terminal wraps onto two
+    subprocess.run([*tmux, "resize-window", "-t", "run", "-x", "60"], check=True)
+    lines = wait_for(tmux, lambda lines: any(line.startswith("EXIT=") for line in lines))
+    text = [line for line in lines if line]
+    assert not [line for line in text if line.startswith(BAR_ROWS) or "━" in line], "\n".join(text)
+    printed = [line for line in text if not line.startswith(("mathrl: ", "EXIT="))]
+    assert saved_names("\n".join(printed)) == saved_names("\n".join(expected))

@@ -330,6 +330,10 @@ def test_a_wandb_run_that_cannot_start_leaves_no_new_folder_and_says_how_to_go_o
         "python -m mathrl --resume X"
     )
     assert (tmp_path / "X" / "config.json").exists()
+    # Once W&B can start, the command runs as printed (mirroring to the run's own project).
+    stand_in.refusal = None
+    command = resumed.stderr.splitlines()[-1].rsplit("then resume with: ", 1)[1].split()
+    assert run_main(tmp_path, *command[3:]).returncode == 0
 
 
 MEASURED_TASK = """

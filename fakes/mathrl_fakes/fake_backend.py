@@ -33,7 +33,7 @@ from mathrl.backend import (
 )
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.resolved import Task, as_task
-from mathrl_fakes.model import FakeModel, UnknownPrompts, parse_weights
+from mathrl_fakes.model import FakeModel, UnknownPrompts, parse_state, parse_weights
 from mathrl_fakes.policy import VOCAB_SIZE, ByteTokenizer
 from mathrl_fakes.references import PromptKey, Reference, RunProblems, StepByStep, references_for
 from mathrl_fakes.sampler import FakeSampler
@@ -189,7 +189,8 @@ class FakeBackend(ServiceCalls):
             self._states[str(path)] = state
         return str(path)
 
-    def read(self, path: str, kind: str) -> dict[str, Any]:
+    @staticmethod
+    def read(path: str, kind: str) -> dict[str, Any]:
         """A checkpoint file's contents; BackendError unless it is a fake `kind` checkpoint."""
         try:
             payload = json.loads(Path(path).read_text())
@@ -201,6 +202,21 @@ class FakeBackend(ServiceCalls):
         if payload.get("kind") != kind:
             raise BackendError(f"{path!r} is a {payload.get('kind')} checkpoint, not a {kind} one")
         return payload
+
+    @staticmethod
+    def check_checkpoint(path: str, kind: str) -> None:
+        """BackendError (naming the file and why) unless `path` loads as a `kind` checkpoint
+        ("sampler" or "state") as `create_sampler` or `submit_load_state` would load it:
+        for a run about to rely on files written by another process, or long ago."""
+        payload = FakeBackend.read(path, kind)
+        try:
+            if kind == "state":
+                parse_state(payload)
+            else:
+                parse_weights(payload.get("theta"))
+        except (KeyError, TypeError, ValueError) as exc:
+            what = "training state" if kind == "state" else "weights"
+            raise BackendError(f"{path!r} holds no usable {what} ({exc})") from None
 
     def restore(self, path: str) -> None:
         """Load the weights and optimizer state saved at `path` into the model."""

@@ -355,9 +355,15 @@ class FakeModel:
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore `state()`; any gradient accumulated since is dropped."""
-        self.theta = parse_weights(state["theta"])
-        self.adam = AdamState(parse_weights(state["m"]), parse_weights(state["v"]), int(state["t"]))
+        self.theta, self.adam = parse_state(state)
         self.pending_grad = None
+
+
+def parse_state(state: Mapping[str, Any]) -> tuple[list[float], AdamState]:
+    """`FakeModel.state()`'s weights and optimizer, read back; KeyError, TypeError or
+    ValueError if `state` is not one."""
+    adam = AdamState(parse_weights(state["m"]), parse_weights(state["v"]), int(state["t"]))
+    return parse_weights(state["theta"]), adam
 
 
 def parse_weights(values: Any) -> list[float]:

@@ -44,6 +44,7 @@ from mathrl.backend import (
     Tokenizer,
     TrainResult,
     TransientBackendError,
+    WrongEndpoint,
 )
 from mathrl.checkpoints import Resume
 from mathrl.config import Config, ConfigError, TrainConfig
@@ -103,6 +104,7 @@ __all__ = [
     "TrainResult",
     "TransientBackendError",
     "Workers",
+    "WrongEndpoint",
     "__version__",
     "as_task",
     "build_datum",

@@ -82,6 +82,11 @@ class CredentialsRejected(BackendError):
     """The service refused the API key. The message never contains the key."""
 
 
+class WrongEndpoint(BackendError):
+    """The address answers, but not as the service does (a web page, an unknown path): the
+    URL is wrong, and no retry will change that. The message names the URL."""
+
+
 class Tokenizer(Protocol):
     """The tokenizer the sampler and the learner share."""
 

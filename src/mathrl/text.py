@@ -11,11 +11,13 @@ decode (`\\ufffd`, not a glyph that hides what was there); a text longer than
 the limit keeps its first `limit` characters, then says how long it was:
 `'aaaa'... (5,000 characters)`. A message that quotes a value it is shown
 beside (a completion a reward choked on) names it once (`elided`). A list of
-names in a message reads as a sentence would list them (`listed`).
+names in a message reads as a sentence would list them (`listed`), and a name
+that is not one of them may be close to one (`closest`: "did you mean").
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable
 
@@ -98,6 +100,13 @@ def listed(words: Iterable[str], conjunction: str) -> str:
     """`a`, `a or b`, `a, b or c`: the words (at least one) as a sentence lists them."""
     *rest, last = words
     return f"{', '.join(rest)} {conjunction} {last}" if rest else last
+
+
+def closest(word: str, names: Iterable[str]) -> str | None:
+    """The one of `names` that `word` most likely misspells (difflib's ratio 0.6 or more),
+    or None: for "did you mean" after a name that is none of them."""
+    found = difflib.get_close_matches(word, list(names), n=1, cutoff=0.6)
+    return found[0] if found and found[0] != word else None
 
 
 def describe(exc: BaseException, limit: int = 200) -> str:

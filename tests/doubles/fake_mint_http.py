@@ -39,7 +39,8 @@ Differences from the real service worth knowing:
 - A POST repeated with the same `X-Idempotency-Key` gets the first answer again.
 - `answers` replaces a route's answer with given JSON (after the route ran):
   how a test makes the SDK meet a service that is configured, or speaks,
-  otherwise (`tests/test_sdk_messages.py`).
+  otherwise (`tests/test_sdk_messages.py`); `pages` makes a route answer
+  an HTML page instead (without running it), as a web server at a wrong URL does.
 - During a "silent" outage a request is read, held unanswered until the
   outage ends, and then its connection is closed: it never took effect.
   During a "503" outage nothing takes effect either. Timing is the only
@@ -173,6 +174,8 @@ class FakeMintHTTP:
         self._tokens: set[str] = set()
         self.answers: dict[str, Json] = {}
         """Route name -> the JSON it answers instead (200), for an SDK message's test."""
+        self.pages: set[str] = set()
+        """Route names answered with an HTML page (200, text/html): not a MinT API."""
         self._routes: dict[str, Callable[[Any], Json]] = {
             "client/config": self._client_config,
             "auth/token": self._auth_token,
@@ -587,6 +590,15 @@ class _Handler(BaseHTTPRequestHandler):
             fake.record(Served(arrived, name, "held"))
             fake.hold(outage)
             self.close_connection = True  # no answer at all: the request is lost
+            return
+        if outage is None and name in fake.pages:
+            fake.record(Served(arrived, name, 200))
+            page = b"<!doctype html><html><body><h1>Welcome</h1></body></html>"
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.send_header("content-length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
             return
         if outage is not None:
             status, answer = 503, {"detail": "service unavailable (fake outage)"}

@@ -16,7 +16,8 @@ to stderr; a training run's stdout carries exactly the seed demo's lines:
     Saved: <path>                         last: the latest weights to sample from
 
 Exit codes: 0 success; 1 the service or the run failed; 2 a user's mistake
-(one line naming the setting, what it must be and what it got); 130 and 143
+(one line naming the setting, what it must be and what it got), a key the
+service rejects, or an address that is not a MinT API; 130 and 143
 a run stopped by SIGINT or SIGTERM; 141 a run stopped because stdout closed.
 None of them prints a traceback.
 """
@@ -26,7 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +39,7 @@ from dotenv import dotenv_values
 
 from mathrl import __version__
 from mathrl.adapter import Unavailable
-from mathrl.backend import BackendError
+from mathrl.backend import BackendError, CredentialsRejected, WrongEndpoint
 from mathrl.cli.data import same_data
 from mathrl.cli.exit_codes import (
     EXIT_FAILURE,
@@ -45,9 +48,11 @@ from mathrl.cli.exit_codes import (
     EXIT_STDOUT_CLOSED,
     EXIT_USAGE,
 )
-from mathrl.cli.extras import install_command
+from mathrl.cli.extras import as_installed, install_command
 from mathrl.cli.loader import (
     CLI_KEYWORDS,
+    TASK_KEYWORDS,
+    check_command,
     load_recorded_task,
     load_task,
     opt_in,
@@ -67,8 +72,10 @@ from mathrl.cli.parsers import (
     tasks_parser,
     train_parser,
 )
+from mathrl.cli.resume import FROM_STEP, check_resume_point, resume_point_at
 from mathrl.cli.run_folder import (
     CONFIG,
+    METRICS,
     RunFolder,
     RunFolderError,
     check_new,
@@ -78,6 +85,7 @@ from mathrl.cli.run_folder import (
     unwritable,
 )
 from mathrl.cli.settings import (
+    BY_FIELD,
     FAKE_FIELDS,
     SETTINGS,
     FakeOptions,
@@ -87,6 +95,7 @@ from mathrl.cli.settings import (
     build_config,
     fake_options,
     flag_values,
+    given_values,
     parse_count,
     task_options,
     worded,
@@ -98,11 +107,14 @@ from mathrl.config import DEFAULTS, ConfigError, check_eval_k
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError
 from mathrl.tasks import BUILT_IN
-from mathrl.text import one_line, shown
+from mathrl.text import closest, listed, one_line, shown
+
+COMMANDS = ("sample", "eval", "check-adapter", "plot", "tasks")
+"""The commands besides training (which is none)."""
 
 
 def _say(message: str) -> None:
-    print(f"mathrl: {message}", file=sys.stderr, flush=True)
+    print(f"mathrl: {as_installed(message)}", file=sys.stderr, flush=True)
 
 
 def environment() -> dict[str, str]:
@@ -155,6 +167,9 @@ def _preflight(task: Task[Any]) -> str | None:
 
 def _train_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     args = train_parser().parse_args(argv)
+    _one_token_limit(args, env)
+    if args.from_step is not None and args.resume is None:
+        raise ConfigError(f"{FROM_STEP} goes only with --resume RUN_DIR (got no --resume)")
     if args.resume is not None:
         plan = _resume_plan(args, env)
         if plan is None:
@@ -220,12 +235,77 @@ def _worded(value: object, field: str) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _given_now(args: argparse.Namespace, env: Mapping[str, str]) -> set[str]:
+    """The settings given to this command, by field: by a flag, or by a variable (or `.env`)."""
+    return {
+        s.field
+        for s in SETTINGS
+        if getattr(args, s.field, None) is not None or (s.env is not None and s.env in env)
+    }
+
+
+def _refuse_variables(
+    args: argparse.Namespace, env: Mapping[str, str], recorded: Mapping[str, Any], folder: Path
+) -> None:
+    """ConfigError naming each variable (or `.env` line) that gives a training setting other
+    than the run folder's record, as `_refuse_changes` does for flags: a resumed run trains as
+    it started, and a setting given is never dropped silently. A flag beats its variable."""
+    fixed = [
+        s.field
+        for s in SETTINGS
+        if s.field not in RESUMABLE and getattr(args, s.field, None) is None
+    ]
+    given = given_values({}, env, fixed)  # flags: `_refuse_changes`
+    changed = {
+        field: (value, source)
+        for field, (value, source) in given.items()
+        if _spec(value) != _spec(recorded.get(field, DEFAULTS.get(field)))
+    }
+    if not changed:
+        return
+    ours = ", ".join(_as_given(value, source, field) for field, (value, source) in changed.items())
+    kept = ", ".join(
+        f"{BY_FIELD[f].flag} {_worded(recorded.get(f, DEFAULTS.get(f)), f)}" for f in changed
+    )
+    it = "them" if len(changed) > 1 else "it"
+    steps = changed.get("steps", (0, ""))[0]
+    extend = f" (--steps {steps} extends the run)" if steps > recorded.get("steps", 0) else ""
+    raise ConfigError(
+        f"{ours} cannot be given with --resume: {folder / CONFIG} records {kept}, and a resumed "
+        f"run trains as it started; unset {it}, or give {kept}{extend}"
+    )
+
+
+def _one_token_limit(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """ConfigError when `--task-arg max_tokens=N` and `--max-tokens` (or its variable) are both
+    given and differ. The task's option is its own default limit, which `--max-tokens`
+    overrides; rather than keep one silently and record both, the command asks for one."""
+    task_limit = given_task_args(args.task_arg).get("max_tokens")
+    run_limit = given_values(_flags(args), env, ["max_tokens"]).get("max_tokens")
+    if task_limit is None or run_limit is None:
+        return
+    value, source = run_limit
+    if task_limit.strip() != str(value):
+        raise ConfigError(
+            f"--task-arg max_tokens={task_limit} and {_as_given(value, source, 'max_tokens')} "
+            "both set the tokens per completion, and disagree: give one of them"
+        )
+
+
+def _as_given(value: object, source: str, field: str) -> str:
+    """A setting as it was given: `--x 3`, `NAME=3` or `NAME=3 (from /x/.env)`."""
+    if source.startswith("--"):
+        return f"{source} {_worded(value, field)}"
+    name, _, where = source.partition(" ")
+    return f"{name}={_worded(value, field)}{' ' * bool(where)}{where}"
+
+
 def _check_folders(plan: Plan, new_run: bool) -> None:
     """The folders the run writes in, tried before anything is printed or made."""
     if new_run:
         check_new(plan.config.log_dir)
-    if plan.config.backend == "fake":
-        folder = plan.fake.checkpoint_folder
+    if plan.config.backend == "fake" and plan.fake.fake_checkpoints is not None:
+        folder = Path(plan.fake.fake_checkpoints)  # (by default: in the run folder, tried above)
         why = unwritable(folder)
         if why is not None:
             raise ConfigError(
@@ -250,7 +330,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
     folder = Path(args.resume)
     try:
         record = read_run(folder)
-        point = record.resume_point()
+        point = resume_point_at(record, args.from_step)
     except RunFolderError as exc:
         raise ConfigError(f"--resume: {exc}") from None
     recorded = record.config["settings"]
@@ -263,6 +343,8 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
         why=", and a resumed run trains as it started",
         otherwise=", or start a new run",
     )
+    _refuse_variables(args, env, recorded, folder)
+    now = _given_now(args, env)
     reliability = build_config(_flags(args), env, only=RESUMABLE, backend=recorded.get("backend"))
     try:
         train = record.train_config()
@@ -274,7 +356,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
                     f"{steps}): it extends a run, and cannot shorten one"
                 )
             train = replace(train, steps=steps)
-        if args.eval_k is not None:  # pass@k in this session's evaluations: trains the same
+        if "eval_k" in now:  # pass@k in this session's evaluations: trains the same
             eval_k = reliability.train.eval_k
             check_eval_k(
                 eval_k, train.eval_problems,
@@ -290,7 +372,7 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
             log_dir=str(folder),
             log_samples=(
                 reliability.log_samples
-                if args.log_samples is not None
+                if "log_samples" in now
                 else recorded.get("log_samples", reliability.log_samples)
             ),
             # The W&B mirror carries over too: the resumed steps go on in the same W&B run.
@@ -313,28 +395,32 @@ def _resume_plan(args: argparse.Namespace, env: Mapping[str, str]) -> Plan | Non
             f"task {record.config.get('task')!r}"
         )
     same_data(record, task, "--resume", "to resume the run, or start a new one")
+    check_resume_point(record, point, config.train, config.backend, args.steps)
     if point is not None and point.step >= config.train.steps:
         _say(f"{folder} already finished all {config.train.steps} steps; nothing to resume")
         print(f"Saved: {point.sampler_path}", flush=True)
         return None
     run_folder = RunFolder(folder, config.log_samples)
-    run_folder.truncate_after(point.step if point is not None else -1)
+    trimmed = run_folder.truncate_after(point.step if point is not None else -1)
+    if trimmed is not None:
+        _say(trimmed)
     if config.train.steps != recorded.get("steps"):  # extended: later resumes go as far
         run_folder.write_config(
             {**record.config, "settings": {**recorded, "steps": config.train.steps}}
         )
     # The fake's knobs carry over from the run's record unless given again.
-    given = fake_options(_flags(args), config.backend)
+    given = fake_options(_flags(args), config.backend, env)
     fake = FakeOptions(
         **{
             name: getattr(given, name)
-            if getattr(args, name) is not None
+            if name in now
             else recorded.get(name, getattr(FakeOptions(), name))
             for name in FAKE_FIELDS
         }
     )
-    if point is None:  # it failed before its first state: nothing to keep, start over
-        _say(f"starting {folder} over: it saved no training state")
+    if point is None:  # it failed before its first state (or --from-step 0): start over
+        why = "it saved no training state" if args.from_step is None else f"{FROM_STEP} 0"
+        _say(f"starting {folder} over: {why}")
     else:
         _say(f"resuming {folder} from step {point.step} (of {config.train.steps})")
         if config.train.eval_every and point.step not in {e["step"] for e in record.evals}:
@@ -364,14 +450,28 @@ def _check_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
 
 
 def _tasks_command(argv: Sequence[str]) -> int:
+    """Each built-in task, then its options: its own (`--task-arg`), and the command line's
+    settings it takes (`--weak-sandbox`); wrapped to the terminal, each under its first word."""
     tasks_parser().parse_args(argv)
+    columns = max(40, shutil.get_terminal_size((100, 24)).columns - 1)
     width = max(map(len, BUILT_IN))
     for name, (spec, what) in BUILT_IN.items():
-        print(f"{name:<{width}}  {what} ({spec})")
+        _wrapped(f"{name:<{width}}  {what} ({spec})", width + 2, columns)
         options = task_options_of(task_target(spec, "tasks"))
         for line in described({k: v for k, v in options.items() if k not in CLI_KEYWORDS}):
-            print(f"{'':<{width}}    --task-arg {line}")
+            _wrapped(f"{'':<{width}}    --task-arg {line}", width + 8, columns)
+        for field, keyword in TASK_KEYWORDS.items():
+            if keyword in options:
+                setting = BY_FIELD[field]
+                line = f"{setting.flag} (or {setting.env}=1)  {setting.help_text}"
+                _wrapped(f"{'':<{width}}    {line}", width + 8, columns)
     return EXIT_OK
+
+
+def _wrapped(line: str, indent: int, columns: int) -> None:
+    """Print `line` in rows of at most `columns`, the rows after the first indented."""
+    rows = textwrap.wrap(line, columns, subsequent_indent=" " * indent, break_on_hyphens=False)
+    print("\n".join(rows or [""]))
 
 
 def _plot_command(argv: Sequence[str]) -> int:
@@ -386,8 +486,13 @@ def _plot_command(argv: Sequence[str]) -> int:
         records = [read_run(Path(run)) for run in args.runs]
     except RunFolderError as exc:
         raise ConfigError(f"plot: {exc}") from None
-    default = Path(args.runs[0]) / "plot.png" if len(args.runs) == 1 else Path("plot.png")
-    out = Path(args.out) if args.out else default
+    for record in records:
+        if not record.steps:  # a run stopped during set-up, or not yet past its first step
+            raise ConfigError(
+                f"plot: {record.path} records no training step yet ({METRICS} has none), so "
+                "there is nothing to draw"
+            )
+    out = Path(args.out) if args.out else Path(args.runs[0]) / PLOT[len(args.runs) > 1]
     if out.suffix.lower() != ".png":
         raise ConfigError(f"--out must be a .png file (got {shown(str(out))})")
     try:
@@ -398,10 +503,15 @@ def _plot_command(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
+PLOT = {False: "plot.png", True: "compare.png"}
+"""The PNG `plot` writes in the (first) run folder without --out: one run's, or a comparison."""
+
+
 def _sample_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     from mathrl.cli.sample import sample
 
     args = sample_parser().parse_args(argv)
+    _one_token_limit(args, env)
     count = _problem_count(args.problems)
     fields = [*SAMPLE_FIELDS, *(["temperature"] if args.temperature is not None else [])]
     flags = {**_flags(args), "temperature": args.temperature}
@@ -458,6 +568,7 @@ def _eval_command(argv: Sequence[str], env: Mapping[str, str]) -> int:
     from mathrl.cli.evaluate import evaluate_weights, plan_eval
 
     args = eval_parser().parse_args(argv)
+    _one_token_limit(args, env)
     plan = plan_eval(args, _flags(args), env, _problem_count(args.problems))
     _preflight(plan.task)
     return asyncio.run(evaluate_weights(plan, env, _say))
@@ -480,20 +591,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "eval":
             return _eval_command(rest, env)
         if command:
+            guess = closest(command, COMMANDS)
             raise ConfigError(
-                f"the command must be sample, eval, check-adapter, plot or tasks, or none to "
-                f"train (got {shown(command)})"
+                f"the command must be {listed(COMMANDS, 'or')}, or none to train (got "
+                f"{shown(command)}){f'; did you mean {guess}?' if guess else ''}"
             )
         return _train_command(rest, env)
     except ConfigError as exc:
         _say(f"error: {one_line(str(exc), 500)}")
+        return EXIT_USAGE
+    except (CredentialsRejected, WrongEndpoint) as exc:  # the key or the URL given: fix it
+        _say(f"error: {one_line(worded(exc), 500)}")
         return EXIT_USAGE
     except BackendError as exc:
         _say(f"error: {one_line(worded(exc), 500)}")
         return EXIT_FAILURE
     except TaskError as exc:  # outside a run: `sample`, say
         _say(f"error: {one_line(str(exc), 500)}")
-        _say(f"check the task with: python -m mathrl check-adapter {exc.task_identity}")
+        _say(f"check the task with: {check_command(exc.task_identity)}")
         return EXIT_FAILURE
     except RunFolderError as exc:
         _say(f"error: {one_line(str(exc), 500)}")

@@ -29,7 +29,15 @@ from mathrl.cli.data import fake_tokenizer, prepared, refused_by_the_fake, same_
 from mathrl.cli.loader import load_recorded_task, load_task
 from mathrl.cli.parsers import BACKENDS, SAMPLE_FIELDS
 from mathrl.cli.records import eval_file_record
-from mathrl.cli.run_folder import CONFIG, EVALS, RunFolder, RunFolderError, RunRecord, read_run
+from mathrl.cli.run_folder import (
+    CONFIG,
+    EVALS,
+    RunFolder,
+    RunFolderError,
+    RunRecord,
+    no_such_weights,
+    read_run,
+)
 from mathrl.cli.settings import (
     BY_FIELD,
     advised,
@@ -156,6 +164,9 @@ def _run_folder(model_path: str | None) -> RunRecord | None:
             "--model-path must be a run folder or the path a run printed as `Saved:` (got ''); "
             "leave it out to evaluate the base model"
         )
+    missing = no_such_weights(model_path)
+    if missing is not None:  # before any key is asked for: a mistyped path needs none
+        raise ConfigError(missing)
     try:
         if not (Path(model_path) / CONFIG).is_file():
             return None
@@ -254,7 +265,8 @@ def table(m: EvalMetrics, weights: str | None, step: int | None, config: Config)
     width = max(len(name) for name, _ in rows)
     return [
         f"Weights: {which}{at}",
-        f"Problems: {m.problems} held-out (seed {config.train.seed}), {m.samples} samples each "
+        f"Problems: {m.problems} held-out (seed {config.train.seed}), {m.samples} "
+        f"sample{'s' * (m.samples != 1)} each "
         f"at temperature {config.train.temperature:g}, and one greedy",
         *(f"{name:<{width}}  {value}" for name, value in rows),
     ]

@@ -6,12 +6,15 @@ from a clone (`pip install .`) more often than from an index, and
 not be there, or be another one. pip records where an install came from
 (PEP 610, `direct_url.json`): a folder or a file gives
 `pip install '<it>[plot]'` (`'.[plot]'` when it is the working folder);
-anything else gives `pip install 'mathrl[plot]'`.
+anything else gives `pip install 'mathrl[plot]'`. A library message (a task's,
+say) names an extra as `pip install 'mathrl[math]'`, as its own users install
+it; `as_installed` says it the command line's way.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
@@ -40,3 +43,13 @@ def command_for(extra: str, direct_url: str | None, cwd: Path) -> str:
         source = Path(url2pathname(parts.path))
         target = "." if source == cwd else str(source)
     return f"pip install {shlex.quote(f'{target}[{extra}]')}"
+
+
+_NAMED = re.compile(r"pip install '?mathrl\[([A-Za-z0-9_-]+)\]'?")
+
+
+def as_installed(message: str) -> str:
+    """`message` with each `pip install 'mathrl[EXTRA]'` in it as `install_command(EXTRA)`."""
+    if "mathrl[" not in message:
+        return message
+    return _NAMED.sub(lambda found: install_command(found[1]), message)

@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -28,12 +29,14 @@ from mathrl.cli.task_args import FLAG, converted, task_options_of
 from mathrl.config import ConfigError, adapter_spec_shown
 from mathrl.resolved import Task, as_task
 from mathrl.tasks import BUILT_IN
-from mathrl.text import describe, shown
+from mathrl.text import closest, describe, shown
 
 TASK_KEYWORDS = {"weak_sandbox": "allow_missing_layers"}
 """Each field of `TaskOptions` -> the constructor keyword of the tasks that take it."""
 CLI_KEYWORDS = frozenset(TASK_KEYWORDS.values())
 """Constructor keywords the command line sets from its own settings, not from --task-arg."""
+_LOADED: dict[str, list[str]] = {}
+"""Each task this process loaded, by identity: how `check-adapter` is told to load it again."""
 
 
 def opt_in(allowed_by: object) -> str | None:
@@ -91,6 +94,11 @@ def load_task(
         task = as_task(adapter)
     except AdapterError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    _LOADED[task.identity] = [
+        spec,
+        *(w for k, v in (task_args or {}).items() for w in ("--task-arg", f"{k}={_text(v)}")),
+        *(BY_FIELD[name].flag for name, keyword in TASK_KEYWORDS.items() if keyword in asked),
+    ]
     for name, keyword in TASK_KEYWORDS.items():
         if keyword in asked and keyword not in keywords:
             setting = BY_FIELD[name]
@@ -116,15 +124,29 @@ def recorded_spec(spec: str) -> str:
     return spec  # a package's module, or one importable from anywhere: found as it was
 
 
+def check_command(identity: str) -> str:
+    """The command that checks the task `identity` names as this process loaded it: its spec
+    as given (a file's path, say), its options and what was asked of it, so it runs as
+    printed; just the identity for a task this process did not load."""
+    words = ["python", "-m", "mathrl", "check-adapter", *_LOADED.get(identity, [identity])]
+    return shlex.join(words)
+
+
+def _text(value: object) -> str:
+    """An option's value as `--task-arg` reads it back."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def task_target(spec: str, source: str) -> Any:
     """What `spec` names: a built-in task's name, or `module:Name` (see `load_task`), imported;
     ConfigError (one line) if it cannot be."""
     spec = BUILT_IN[spec][0] if spec in BUILT_IN else spec
     module_name, sep, attr = spec.partition(":")
     if not (sep and module_name and attr and ":" not in attr):
+        guess = closest(spec, BUILT_IN) if not sep else None
         raise ConfigError(
             f"{source} must be {', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask "
-            f"(got {adapter_spec_shown(spec)})"
+            f"(got {adapter_spec_shown(spec)}){f'; did you mean {guess}?' if guess else ''}"
         )
     module = _import(module_name, source)
     target: Any = module

@@ -11,10 +11,13 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from mathrl import __version__
 from mathrl.cli.settings import SETTINGS, Setting, default_of, parse_bool
 from mathrl.config import DEFAULT_BASE_URL, ConfigError
 from mathrl.losses import PARAMETERS, losses_taking
 from mathrl.passk import MAX_SAMPLES
+from mathrl.tasks import BUILT_IN
+from mathrl.text import closest
 
 BACKENDS = ("mint", "fake")
 RELIABILITY = (
@@ -45,16 +48,28 @@ MAX_PROBLEMS = 10_000
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and a ConfigError."""
+    """argparse, but a usage error is one line and a ConfigError, with the flag a mistyped one
+    most likely meant."""
 
     def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"{message} (see `{self.prog} --help`)")
+        raise ConfigError(f"{message}{self._guess(message)} (see `{self.prog} --help`)")
+
+    def _guess(self, message: str) -> str:
+        """ "; did you mean --steps?" for the first unknown flag in an "unrecognized arguments"
+        message that is close to one this parser knows."""
+        unknown = message.partition("unrecognized arguments: ")[2].split()
+        flags = [flag for flag in self._option_string_actions if flag.startswith("--")]
+        for word in unknown:
+            found = closest(word.partition("=")[0], flags) if word.startswith("-") else None
+            if found is not None:
+                return f"; did you mean {found}?"
+        return ""
 
 
 DEFAULTS_DECIDED_LATER = {
     "max_tokens": "the task's",
     "log_dir": "runs/<UTC time>-<task>-<fingerprint>",
-    "fake_checkpoints": "mathrl-fake in the temp folder",
+    "fake_checkpoints": "checkpoints/ in the run folder",
     "retries": "none: the retry window alone",
     "reward_workers": "one per core",
     "wandb_project": "none: no mirror",
@@ -71,7 +86,13 @@ def shown_default(setting: Setting) -> object:
         if len(defaults) == 1:
             return f"{next(iter(defaults.values())):g}"
         return "the loss's: " + ", ".join(f"{d:g} for {name}" for name, d in defaults.items())
-    return DEFAULTS_DECIDED_LATER.get(setting.field, default_of(setting))
+    if setting.field in DEFAULTS_DECIDED_LATER:
+        return DEFAULTS_DECIDED_LATER[setting.field]
+    value = default_of(setting)
+    short = [name for name, (spec, _) in BUILT_IN.items() if spec == value]
+    if setting.field == "adapter" and short:  # as the README and `tasks` name it
+        return short[0]
+    return str(value).lower() if isinstance(value, bool) else value
 
 
 def _add_settings(
@@ -88,7 +109,7 @@ def _add_settings(
             parser.add_argument(
                 s.flag,
                 dest=s.field,
-                metavar="X",
+                metavar=s.kind,
                 help=f"{text} (default {shown_default(s)}{env})",
                 **switch,
             )
@@ -130,7 +151,14 @@ def train_parser() -> Parser:
         metavar="RUN_DIR",
         help="continue a stopped run from its last saved state, with its own settings",
     )
+    parser.add_argument(
+        "--from-step",
+        metavar="STEP",
+        help="with --resume: go on from this step's saved state instead of the last one (the "
+        "records after it are dropped; 0 starts the run over)",
+    )
     _add_task_args(parser)
+    parser.add_argument("--version", action="version", version=f"mathrl {__version__}")
     return parser
 
 
@@ -143,6 +171,7 @@ def sample_parser() -> Parser:
     parser.add_argument(
         "--model-path",
         required=True,
+        metavar="PATH",
         help="the path a run printed as `Saved:`, or a run folder (its latest weights); a run "
         "folder, or the one recording the path (the one it is in, or one in runs/), gives the "
         "task, its options, the model and the backend",
@@ -150,6 +179,7 @@ def sample_parser() -> Parser:
     parser.add_argument(
         "--problems",
         default="10",
+        metavar="N",
         help=f"held-out problems to ask, 1 to {MAX_PROBLEMS} (default 10)",
     )
     parser.add_argument(
@@ -169,7 +199,7 @@ def sample_parser() -> Parser:
         },
     )
     parser.add_argument(
-        "--temperature", metavar="X", help="sampling temperature (default 0: greedy)"
+        "--temperature", metavar="FLOAT", help="sampling temperature (default 0: greedy)"
     )
     _add_task_args(parser)
     return parser
@@ -185,19 +215,25 @@ def eval_parser() -> Parser:
     )
     parser.add_argument(
         "--model-path",
+        metavar="PATH",
         help="a run folder (its latest weights, task and settings), the path a run printed "
         "as `Saved:`, or none: the base model",
     )
     parser.add_argument(
-        "--k", default="1,4,16", help="the k of pass@k and maj@k, comma-separated (default 1,4,16)"
+        "--k",
+        default="1,4,16",
+        metavar="K,K,...",
+        help="the k of pass@k and maj@k, comma-separated (default 1,4,16)",
     )
     parser.add_argument(
         "--samples",
+        metavar="N",
         help=f"samples per problem, from the largest k to {MAX_SAMPLES} (default the largest k)",
     )
     parser.add_argument(
         "--problems",
         default="100",
+        metavar="N",
         help=f"held-out problems to ask, 1 to {MAX_PROBLEMS} (default 100)",
     )
     parser.add_argument(
@@ -217,7 +253,7 @@ def eval_parser() -> Parser:
         },
     )
     parser.add_argument(
-        "--temperature", metavar="X", help="temperature of the samples (default 1; greedy is 0)"
+        "--temperature", metavar="FLOAT", help="temperature of the samples (default 1; greedy is 0)"
     )
     _add_task_args(parser)
     return parser
@@ -253,6 +289,9 @@ def plot_parser() -> Parser:
     )
     parser.add_argument("runs", metavar="RUN_DIR", nargs="+", help="run folders to draw")
     parser.add_argument(
-        "--out", help="the PNG to write (default RUN_DIR/plot.png; ./plot.png for several runs)"
+        "--out",
+        metavar="FILE.png",
+        help="the PNG to write (default RUN_DIR/plot.png; for several runs, the first one's "
+        "RUN_DIR/compare.png)",
     )
     return parser

@@ -11,17 +11,23 @@ The display, while the run trains (the bar columns never move; only the text
 at the end of each line changes length):
 
     step  3/12 ━━━━━━━━━━━━━━╺━━━━━━━━━━━━━━━  2/12 0:00:02 eta 0:00:09 sampling
-    samples    ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 40/40  step 2: accuracy 45.0%, reward 0.450
+    samples    ━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━ 40/40 step 2: accuracy 45.0%, reward 0.450
 
-the second line's text being the last finished step's accuracy and mean reward.
+the second line's text being the last finished step's accuracy and mean reward;
+and during set-up one line, with what it waits on and for how long. On a
+narrow screen the least useful fields go first (`fields_for`): the elapsed
+time, the reward, the counts, some of the bar, the estimate; at 60 columns
 
-and during set-up one line, with what it waits on and for how long.
+    step  3/12 ━━━━━━━━━━━━━━━╺━━━━━━━━ eta 0:00:09 sampling
+    samples    ━━━━━━━━━━━━━━━━━━━━━━━━ step 2: accuracy 45.0%
 
 While the bar is up, every line for the user goes through it: `say` prints
 above it, and so does anything else written to stderr (rich redirects it),
 so nothing lands in the bar's rows, where the next redraw would erase it and
-leave a stale bar behind. `close` takes the bar down and shows the cursor
-again: a run that ends with `os._exit` (a second Ctrl-C) calls it first.
+leave a stale bar behind. A terminal made narrower wraps the bar's rows onto
+more rows; the next redraw moves up over all of them (`_Reflowing`), so none
+is left behind. `close` takes the bar down and shows the cursor again: a run
+that ends with `os._exit` (a second Ctrl-C) calls it first.
 """
 
 from __future__ import annotations
@@ -29,27 +35,100 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
 from types import TracebackType
 from typing import TextIO
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.control import Control
 from rich.live import Live
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Column
+from rich.live_render import LiveRender
+from rich.progress import Progress, Task
+from rich.progress_bar import ProgressBar as Bar
+from rich.segment import Segment
+from rich.table import Table
 from rich.text import Text
 
 from mathrl.report import Observer, StepMetrics
 
 BAR_WIDTH = 24
+NARROW_BAR = 12
+"""The bar shrinks to this before the estimate of the time left goes."""
+NARROWEST_BAR = 6
+PHASES = ("sampling", "training", "evaluating")
+"""What the first row says a step is doing (`Observer.on_phase`): its room is the longest's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """What the rows show at one width: all of it, unless the screen is too narrow."""
+
+    bar: int = BAR_WIDTH
+    elapsed: bool = True
+    reward: bool = True
+    counts: bool = True
+    eta: bool = True
+
+
+def _choices() -> Iterator[Fields]:
+    """Every Fields, the most useful first: each drops what helps least of what is left."""
+    yield Fields()
+    yield Fields(elapsed=False)
+    yield Fields(elapsed=False, reward=False)
+    for bar in range(BAR_WIDTH, NARROW_BAR - 1, -1):
+        yield Fields(bar, elapsed=False, reward=False, counts=False)
+    for bar in range(BAR_WIDTH, NARROWEST_BAR - 1, -1):
+        yield Fields(bar, elapsed=False, reward=False, counts=False, eta=False)
+
+
+def row_widths(
+    fields: Fields,
+    heading: int,
+    counts: int,
+    clock: tuple[int, int],
+    phase: int,
+    last: tuple[int, int],
+) -> tuple[int, int]:
+    """The widths of the two rows, one space between fields.
+
+    Args:
+        heading: the first column's width (`step 12/12`).
+        counts: the M/N column's width.
+        clock: the elapsed time's width and the estimate's (`eta 0:00:09`).
+        phase: the first row's text's width.
+        last: the second row's text's width, with and without its reward.
+    """
+    start = heading + 1 + fields.bar + (1 + counts if fields.counts else 0)
+    times = (1 + clock[0] if fields.elapsed else 0) + (1 + clock[1] if fields.eta else 0)
+    return start + times + 1 + phase, start + 1 + last[0 if fields.reward else 1]
+
+
+def fields_for(
+    room: int,
+    heading: int,
+    counts: int,
+    clock: tuple[int, int],
+    phase: int,
+    last: tuple[int, int],
+) -> Fields:
+    """The most the rows can show in `room` columns (see `row_widths` for the rest), dropping
+    the least useful first: the elapsed time, the last step's reward, the M/N counts, the
+    bar down to NARROW_BAR, the estimate of the time left, the bar down to NARROWEST_BAR.
+    Past that, the rows' text is cut short (with an ellipsis) to fit."""
+    fits = None
+    for fields in _choices():
+        fits = fields
+        if max(row_widths(fields, heading, counts, clock, phase, last)) <= room:
+            break
+    assert fits is not None
+    return fits
+
+
+def _time(seconds: float | None) -> str:
+    """`h:mm:ss`, as rich shows a time; `-:--:--` when it is not known yet."""
+    return "-:--:--" if seconds is None else str(timedelta(seconds=max(0, int(seconds))))
 
 
 def stdout_is_a_pipe() -> bool:
@@ -60,19 +139,42 @@ def stdout_is_a_pipe() -> bool:
         return False
 
 
-class _Clock(TimeRemainingColumn):
-    """Elapsed time and an estimate of the time left, for the steps line only."""
+class _Reflowing(LiveRender):
+    """A LiveRender that remembers how wide each row it drew was, so that a redraw after the
+    terminal narrowed (which wraps each wide row onto several) moves up over every row they
+    take now, not only over as many as it drew; otherwise the rows above stay on screen."""
 
-    def __init__(self) -> None:
-        super().__init__(table_column=Column(no_wrap=True))
-        self._elapsed = TimeElapsedColumn()
+    def __init__(self, renderable: RenderableType, console: Console) -> None:
+        super().__init__(renderable)
+        self._console = console
+        self._widths: list[int] = []
 
-    def render(self, task: Task) -> Text:
-        if not task.fields.get("clock"):
-            return Text("")
-        return Text.assemble(
-            self._elapsed.render(task), " eta ", super().render(task), style="progress.remaining"
-        )
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths, width = [], 0
+        for segment in super().__rich_console__(console, options):
+            if segment == Segment.line():
+                widths.append(width)
+                width = 0
+            elif isinstance(segment, Segment):
+                width += segment.cell_length
+            yield segment
+        self._widths = [*widths, width]
+
+    def _rows_now(self) -> None:
+        """Make the height `position_cursor` and `restore_cursor` move over the rows the
+        drawing takes at the terminal's width now."""
+        if self._shape is not None and self._widths:
+            columns = max(1, self._console.width)
+            rows = sum(max(1, -(-width // columns)) for width in self._widths)
+            self._shape = (self._shape[0], max(self._shape[1], rows))
+
+    def position_cursor(self) -> Control:
+        self._rows_now()
+        return super().position_cursor()
+
+    def restore_cursor(self) -> Control:
+        self._rows_now()
+        return super().restore_cursor()
 
 
 class ProgressBar(Observer):
@@ -90,30 +192,18 @@ class ProgressBar(Observer):
         self.console = Console(file=stream or sys.stderr, stderr=stream is None)
         piped = stdout_is_a_pipe() if stdout_piped is None else stdout_piped
         self.active = self.console.is_terminal and not piped
-        width = max(len("setting up"), len(f"step {steps}/{steps}"))
-        self._progress = Progress(
-            TextColumn("{task.description}", table_column=Column(width=width, no_wrap=True)),
-            BarColumn(bar_width=BAR_WIDTH),
-            MofNCompleteColumn(table_column=Column(width=2 * len(str(max(steps, per_step))) + 1)),
-            _Clock(),
-            # The only column whose width follows the screen: long text here is cut short
-            # rather than squeezing the bar.
-            TextColumn(
-                "{task.fields[status]}",
-                table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1),
-            ),
-            console=self.console,
-            expand=True,
-            transient=True,
-        )
-        self._progress.live = self._live()
+        self._heading = max(len("setting up"), len(f"step {steps}/{steps}"))
+        self._counts = 2 * len(str(max(steps, per_step))) + 1
+        # The tasks' counts and times; the rows are drawn here (`_display`), field by field.
+        self._progress = Progress(console=self.console, transient=True)
+        self._last = ("", "")
+        """The last finished step's line, with its reward and without."""
         self._total = steps
         self._steps = self._progress.add_task(
-            "setting up", total=steps, completed=first_step, status="", clock=True
+            "setting up", total=steps, completed=first_step, status=""
         )
-        self._sampling = self._progress.add_task(
-            "samples", total=per_step, visible=False, status="", clock=False
-        )
+        self._sampling = self._progress.add_task("samples", total=per_step, visible=False)
+        self._progress.live = self._live()
         self._started = False
 
     def __enter__(self) -> ProgressBar:
@@ -163,19 +253,66 @@ class ProgressBar(Observer):
             self._progress.start()
 
     def _live(self) -> Live:
-        return Live(
+        live = Live(
             console=self.console,
             transient=True,
             redirect_stdout=False,  # stdout is the seed's lines, never the bar's
             redirect_stderr=True,  # another's line on stderr goes above the bar, like `say`'s
             get_renderable=self._display,
         )
+        # rich keeps the drawing it moves over here; this one knows what a narrower screen did.
+        live._live_render = _Reflowing(live._live_render.renderable, self.console)
+        return live
 
     def _display(self) -> RenderableType:
         # An empty row under the bar holds the cursor: the terminal echoes a Ctrl-C there
         # as `^C`. At the end of a full-width bar row, the echo would wrap onto a row the
-        # display does not know of, and each redraw would then leave a copy of the bar.
-        return Group(self._progress.get_renderable(), Text(""))
+        # display does not know of, and each redraw would then leave a copy of the bar:
+        # so no row reaches the last column either.
+        room = self.console.width - 1
+        tasks = {task.id: task for task in self._progress.tasks}
+        steps, sampling = tasks[self._steps], tasks[self._sampling]
+        if steps.description == "setting up":
+            return Group(self._row(steps, str(steps.fields["status"]), room), Text(""))
+        elapsed, eta = _time(steps.elapsed), f"eta {_time(steps.time_remaining)}"
+        phase = str(steps.fields["status"])
+        fields = fields_for(
+            room, self._heading, self._counts, (len(elapsed), len(eta)),
+            max(len(phase), *map(len, PHASES)), (len(self._last[0]), len(self._last[1])),
+        )  # fmt: skip
+        clock = " ".join([elapsed] * fields.elapsed + [eta] * fields.eta)
+        rows = [self._row(steps, phase, room, fields, clock)]
+        if sampling.visible:
+            rows.append(self._row(sampling, self._last[not fields.reward], room, fields))
+        return Group(*rows, Text(""))
+
+    def _row(
+        self, task: Task, status: str, room: int, fields: Fields | None = None, clock: str = ""
+    ) -> Table:
+        """One row: the task's name, then (unless setting up) its bar, counts and clock, as
+        `fields` has them; then `status`, cut with an ellipsis where the room ends."""
+        grid = Table.grid(padding=(0, 1))
+        cells: list[RenderableType] = [Text(task.description)]
+        grid.add_column(width=self._heading, no_wrap=True)
+        used = self._heading
+        if fields is not None:
+            grid.add_column(width=fields.bar, no_wrap=True)
+            cells.append(Bar(total=task.total, completed=task.completed, width=fields.bar))
+            used += 1 + fields.bar
+            if fields.counts:
+                total = f"{task.total:g}"
+                count = f"{task.completed:{len(total)}g}/{total}"
+                grid.add_column(width=self._counts, justify="right", no_wrap=True)
+                cells.append(Text(count, style="progress.download"))
+                used += 1 + self._counts
+            if clock:
+                grid.add_column(no_wrap=True)
+                cells.append(Text(clock, style="progress.remaining"))
+                used += 1 + len(clock)
+        grid.add_column(no_wrap=True, overflow="ellipsis", max_width=max(1, room - used - 1))
+        cells.append(Text(status))
+        grid.add_row(*cells)
+        return grid
 
     def setting_up(self, status: str) -> None:
         """What set-up is waiting on now, e.g. the URL and its timeout."""
@@ -195,6 +332,6 @@ class ProgressBar(Observer):
 
     def on_step(self, metrics: StepMetrics) -> None:
         m = metrics
-        last = f"step {m.step}: accuracy {m.accuracy:.1%}, reward {m.mean_reward:.3f}"
+        accuracy = f"step {m.step}: accuracy {m.accuracy:.1%}"
+        self._last = (f"{accuracy}, reward {m.mean_reward:.3f}", accuracy)
         self._progress.update(self._steps, completed=metrics.step)
-        self._progress.update(self._sampling, status=last)

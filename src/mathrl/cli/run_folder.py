@@ -37,6 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +47,7 @@ from mathrl.cli.records import eval_record, sample_record, step_record
 from mathrl.config import Config, ConfigError, TrainConfig
 from mathrl.report import Checkpoint, EvalMetrics, Observer, SampleGroup, StepMetrics
 from mathrl.resolved import Task, as_task
+from mathrl.text import closest, listed, shown
 
 CONFIG, METRICS, CHECKPOINTS = "config.json", "metrics.jsonl", "checkpoints.jsonl"
 RUNS = Path("runs")
@@ -99,18 +101,16 @@ class RunFolder(Observer):
         version: str,
         more_settings: Mapping[str, Any] | None = None,
         data: Mapping[str, str] | None = None,
+        path: Path | None = None,
     ) -> RunFolder:
-        """Make the folder (`config.log_dir`, or a new one under `runs/`) and write config.json.
+        """Make the folder (`path`, else `new_path`'s) and write config.json.
 
         `more_settings` are recorded beside the config's (the fake's knobs, say); `data` is
         the task's data, each source's digest by name (`Adapter`'s `data`).
         """
         now = datetime.now(UTC)
         check_new(config.log_dir)
-        if config.log_dir is not None:
-            path = Path(config.log_dir)
-        else:
-            path = _fresh(RUNS / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
+        path = path or new_path(config.log_dir, task_name, fingerprint, now)
         made = [p for p in (path, *path.parents) if not p.exists()][::-1]
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -194,13 +194,30 @@ class RunFolder(Observer):
         for group in groups[: self.log_samples]:
             self.append(SAMPLES, sample_record(group))
 
-    def truncate_after(self, step: int) -> None:
-        """Drop records past `step`, which a resumed run is about to redo."""
+    def truncate_after(self, step: int) -> str | None:
+        """Drop records past `step`, which a resumed run is about to redo, and a last line cut
+        off mid-write; return what went, as one line says it (None: nothing did)."""
+        torn: list[str] = []
+        later: dict[str, set[int]] = {}
         for name in (METRICS, CHECKPOINTS, SAMPLES):
-            kept = [r for r in read_jsonl(self.path / name) if r["step"] <= step]
+            records = read_jsonl(self.path / name)
+            cut = torn_line(self.path / name)
+            if cut is not None:
+                torn.append(f"{name}'s last line, cut off mid-write ({shown(cut, 30)})")
+            if steps := {r["step"] for r in records if r["step"] > step}:
+                later[name] = steps
+            if cut is None and name not in later:
+                continue
             with self._writing(name + ".tmp", "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in kept)
+                f.writelines(json.dumps(r) + "\n" for r in records if r["step"] <= step)
             (self.path / (name + ".tmp")).replace(self.path / name)
+        if later:
+            steps = set().union(*later.values())
+            first, last = min(steps), max(steps)
+            which = f"step {first}" if first == last else f"steps {first} to {last}"
+            files = listed(later, "and")
+            torn.append(f"the records of {which} in {files}, which the resumed run does again")
+        return f"trimmed {self.path}: {'; '.join(torn)}" if torn else None
 
 
 def check_new(log_dir: str | None) -> None:
@@ -248,6 +265,18 @@ def unwritable(folder: Path) -> str | None:
     return None
 
 
+def new_path(
+    log_dir: str | None, task_name: str, fingerprint: str, now: datetime | None = None
+) -> Path:
+    """Where a new run's folder goes: `log_dir`, or a new folder under `runs/` named for the
+    time (UTC), the task and the run's fingerprint. Known before the folder is made, so the
+    fake backend can keep its checkpoints in it from the first save."""
+    if log_dir is not None:
+        return Path(log_dir)
+    now = now or datetime.now(UTC)
+    return _fresh(RUNS / f"{now:%Y%m%dT%H%M%SZ}-{task_name}-{fingerprint}")
+
+
 def _fresh(path: Path) -> Path:
     candidate, n = path, 1
     while candidate.exists():
@@ -293,9 +322,18 @@ class RunRecord:
         fields = TrainConfig.__dataclass_fields__
         return TrainConfig(**{k: v for k, v in self.config["settings"].items() if k in fields})
 
-    def resume_point(self) -> Resume | None:
-        """The last complete state record and the samplers around it; None if none was saved."""
-        states = [c for c in self.checkpoints if c["kind"] == "state"]
+    def state_steps(self) -> list[int]:
+        """The steps whose training state the run saved, in order."""
+        return sorted({c["step"] for c in self.checkpoints if c["kind"] == "state"})
+
+    def resume_point(self, until: int | None = None) -> Resume | None:
+        """The last complete state record (at or before step `until`, if given) and the
+        samplers around it; None if none was saved."""
+        states = [
+            c
+            for c in self.checkpoints
+            if c["kind"] == "state" and (until is None or c["step"] <= until)
+        ]
         if not states:
             return None
         step = states[-1]["step"]
@@ -384,6 +422,52 @@ def _recording(path: str, runs: Path) -> RunRecord | None:
                 return read_run(folder)
         except RunFolderError:  # unreadable, or another program's: not the run looked for
             continue
+    return None
+
+
+NEARBY = 5
+"""How many run folders a message about a missing `--model-path` names."""
+
+
+def no_such_weights(path: str, runs: Path = RUNS) -> str | None:
+    """Why `path`, a `--model-path`, names no weights, as the ConfigError says it; None if it
+    may: a `tinker://` path is the service's to know, anything else a file or a folder here.
+
+    A mistyped run folder is most often a letter off, so the message names the run
+    folders nearby, the closest first: those beside the path, and those in `runs`.
+    """
+    try:
+        if path.startswith("tinker://") or Path(path).exists():
+            return None
+        places = [p for p in dict.fromkeys([Path(path).parent, runs]) if p.is_dir()]
+        found = [str(c.parent) for place in places for c in sorted(place.glob(f"*/{CONFIG}"))]
+    except (OSError, ValueError):  # a name too long to be a file, say
+        found = []
+    said = f"--model-path {shown(path, 200)}: no such run folder or checkpoint file"
+    if not found:
+        return f"{said}; no run folder is beside it or in {runs}/"
+    name = Path(path).name  # a run folder's name is what is mistyped, not where it is
+    best = closest(name, [Path(f).name for f in found])
+    similar = sorted(found, key=lambda f: -SequenceMatcher(None, name, Path(f).name).ratio())
+    guess = next((f"; did you mean {f}?" for f in similar if Path(f).name == best), "")
+    more = f" and {len(found) - NEARBY} more" if len(found) > NEARBY else ""
+    return f"{said}{guess} (run folders: {', '.join(similar[:NEARBY])}{more})"
+
+
+def torn_line(path: Path) -> str | None:
+    """The last line of a .jsonl file if a crash cut it off mid-write (no newline after it,
+    and not JSON), which `read_jsonl` skips; None if there is none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # missing, or read_jsonl says what is wrong
+        return None
+    last = text.rsplit("\n", 1)[-1]
+    if not last.strip():
+        return None
+    try:
+        json.loads(last)
+    except ValueError:
+        return last
     return None
 
 

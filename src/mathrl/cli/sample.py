@@ -9,6 +9,7 @@ the checkpoint's name or file says which task that was.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from mathrl.adapter import NoReference
 from mathrl.backend import BackendError, Sampler, Tokenizer
 from mathrl.checkpoints import task_of_checkpoint
 from mathrl.cli.data import fake_tokenizer, prepared, refused_by_the_fake, say_line
-from mathrl.cli.run_folder import RunFolderError, run_record
+from mathrl.cli.run_folder import RunFolderError, no_such_weights, run_record
 from mathrl.cli.settings import advised, api_key, base_url
 from mathrl.cli.train import model_line, retry_policy
 from mathrl.config import Config, ConfigError
@@ -25,7 +26,7 @@ from mathrl.episodes import Episode
 from mathrl.evaluation import distinct, evaluate
 from mathrl.resolved import Task
 from mathrl.service.retry import Retrier, RetryingSampler
-from mathrl.text import quoted, shown
+from mathrl.text import REPLACEMENT, quoted, shown
 from mathrl.workers import Workers
 
 
@@ -79,10 +80,14 @@ async def sample(
         )
     if task.plays_episodes:
         lines = _episode_lines(task, problems, result.episodes_P)
+        answers = [str(turn.response) for e in result.episodes_P for turn in e.turns]
     else:
         lines = _lines(task, problems, result.texts_P, result.rewards_P)
+        answers = list(result.texts_P)
     for line in lines:
         print(line)
+    if _unprintable(answers):
+        say(UNPRINTABLE)
     correct = round(result.accuracy * len(problems))
     print(f"Accuracy: {result.accuracy:.1%} ({correct}/{len(problems)})", flush=True)
     return 0
@@ -95,6 +100,9 @@ def latest_of_run(model_path: str) -> str:
     except RunFolderError as exc:
         raise ConfigError(f"--model-path: {exc}") from None
     if record is None:
+        missing = no_such_weights(model_path)
+        if missing is not None:  # before any key is asked for: a mistyped path needs none
+            raise ConfigError(missing)
         return model_path
     samplers = [c["path"] for c in record.checkpoints if c["kind"] == "sampler"]
     if not samplers:
@@ -139,8 +147,47 @@ def _lines(
     """One line a problem: the question (what differs between prompts), answer, verdict."""
     lines = []
     for question, text, reward in zip(_questions(task, problems), texts, rewards, strict=True):
-        lines.append(f"{question} -> {quoted(text)}: {_verdict(task, reward)}")
+        lines.append(f"{question} -> {shown_completion(text)}: {_verdict(task, reward)}")
     return lines
+
+
+RUN = 4
+"""A run of this many of one unprintable character shows as one term: `'\\x00' * 37`."""
+UNPRINTABLE = (
+    "note: \\x00, \\ufffd and the like in quotes are characters that cannot be printed, shown "
+    "as Python escapes (\\x00 is a NUL byte, \\ufffd bytes that are not UTF-8 text); a model "
+    "that has not learned the task writes them"
+)
+"""What `sample` says once, on stderr, when an answer holds such characters."""
+
+
+def shown_completion(text: str) -> str:
+    """A completion as `sample` prints it: a Python expression of its text, quoted as `repr`
+    quotes it, with each run of RUN or more of one unprintable character as one term
+    (`'def f(s):' + '\\x00' * 37`): what a model wrote, whole, without a line of escapes."""
+    terms: list[str] = []
+    plain = ""
+    for char, run in itertools.groupby(text):
+        count = len(list(run))
+        if count >= RUN and not printable(char):
+            terms += [quoted(plain)] if plain else []
+            terms.append(f"{quoted(char)} * {count}")
+            plain = ""
+        else:
+            plain += char * count
+    if plain or not terms:
+        terms.append(quoted(plain))
+    return " + ".join(terms)
+
+
+def printable(char: str) -> bool:
+    """True for a character a terminal shows as itself (not U+FFFD, which hides bytes)."""
+    return char.isprintable() and char != REPLACEMENT
+
+
+def _unprintable(texts: Sequence[str]) -> bool:
+    """True if any text holds a character that is neither printable nor a newline or tab."""
+    return any(not printable(c) and c not in "\n\t" for text in texts for c in text)
 
 
 def _episode_lines(
@@ -154,26 +201,39 @@ def _episode_lines(
         turns = f"{n} turn{'s' * (n != 1)}"
         lines.append(f"{question} -> {turns}: {_verdict(task, episode.reward)}")
         for number, turn in enumerate(episode.turns, 1):
-            lines.append(f"  turn {number}: {quoted(str(turn.response))}")
+            lines.append(f"  turn {number}: {shown_completion(str(turn.response))}")
             if turn.reply is not None:
                 lines.append(f"  reply {number}: {quoted(turn.reply)}")
     return lines
 
 
+QUESTION = 60
+"""The most characters of a prompt a line shows: its end, where problems differ."""
+
+
 def _questions(task: Task[Any], problems: Sequence[Any]) -> list[str]:
-    """Each problem's question: what differs between their prompts, cut to 60 characters."""
+    """Each problem's question: what differs between their prompts, its end kept within
+    QUESTION characters (the start of a long one is what problems share most)."""
     # A conversation shows as its last message: what the model answers.
     prompts = [
         prompt if isinstance(prompt, str) else str(prompt[-1].get("content", "")) if prompt else ""
         for prompt in (task.adapter.make_prompt(p) for p in problems)
     ]
-    # The lines every prompt shares (a few-shot header, say) are left out.
-    common = os.path.commonprefix(prompts) if len(prompts) > 1 else ""  # noqa: RUF071
-    common = common[: common.rfind("\n") + 1]  # whole lines only: keep "Q: What is 1..." whole
+    # The lines every prompt shares (a few-shot header, an instruction after the question)
+    # are left out: whole lines only, to keep "Q: What is 1..." whole.
+    several = len(prompts) > 1
+    head = os.path.commonprefix(prompts) if several else ""  # noqa: RUF071
+    head = head[: head.rfind("\n") + 1]
+    rests = [p[len(head) :][::-1] for p in prompts]
+    tail = os.path.commonprefix(rests)[::-1] if several else ""  # noqa: RUF071
+    tail = tail[tail.find("\n") :] if "\n" in tail else ""
     questions = []
     for prompt in prompts:
-        question = " ".join(prompt[len(common) :].split()) or " ".join(prompt.split())
-        questions.append(question if len(question) <= 60 else f"{question[:57]}...")
+        end = len(prompt) - len(tail)
+        asked = prompt[len(head) : end] if len(head) < end else prompt
+        question = " ".join(asked.split()) or " ".join(prompt.split())
+        cut = f"...{question[-(QUESTION - 3) :]}"
+        questions.append(question if len(question) <= QUESTION else cut)
     if len(set(prompts)) < len(prompts):  # problems that share a prompt: say which is which
         questions = [f"{q} [{shown(p, 60)}]" for q, p in zip(questions, problems, strict=True)]
     return questions

@@ -17,7 +17,6 @@ asks of the task it loads (`--weak-sandbox`) is the task's: it lives in
 from __future__ import annotations
 
 import re
-import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -39,8 +38,10 @@ from mathrl.config import (
     check_step_size,
     number_in,
 )
+from mathrl.grpo import SCALES
 from mathrl.losses import LOSSES, PARAMETERS, Parameter, losses_taking
-from mathrl.text import listed, shown
+from mathrl.tasks import BUILT_IN
+from mathrl.text import closest, listed, shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +53,19 @@ class FakeOptions:
     fake_fault_rate: float = 0.0
     """The share of fake calls that fail transiently (seeded)."""
     fake_checkpoints: str | None = None
-    """The folder of the fake's checkpoint files (None: `mathrl-fake` in the temp folder)."""
+    """The folder of the fake's checkpoint files (None: `checkpoints/` in the run folder,
+    so they last as long as the run's records do)."""
 
-    @property
-    def checkpoint_folder(self) -> Path:
-        """`fake_checkpoints`, or its default."""
+    def checkpoint_folder(self, run_folder: Path) -> Path:
+        """`fake_checkpoints`, or its default in `run_folder`; absolute, so a resume from
+        another working folder finds the files the run folder records."""
         if self.fake_checkpoints is not None:
             return Path(self.fake_checkpoints)
-        return Path(tempfile.gettempdir()) / "mathrl-fake"
+        return run_folder.absolute() / FAKE_CHECKPOINTS
+
+
+FAKE_CHECKPOINTS = "checkpoints"
+"""The fake's checkpoint folder in the run folder, by default."""
 
 
 FAKE_RULES = {
@@ -94,6 +100,16 @@ class Setting:
     help: str | Callable[[], str]
     """What it is, for `--help`; a function for words read from a table when help is shown."""
     parse: Callable[[str], Any]
+    text: str = "TEXT"
+    """What a text setting's value is, for `--help` (`PATH`, `TASK`); the others' is `parse`'s."""
+
+    @property
+    def kind(self) -> str:
+        """The value's kind, as `--help` shows it (its metavar): N, FLOAT, SECONDS (a number
+        of seconds, by its help), BOOL, K,K,... (a list) or the text's own."""
+        if self.parse is parse_float and self.help_text.startswith("seconds"):
+            return "SECONDS"
+        return KINDS.get(self.parse, self.text)
 
     @property
     def help_text(self) -> str:
@@ -161,6 +177,15 @@ def parse_bool(text: str) -> bool:
     return word in _TRUE
 
 
+KINDS: dict[Callable[[str], Any], str] = {
+    parse_int: "N",
+    parse_float: "FLOAT",
+    parse_bool: "BOOL",
+    parse_ks: "K,K,...",
+}
+"""The kind of value each parser reads, as `--help` names it."""
+
+
 def _loss_setting(parameter: Parameter) -> Setting:
     """A loss setting, spelled after its field, and helped by the losses that take it."""
 
@@ -198,10 +223,11 @@ SETTINGS: tuple[Setting, ...] = (
             "train on no completion cut off at the token limit (its reward still counts)",
             parse_bool),
     Setting("loss", "--loss", "MINT_RL_LOSS",
-            lambda: f"the policy-gradient loss: {listed(LOSSES, 'or')}", _text),
+            lambda: f"the policy-gradient loss: {listed(LOSSES, 'or')}", _text, "LOSS"),
     *(_loss_setting(parameter) for parameter in PARAMETERS),
     Setting("scale_rewards", "--scale-rewards", "MINT_RL_SCALE_REWARDS",
-            "divide advantages by the reward std of each group, of the batch, or none", _text),
+            "divide advantages by the reward std of each group, of the batch, or none", _text,
+            "none|group|batch"),
     Setting("substeps", "--substeps", "MINT_RL_SUBSTEPS",
             "minibatches per step, each its own forward_backward and optim_step", parse_int),
     Setting("fill_batch", "--fill-batch", "MINT_RL_FILL_BATCH",
@@ -210,9 +236,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("kl_coef", "--kl-coef", "MINT_RL_KL_COEF",
             "weight of the KL penalty against the base model (0: none)", parse_float),
     Setting("adapter", "--adapter", "MINT_RL_ADAPTER",
-            "the task: a built-in one's name (`python -m mathrl tasks`), or module:Class", _text),
+            "the task: a built-in one's name (`python -m mathrl tasks`), or module:Class", _text,
+            "TASK"),
     Setting("base_model", "--base-model", "MINT_BASE_MODEL", "base model to train a LoRA on",
-            _text),
+            _text, "MODEL"),
     Setting("lora_rank", "--lora-rank", "MINT_LORA_RANK", "LoRA rank", parse_int),
     Setting("connect_timeout", "--connect-timeout", "MINT_CONNECT_TIMEOUT",
             "seconds to wait for the MinT service to answer", parse_float),
@@ -234,22 +261,25 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("weak_sandbox", "--weak-sandbox", "MINT_RL_WEAK_SANDBOX",
             "run model-written code with the sandbox layers this machine has, instead of "
             "refusing to (a warning names what is missing)", parse_bool),
-    Setting("log_dir", "--log-dir", "MINT_RL_LOG_DIR", "the run folder", _text),
+    Setting("log_dir", "--log-dir", "MINT_RL_LOG_DIR", "the run folder", _text, "PATH"),
     Setting("log_samples", "--log-samples", "MINT_RL_LOG_SAMPLES",
             "groups of each step whose completions go into the run folder's samples.jsonl",
             parse_int),
     Setting("wandb_project", "--wandb", "MINT_RL_WANDB",
-            "mirror the metrics to this Weights & Biases project (needs mathrl[wandb])", _text),
+            "mirror the metrics to this Weights & Biases project (needs mathrl[wandb])", _text,
+            "PROJECT"),
     Setting("fake_fault_rate", "--fake-fault-rate", None,
             "share of fake calls that fail transiently (--backend fake only)", parse_float),
     Setting("fake_latency", "--fake-latency", None,
             "seconds each fake call takes (--backend fake only)", parse_float),
     Setting("fake_checkpoints", "--fake-checkpoints", "MINT_RL_FAKE_CHECKPOINTS",
-            "the folder of the fake's checkpoint files (--backend fake only)", _text),
+            "the folder of the fake's checkpoint files (--backend fake only)", _text, "PATH"),
 )
 # fmt: on
 
 BY_FIELD = {s.field: s for s in SETTINGS}
+NAMES: dict[str, Collection[str]] = {"adapter": BUILT_IN, "loss": LOSSES, "scale_rewards": SCALES}
+"""The names a setting takes, for "did you mean" after a mistyped one."""
 ENVIRONMENT_ONLY = {"base_url": "MINT_BASE_URL", "api_key": "MINT_API_KEY"}
 """Settings read from the environment alone, by field name."""
 
@@ -297,7 +327,9 @@ def _read(
             value = None
         if value is None or not setting.rule.check(value):
             got = setting.rule.quote(raw)
-            raise ConfigError(f"{source} must be {setting.requirement} (got {got})")
+            guess = closest(raw.strip(), NAMES.get(setting.field, ()))
+            maybe = f"; did you mean {guess}?" if guess else ""
+            raise ConfigError(f"{source} must be {setting.requirement} (got {got}){maybe}")
         yield setting, value, source
 
 
@@ -343,6 +375,14 @@ def flag_values(flags: Mapping[str, str | None], only: Collection[str]) -> dict[
     return {setting.field: value for setting, value, _ in _read(flags, {}, only)}
 
 
+def given_values(
+    flags: Mapping[str, str | None], env: Mapping[str, str], only: Collection[str]
+) -> dict[str, tuple[Any, str]]:
+    """The settings among `only` given by a flag or a variable, by field: each value parsed and
+    checked alone, and where it came from as a message names it (`--x`, or `NAME`)."""
+    return {setting.field: (value, source) for setting, value, source in _read(flags, env, only)}
+
+
 def fake_options(
     flags: Mapping[str, str | None], backend: str, env: Mapping[str, str] | None = None
 ) -> FakeOptions:
@@ -351,7 +391,8 @@ def fake_options(
     flagged = sorted(s.flag for s, _, source in read if source == s.flag)
     if flagged and backend != "fake":
         raise ConfigError(
-            f"{', '.join(flagged)} work only with --backend fake (got --backend {backend})"
+            f"{listed(flagged, 'and')} {'work' if len(flagged) > 1 else 'works'} only with "
+            f"--backend fake (got --backend {backend})"
         )
     return FakeOptions(**{s.field: value for s, value, _ in read})
 

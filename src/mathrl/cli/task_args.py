@@ -25,7 +25,7 @@ from typing import Any
 from mathrl.cli.settings import parse_bool, parse_float, parse_int
 from mathrl.config import ConfigError
 from mathrl.resolved import OptionValue
-from mathrl.text import listed, shown
+from mathrl.text import closest, listed, shown
 
 FLAG = "--task-arg"
 KINDS: dict[type, tuple[str, Callable[[str], OptionValue]]] = {
@@ -145,7 +145,9 @@ def converted(
             continue
         if option is None:
             takes = f"its options: {listed(sorted(options), 'and')}" if options else "it has none"
-            raise ConfigError(f"{FLAG} {name}: task {task} takes no option {name} ({takes})")
+            guess = closest(name, options)
+            maybe = f"; did you mean {guess}?" if guess else ""
+            raise ConfigError(f"{FLAG} {name}: task {task} takes no option {name} ({takes}){maybe}")
         requirement, read = KINDS[option.kind]
         if isinstance(value, str) and option.kind is not str:
             try:

@@ -25,9 +25,10 @@ from mathrl.backend import Backend, BackendError, Tokenizer
 from mathrl.checkpoints import Resume, run_fingerprint
 from mathrl.cli.data import fake_tokenizer, prepared, refused_by_the_fake
 from mathrl.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_SIGNAL, EXIT_STDOUT_CLOSED
-from mathrl.cli.loader import opt_in
+from mathrl.cli.extras import as_installed
+from mathrl.cli.loader import check_command, opt_in
 from mathrl.cli.progress import ProgressBar
-from mathrl.cli.run_folder import RunFolder
+from mathrl.cli.run_folder import RunFolder, new_path
 from mathrl.cli.settings import (
     BY_FIELD,
     FakeOptions,
@@ -136,7 +137,8 @@ def untrained_step_advice(
     When completions hit the token limit, it says how many, against what the
     reference takes: a limit below the reference's length is the likely cause.
     """
-    said = f"step {m.step}: all {m.groups} groups had equal rewards, so nothing was trained"
+    groups = f"all {m.groups} groups" if m.groups != 1 else "its one group"
+    said = f"step {m.step}: {groups} had equal rewards, so nothing was trained"
     if not m.truncated:
         return f"{said}. {VARIED_GROUPS}"
     completions = m.groups * m.group_size
@@ -234,10 +236,12 @@ async def open_backend(
     env: Mapping[str, str],
     say: Callable[[str], None],
     waiting: Callable[[str], None] = lambda status: None,
+    run_folder: Path = Path("."),
 ) -> RetryingBackend:
     """The run's backend, fake or MinT, wrapped in deadlines and retries.
 
-    `waiting` hears what set-up waits on, and for how long at most.
+    `waiting` hears what set-up waits on, and for how long at most; the fake
+    keeps its checkpoints in `run_folder` unless told otherwise.
     """
     config = plan.config
     inner: Backend
@@ -252,7 +256,7 @@ async def open_backend(
                 run_problems(plan.task, config.train, first_step),
                 latency=plan.fake.fake_latency,
                 fault_rate=plan.fake.fake_fault_rate,
-                checkpoint_dir=plan.fake.checkpoint_folder,
+                checkpoint_dir=plan.fake.checkpoint_folder(run_folder),
             )
         except NoReference as exc:
             raise refused_by_the_fake(plan.task, exc, "train") from None
@@ -286,9 +290,12 @@ async def train(
     latest = Latest(plan.resume)
     where: list[Path] = [plan.folder.path] if plan.folder else []
     first = plan.resume.step if plan.resume else 0
+    # Where the run folder is (or will be, once the backend is up): the fake saves in it.
+    fingerprint = run_fingerprint(task, config.train)
+    run_path = plan.folder.path if plan.folder else new_path(config.log_dir, task.name, fingerprint)
     progress = ProgressBar(config.train.steps, first, config.train.batch * config.train.group)
     # While the bar is up, a line for the user goes above it, never into its rows.
-    speak = (lambda m: progress.say(f"mathrl: {m}")) if progress.active else say
+    speak = (lambda m: progress.say(f"mathrl: {as_installed(m)}")) if progress.active else say
     set_up: list[bool] = []
     max_tokens = config.train.max_tokens or task.max_tokens
     # The fake's tokenizer is known now: the task's data is checked before the fake learns it.
@@ -316,7 +323,9 @@ async def train(
     try:
         with progress:
             out.around = progress.above
-            opening = asyncio.ensure_future(open_backend(plan, env, speak, progress.setting_up))
+            opening = asyncio.ensure_future(
+                open_backend(plan, env, speak, progress.setting_up, run_path)
+            )
             stopping = asyncio.ensure_future(stop.wait())
             await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
@@ -334,12 +343,13 @@ async def train(
                 check_prompts(backend.tokenizer, task, config)
                 # Only now: a run that cannot start leaves no folder behind.
                 folder = plan.folder or RunFolder.create(
-                    config, task.name, run_fingerprint(task, config.train), version,
+                    config, task.name, fingerprint, version,
                     {
                         **asdict(plan.fake), **asdict(plan.task_options),
                         "task_args": dict(task.options),
                     },
                     task.data,
+                    run_path,
                 )  # fmt: skip
                 where[:] = [folder.path]
                 if config.wandb_project is not None:  # before stdout: W&B may refuse to start
@@ -429,7 +439,7 @@ def _failed(
         say(f"error: {exc}; or run with what is there: {flag}")  # the machine's, not the task's
     elif isinstance(exc, TaskError):
         say(f"error: {exc}")
-        say(f"check the task with: python -m mathrl check-adapter {exc.task_identity}")
+        say(f"check the task with: {check_command(exc.task_identity)}")
     else:
         say(f"error: {worded(exc)}")
     if latest.sampler:

@@ -365,7 +365,7 @@ def translate_error(exc: tinker.TinkerError, what: str, secret: str | None) -> B
         )
     known = translation(str(exc))
     if known is not None:
-        return BackendError(
+        return known.error(
             f"{what} failed: {known.means} (tinker {tinker.__version__} said: {detail})",
             settings=known.settings,
         )

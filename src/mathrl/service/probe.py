@@ -4,7 +4,8 @@ For: turning what the SDK would retry silently for minutes (a refused
 connection, an unknown host, an HTTP error status at set-up) into one clear
 line within seconds. It sends the request the SDK sends first,
 `POST <base URL>/api/v1/client/config`, with the key as the SDK sends it, and
-reads only the status. Not for: anything after set-up, or a second client:
+reads only the status and the kind of answer (MinT answers JSON; a web page
+means the URL is another site's). Not for: anything after set-up, or a second client:
 it uses the standard library, and never mint.
 
 A refused connection or a status that may pass (408, 409, 429, 5xx) is asked
@@ -28,6 +29,7 @@ from mathrl.backend import (
     BackendUnreachable,
     CredentialsRejected,
     TransientBackendError,
+    WrongEndpoint,
 )
 from mathrl.text import one_line
 
@@ -39,6 +41,13 @@ def retryable_status(status: int) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
+def not_json(content_type: str) -> bool:
+    """True for an answer that says it is something other than JSON (a web page, text);
+    an answer that does not say is given the benefit of the doubt."""
+    kind = content_type.split(";")[0].strip().lower()
+    return bool(kind) and not kind.endswith("json")
+
+
 def probe_service(
     url: str,
     key: str,
@@ -48,7 +57,9 @@ def probe_service(
     sdk_version: str = "",
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Return if `url` answers set-up with 2xx (or 3xx); raise a one-line BackendError if not.
+    """Return if `url` answers set-up with 2xx (or 3xx); raise a one-line BackendError if not:
+    CredentialsRejected for 401 and 403, WrongEndpoint for a web page or another status a
+    retry will not change.
 
     `sleep` makes the pauses between tries (1 s, then 2 s, ...); tests pass one
     that records them instead of waiting.
@@ -69,7 +80,8 @@ def probe_service(
         )
         try:
             connection.request("POST", path, body=body, headers=headers)
-            status = connection.getresponse().status
+            answer = connection.getresponse()
+            status, kind = answer.status, answer.getheader("Content-Type") or ""
         except ConnectionRefusedError:
             problem = "refused"
         except socket.gaierror as exc:
@@ -90,15 +102,24 @@ def probe_service(
         except (OSError, http.client.HTTPException) as exc:
             problem = f"{type(exc).__name__}: {one_line(str(exc)) or 'no detail'}"
         else:
-            if status < 400:
-                return
             if status in (401, 403):
                 raise CredentialsRejected(
                     f"MinT rejected the API key: {url} answered HTTP {status} at set-up",
                     settings=("api_key",),
                 )
+            if 300 <= status < 400:  # a redirect: the SDK's client may follow it
+                return
+            if not retryable_status(status) and not_json(kind):
+                raise WrongEndpoint(
+                    f"{url} is not a MinT API: it answered set-up (POST {path}) with HTTP "
+                    f"{status} and {one_line(kind.split(';')[0], 60)}, where MinT answers JSON; "
+                    "check the address",
+                    settings=("base_url",),
+                )
+            if status < 300:
+                return
             if not retryable_status(status):
-                raise BackendError(
+                raise WrongEndpoint(
                     f"MinT at {url} answered HTTP {status} at set-up, which a retry will not "
                     "change: check the address",
                     settings=("base_url",),

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mathrl.backend import BackendError, WrongEndpoint
+
 
 @dataclass(frozen=True, slots=True)
 class Translation:
@@ -30,6 +32,8 @@ class Translation:
     """The settings to check, by field (`BackendError.settings`)."""
     seen: str
     """Where the SDK raises it, and the SDK version it was seen in."""
+    error: type[BackendError] = BackendError
+    """What mathrl raises: WrongEndpoint when the URL is plainly not a MinT API."""
 
 
 TRANSLATED: tuple[Translation, ...] = (
@@ -56,6 +60,17 @@ TRANSLATED: tuple[Translation, ...] = (
         settings=("base_url",),
         seen="tinker 0.22.0, APIResponseValidationError: an answer that does not parse as the "
         "SDK's types, e.g. create_session without a session_id",
+    ),
+    Translation(
+        says="Expected Content-Type response header to be `application/json` but received",
+        means=(
+            "the endpoint is not a MinT API: it answered with something other than JSON (a web "
+            "page, say); check the URL"
+        ),
+        settings=("base_url",),
+        seen="tinker 0.22.0, APIResponseValidationError: an answer whose Content-Type is not "
+        "JSON, e.g. an HTML page from a web server at the URL",
+        error=WrongEndpoint,
     ),
 )
 """Every SDK message mathrl translates."""
