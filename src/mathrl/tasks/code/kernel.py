@@ -55,10 +55,11 @@ import signal
 import socket
 import struct
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mathrl.tasks.code.seccomp import EXEC_FILTER, SECCOMP
 
 LAYERS = (
     "identity", "pid", "net", "ipc", "mount", "tmpfs", "capabilities", "landlock", "seccomp"
@@ -617,72 +618,3 @@ def _fprog(program: bytes) -> tuple[Any, Any]:
     buffer = ctypes.create_string_buffer(program, len(program))
     header = struct.pack("@HP", len(program) // 8, ctypes.addressof(buffer))
     return ctypes.create_string_buffer(header, len(header)), buffer
-
-
-def seccomp_program(denied: Sequence[int]) -> bytes:
-    """Classic BPF for x86-64: EPERM for `denied`, for clones other than threads, for the
-    fcntl and ioctl commands that make the kernel signal another process (F_SETOWN,
-    F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY; FIOSETOWN, SIOCSPGRP), and for memory that
-    is writable and executable, now or in turn (systemd's MemoryDenyWriteExecute): an mmap
-    both writable and executable, an mprotect or pkey_mprotect that makes memory executable.
-    The interpreter maps its own libraries executable and never writable, and has no JIT."""
-
-    def op(code: int, k: int, if_true: int = 0, if_false: int = 0) -> bytes:
-        return struct.pack("=HBBI", code, if_true, if_false, k)
-
-    load, equal, at_least, any_bit, give, both = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
-    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x50001
-    write_exec, exec_ = 0x2 | 0x4, 0x4  # PROT_WRITE | PROT_EXEC, PROT_EXEC
-    program = [
-        *(op(load, 4), op(equal, 0xC000003E, 1), op(give, kill)),  # x86-64 calls only
-        *(op(load, 0), op(at_least, 0x40000000, 0, 1), op(give, kill)),  # and no x32 ones
-        *(op(equal, 435, 0, 1), op(give, 0x50026)),  # clone3: ENOSYS, so glibc uses clone
-        *(op(equal, 56, 0, 4), op(load, 16), op(any_bit, 0x10000, 0, 1)),  # CLONE_THREAD?
-        *(op(give, allow), op(give, eperm)),
-        *(op(equal, 72, 0, 8), op(load, 24)),  # fcntl: its command (the low 32 bits)
-        *(op(equal, 8, 5), op(equal, 10, 4), op(equal, 15, 3), op(equal, 1024, 2)),
-        *(op(equal, 1026, 1), op(give, allow), op(give, eperm)),
-        *(op(equal, 16, 0, 5), op(load, 24)),  # ioctl: its request
-        *(op(equal, 0x8901, 2), op(equal, 0x8902, 1), op(give, allow), op(give, eperm)),
-        *(op(equal, 9, 0, 5), op(load, 32), op(both, write_exec)),  # mmap: its protection
-        *(op(equal, write_exec, 0, 1), op(give, eperm), op(give, allow)),
-        *(op(equal, 10, 1), op(equal, 329, 0, 4), op(load, 32)),  # (pkey_)mprotect: its own
-        *(op(any_bit, exec_, 0, 1), op(give, eperm), op(give, allow)),
-    ]
-    for number in denied:
-        program += [op(equal, number, 0, 1), op(give, eperm)]
-    return b"".join([*program, op(give, allow)])
-
-
-SECCOMP = seccomp_program(
-    # fork vfork execveat kill tkill tgkill rt_(tg)sigqueueinfo pidfd_send_signal/open/getfd
-    # ptrace process_vm_readv/writev socket socketpair io_uring_setup mknod(at) chmod fchmod
-    # fchmodat(2) chown fchown lchown fchownat utime utimes futimesat utimensat (l/f)setxattr
-    # (l/f)removexattr setxattrat removexattrat mount umount2 unshare setns chroot setpriority
-    # bpf userfaultfd perf_event_open add_key request_key keyctl, and the new mount API:
-    # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr; setsid setpgid (out
-    # of the process group the trainer kills); System V and POSIX IPC: shmget shmat shmctl
-    # shmdt semget semop semctl semtimedop msgget msgsnd msgrcv msgctl mq_open ... mq_getsetattr;
-    # memfd_create (code that maps no file), personality (ASLR off), chdir fchdir (its cwd is
-    # set before it starts; the hook's paths are relative to it)
-    (319, 135, 80, 81,
-     57, 58, 322, 62, 200, 234, 129, 297, 424, 434, 438, 101, 310, 311, 41, 53, 425, 133, 259,
-     90, 91, 268, 452, 92, 93, 94, 260, 132, 235, 261, 280, 188, 189, 190, 197, 198, 199, 463,
-     466, 165, 166, 272, 308, 161, 141, 321, 323, 298, 248, 249, 250,
-     428, 429, 430, 431, 432, 433, 442, 112, 109,
-     29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245)
-)  # fmt: skip
-
-
-EXEC_FILTER = b"".join(
-    struct.pack("=HBBI", code, if_true, if_false, k)
-    for code, if_true, if_false, k in (
-        (0x20, 0, 0, 4), (0x15, 1, 0, 0xC000003E), (0x06, 0, 0, 0x80000000),  # x86-64 only
-        (0x20, 0, 0, 0), (0x15, 0, 1, 59),  # execve: ask the first process
-        (0x06, 0, 0, 0x7FC00000), (0x06, 0, 0, 0x7FFF0000),  # SECCOMP_RET_USER_NOTIF; allow
-    )
-)  # fmt: skip
-"""The second filter: execve (59) waits for the first process's answer: the first one, the
-interpreter's, goes through (`_let_one_exec_through`), every later one fails with EPERM
-(`refuse_execs`). Should the first process be gone, the kernel fails it with ENOSYS. execveat
-is refused by `SECCOMP` already."""
