@@ -106,6 +106,10 @@ class Kernel:
     landlock_abi: int
     seccomp: tuple[Any, Any] | None  # sock_fprog, and the program it points at (kept alive)
     exec_filter: tuple[Any, Any] | None  # the same for EXEC_FILTER
+    # The interpreter's folder, for a lean first process's loader to find what the interpreter
+    # links through $ORIGIN (LD_ORIGIN_PATH): outside the child's pid namespace, under its
+    # /proc, /proc/self/exe cannot be read. None: the loader is not told.
+    origin: str | None = None
 
     def enter(
         self, tmpfs: bytes, cpu_seconds: int, strict: bool, lean: bool = False
@@ -177,7 +181,7 @@ class Kernel:
                 listener[1].close()
                 execs = _let_one_exec_through(listener[0])
                 if set_up is not None:  # if it can:
-                    _become_waiter(self.executable, child, cpu_seconds, set_up, execs)
+                    _become_waiter(self, child, cpu_seconds, set_up, execs)
                 _wait_and_exit_alike(libc, child, cpu_seconds, execs)  # never returns
             if child == 0:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -501,12 +505,14 @@ imports built-in modules only, and `fcntl` and `select` where the child has an e
 
 
 def _become_waiter(
-    executable: str, child: int, cpu_seconds: int, set_up: tuple[int, int], execs: int | None
+    kernel: Kernel, child: int, cpu_seconds: int, set_up: tuple[int, int], execs: int | None
 ) -> None:  # pragma: no cover - in the sandbox's child, before exec
     """Exec `WAITER` once the child is set up; return only if that cannot be done."""
     ready, _ = set_up
     try:
-        _close_all_but(ready, execs)  # nothing of the trainer's, nor the child's pipes
+        # Nothing of the trainer's, nor the child's pipes, but stderr: what the interpreter
+        # says if it cannot start (a library not found) reaches the trainer.
+        _close_all_but(2, ready, execs)
         if execs is not None:
             os.set_inheritable(execs, True)
         while os.read(ready, 1):  # until the child execs or dies; _stop may kill it meanwhile
@@ -517,9 +523,10 @@ def _become_waiter(
         resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # until WAITER handles it
         listener = str(-1 if execs is None else execs)
-        arguments = [executable, "-I", "-S", "-B", "-c", WAITER, str(child), str(cpu_seconds)]
-        arguments.append(listener)
-        os.execve(executable, arguments, {})
+        arguments = [kernel.executable, "-I", "-S", "-B", "-c", WAITER, str(child)]
+        arguments += [str(cpu_seconds), listener]
+        origin = {} if kernel.origin is None else {"LD_ORIGIN_PATH": kernel.origin}
+        os.execve(kernel.executable, arguments, origin)
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
 
@@ -610,6 +617,7 @@ def kernel_layers() -> Kernel | None:
         max(abi, 0),
         seccomp,
         exec_filter,
+        os.path.dirname(executable),
     )
 
 
