@@ -43,7 +43,7 @@ import strategies
 from conftest import examples
 from mathrl.tasks.code import harness, sandbox
 from mathrl.tasks.code.harness import HARNESS
-from mathrl.tasks.code.kernel import NOBODY, WAITER, hidden_by, kernel_layers
+from mathrl.tasks.code.kernel import NOBODY, WAITER, _exposed, hidden_by, kernel_layers
 from mathrl.tasks.code.sandbox import (
     STATUSES,
     JsonValue,
@@ -59,9 +59,12 @@ from sandbox_evidence import (
     LYING_NAME,
     NATIVE_LIBRARY,
     NUL_NAME,
+    PYTHON_3_13,
     SECCOMP,
     UNMAPPABLE,
+    base_prefix,
     denied,
+    needs_python,
     refused,
     refused_outside,
     removed,
@@ -509,6 +512,53 @@ ERRNO = (  # raise what a libc call made through ctypes failed with (`libc`, its
     "    return 'escaped'"
 )
 
+AUDITED_OBJECTS = "\n    ".join(
+    [  # events and arguments whose methods say whether the hook called them
+        "import sys",
+        "called = []",
+        "class Spy(str):",
+        "    def __hash__(self):",
+        "        called.append('hash')",
+        "        return str.__hash__(self)",
+        "    def __eq__(self, other):",
+        "        called.append('eq')",
+        "        return str.__eq__(self, other)",
+        "class Number(int):",
+        "    __hash__ = int.__hash__",
+        "    def __and__(self, other):",
+        "        called.append('and')",
+        "        return 0",
+        "    def __eq__(self, other):",
+        "        called.append('eq')",
+        "        return int.__eq__(self, other)",
+        "sys.audit(Spy('open'), Spy('/x'), 'w', Number(1))",
+        "sys.audit('fcntl.fcntl', 0, Number(8), 0)",
+        "try:",
+        "    sys.audit('open', Spy(WORLD), 'w', Number(1))",
+        "except PermissionError:",
+        "    if called:",
+        "        return 'escaped: the hook called ' + ', '.join(called)",
+        "    raise",
+        "return 'escaped'",
+    ]
+)
+"""Objects of the code's, in events it raises itself: the hook must call none of their
+methods (a method of the code's running in the hook could reach the hook's frame)."""
+
+HOOK_STATE_THROUGH_ITS_FRAME = "\n    ".join(
+    [  # the review's: on 3.13 it emptied the hook's closure cell, then loaded ctypes
+        "try:",
+        "    os.kill(1, 0)",
+        "except PermissionError as exc:",
+        "    frame = exc.__traceback__.tb_next.tb_frame  # the hook's, which raised",
+        "    for name in ('watched', 'always', 'modules'):",
+        "        frame.f_locals[name] = frozenset()",
+        "import ctypes",
+        "return 'escaped'",
+    ]
+)
+"""Empty the hook's sets through its frame, then load ctypes."""
+
 ESCAPES = {
     "os.fork": Escape(
         "pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n"
@@ -591,10 +641,10 @@ ESCAPES = {
         refused_outside("open"),  # the descriptor of the folder outside
         ("landlock", denied("WORLD")),
     ),
-    "symlink out": Escape(  # Landlock gives no right to make links, even in its own folder
+    "symlink out": Escape(  # no symlink call (nor a right to make links in Landlock's rules)
         "os.symlink(WORLD, 'out')\n    open('out/new.txt', 'w').write('x')\n    return 'escaped'",
         refused("os.symlink"),
-        ("landlock", denied("WORLD", "out")),
+        ("seccomp", f"{SECCOMP}: 'WORLD' -> 'out'"),
     ),
     "raise rlimit": Escape(  # Python's word for EPERM here; seccomp lets setrlimit through
         "import resource\n    resource.setrlimit(resource.RLIMIT_CPU, (-1, -1))\n"
@@ -685,6 +735,90 @@ ESCAPES = {
         "import _signal\n    _signal.pidfd_send_signal(os.pidfd_open(TRAINER), 0)\n"
         "    return 'escaped'",
         removed("_signal", "pidfd_send_signal"),
+        ("seccomp", SECCOMP),
+    ),
+    # The third review's (issue 37), each a finding: the hook's two, then the kernel layers'.
+    "1. an open of an object that says it is an int (__class__), its path by __fspath__": Escape(
+        "import io\n"
+        "    class Q:\n"
+        "        __class__ = int  # isinstance(Q(), int) asks it, and it says yes\n"
+        "        def __fspath__(self):\n"
+        "            return os.path.join(WORLD, 'new.txt')\n"
+        "        def __repr__(self):\n"
+        "            return repr(os.path.join(WORLD, 'new.txt'))\n"
+        "    io.FileIO(Q(), 'w').write(b'x')\n    return 'escaped'",
+        refused("open of a path not a str or bytes"),
+        ("landlock", denied("WORLD/new.txt")),
+    ),
+    "1. objects of its own in an audit event it raises itself (sys.audit)": Escape(
+        AUDITED_OBJECTS, refused("open of a path not a str or bytes"), None
+    ),
+    "2. the hook's state emptied through its frame's f_locals (PEP 667, Python 3.13)": Escape(
+        HOOK_STATE_THROUGH_ITS_FRAME, refused("importing ctypes"), None
+    ),
+    "3. executable memory that is shared (a second view of it could be written)": Escape(
+        "import mmap\n"
+        "    mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_EXEC)\n"
+        "    return 'escaped'",
+        None,  # the mmap module is Python's own
+        ("seccomp", SECCOMP),
+    ),
+    "3. a second view of shared memory (mremap with old size 0)": Escape(
+        "import ctypes, mmap\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    page = mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED)\n"
+        "    where = ctypes.addressof(ctypes.c_char.from_buffer(page))\n"
+        "    got = libc.syscall(ctypes.c_long(25), ctypes.c_void_p(where), ctypes.c_long(0),"
+        " ctypes.c_long(4096), ctypes.c_long(1))  # MREMAP_MAYMOVE\n" + ERRNO,
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "4. the host's mounts by listmount (Linux 6.8)": Escape(
+        "import ctypes, struct\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    request = struct.pack('=IIQQ', 24, 0, 2**64 - 1, 0)  # LSMT_ROOT: every mount\n"
+        "    ids = (ctypes.c_uint64 * 64)()\n"
+        "    got = libc.syscall(ctypes.c_long(458), request, ids, ctypes.c_long(64),"
+        " ctypes.c_long(0))\n" + ERRNO,
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "5. a file's flags outside its folder by file_setattr (Linux 6.17)": Escape(
+        "import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    attributes = ctypes.create_string_buffer(24)\n"
+        "    attributes[0] = 0xC0  # FS_XFLAG_NOATIME | FS_XFLAG_NODUMP, on its uid's keep.txt\n"
+        "    got = libc.syscall(ctypes.c_long(469), ctypes.c_long(-100),"
+        " os.path.join(WORLD, 'keep.txt').encode(), attributes, ctypes.c_long(24),"
+        " ctypes.c_long(0))\n" + ERRNO,
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "6. a watch on a folder (inotify)": Escape(
+        "import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    got = libc.syscall(ctypes.c_long(294), ctypes.c_long(0))  # inotify_init1\n" + ERRNO,
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "6. a watch on a folder (fanotify, as an unprivileged user may)": Escape(
+        "import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    got = libc.syscall(ctypes.c_long(300), ctypes.c_long(0x200), ctypes.c_long(0))\n"
+        + ERRNO,  # fanotify_init(FAN_REPORT_FID, O_RDONLY)
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "7. a callback on every line by sys.monitoring (3.12), which is not audited": Escape(
+        "import sys\n    sys.monitoring.use_tool_id(3, 'spy')\n    return 'escaped'",
+        removed("sys", "monitoring"),
+        None,
+    ),
+    "7. a Python signal handler, which runs in whatever frame is running": Escape(
+        "import signal\n    signal.signal(signal.SIGALRM, lambda number, frame: None)\n"
+        "    return 'escaped'",
+        refused("signal.signal"),
+        None,
+    ),
+    "a system call the kernel does not know yet (600: the kernel says ENOSYS)": Escape(
+        "import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    got = libc.syscall(ctypes.c_long(600))\n" + ERRNO,
+        refused("importing ctypes"),
         ("seccomp", SECCOMP),
     ),
 }
@@ -1116,6 +1250,63 @@ def test_the_reviews_payloads_fail_with_debians_python_too(
     # built in: the hook's list of them, and the kernel layers, hold there too.
     use_debians_python(which, monkeypatch)
     assert kernel_layers() is not None
+    _, error = ESCAPES[name].stopper(which)
+    stopped_with(box.run(ESCAPES[name].source()), error, box.world)
+
+
+def use_python(python: str, which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the sandbox's child with `which` layers on `python`, as a trainer that runs on it
+    would: its installation is the one Landlock lets the child read."""
+    use_layers(which, monkeypatch)
+    kernel = kernel_layers()
+    assert kernel is not None
+    prefix = base_prefix(python)
+    on_python = replace(
+        kernel,
+        executable=python,
+        prefix=os.fsencode(prefix),
+        exposed=_exposed(prefix) if kernel.root else None,
+        origin=os.path.dirname(python),
+    )
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: on_python)
+
+
+THIRD_REVIEW = [name for name in ESCAPES if name[0].isdigit()]
+"""The third review's findings (issue 37), each a payload."""
+FAST_ON_3_13 = {*((name, False) for name in THIRD_REVIEW), (THIRD_REVIEW[2], True)}
+"""(payload, started ahead) run on 3.13 in the fast suite, with every layer."""
+
+
+@pytest.mark.parametrize(
+    ("name", "which", "ahead"),
+    # On Python 3.13 (pyenv's): the third review's payloads here, fresh, and the one that
+    # emptied the hook's state started ahead too; every payload, fresh and started ahead, with
+    # every layer, the hook alone and the kernel layers alone, in the slow suite.
+    [
+        pytest.param(
+            name,
+            which,
+            ahead,
+            id=f"{name}-{which}-{'ahead' if ahead else 'fresh'}",
+            marks=[] if which == "both" and (name, ahead) in FAST_ON_3_13 else SLOW,
+        )
+        for name, escape in ESCAPES.items()
+        for which, ahead in (
+            ("both", False),
+            ("both", True),
+            *[("hook", False)][: bool(escape.hook)],
+            *[("kernel", False)][: bool(escape.kernel)],
+        )
+    ],
+)
+def test_each_escape_is_stopped_on_python_3_13(
+    box: Box, monkeypatch: pytest.MonkeyPatch, name: str, which: str, ahead: bool
+) -> None:
+    # The child runs pyenv's 3.13, whose frames' f_locals write through to closure cells.
+    use_python(needs_python(PYTHON_3_13), which, monkeypatch)
+    if ahead:
+        monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
+        box = replace(box, warm=True)
     _, error = ESCAPES[name].stopper(which)
     stopped_with(box.run(ESCAPES[name].source()), error, box.world)
 
