@@ -1473,21 +1473,52 @@ def test_a_pool_told_to_keep_more_sandboxes_starts_them(
     assert no_children_left()
 
 
-@pytest.mark.slow
-def test_a_sandbox_that_died_waiting_is_passed_over(
-    box: Box, monkeypatch: pytest.MonkeyPatch
+def test_a_sandbox_that_died_waiting_is_passed_over_and_said_once(
+    box: Box, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Killed from outside while it waited: the call starts its own, and the pool, which would
+    # lose the next ones alike, says so once and starts none ahead any more.
     monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 2)
     call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
     with Workers(1) as pool:
         warm = primed(pool, 2)
-        for started in list(warm._ready):  # killed from outside while it waited
+        for started in list(warm._ready):
             os.killpg(started.child.pid, signal.SIGKILL)
             started.child.wait()
-        (outcome,) = in_pool(pool, call)
-        assert outcome.results == (7,)
-        assert warm.taken == 0  # it started its own
+        assert [o.results for o in in_pool(pool, call, call)] == [(7,), (7,)]
+        assert (warm.taken, warm.ready) == (0, 0)  # each started its own; none ahead since
+        why = "a sandbox started ahead ended before its call (killed by SIGKILL)"
+        assert warm.failure == why
     assert list(box.sandboxes.iterdir()) == []
+    assert no_children_left()
+    assert capsys.readouterr().err.splitlines() == [
+        f"mathrl: warning: sandbox: {why}: no sandbox is started ahead any more, each call "
+        "starts its own"
+    ]
+
+
+def test_sandboxes_started_ahead_that_stop_at_their_set_up_are_said_once(
+    box: Box, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A task that refuses missing layers, on a machine without Landlock: each sandbox started
+    # ahead for its calls stops at its set-up, which says why.
+    kernel = kernel_layers()
+    assert kernel is not None
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, landlock=None))
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 2)
+    call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
+    with Workers(1) as pool:
+        with pytest.raises(sandbox.SandboxError, match=r"^sandbox: Landlock is off"):
+            in_pool(pool, call)
+        warm = open_warm(pool)
+        warm._thread.join(30)  # it stops once it sees one ended
+        assert not warm._thread.is_alive()
+    why = (
+        "a sandbox started ahead ended before its call (exited with code 121: Landlock is off "
+        "(Function not implemented): Linux >= 5.13 with landlock in the lsm= boot parameter)"
+    )
+    assert warm.failure == why
+    assert capsys.readouterr().err.count(why) == 1
     assert no_children_left()
 
 
@@ -1510,7 +1541,7 @@ def test_a_call_of_another_kind_starts_its_own(box: Box, monkeypatch: pytest.Mon
     [OSError("no more processes"), pytest.param(RuntimeError("a bug"), marks=pytest.mark.slow)],
 )
 def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
-    box: Box, monkeypatch: pytest.MonkeyPatch, error: Exception
+    box: Box, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], error: Exception
 ) -> None:
     # Starting one ahead fails (say, out of processes): the pool stops trying, calls go on.
     start = sandbox._start
@@ -1530,6 +1561,12 @@ def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
         assert [o.results for o in in_pool(pool, call, call)] == [(7,), (7,)]
         assert (warm.taken, warm.ready) == (0, 0)
     assert no_children_left()
+    why = f"no sandbox can be started ahead ({type(error).__name__}: {error})"
+    assert warm.failure == why
+    assert capsys.readouterr().err.splitlines() == [
+        f"mathrl: warning: sandbox: {why}: no sandbox is started ahead any more, each call "
+        "starts its own"
+    ]
 
 
 @pytest.mark.slow

@@ -70,6 +70,8 @@ STOP_SECONDS = 2.0
 WARM_SANDBOXES = 32
 """Sandboxes a worker pool keeps started ahead of their calls (see `Warm`); each holds about
 8 MB while it waits. 0: none."""
+CHECK_SECONDS = 0.25
+"""How often a pool looks whether a sandbox it started ahead ended before its call."""
 ALLOW_MISSING_LAYERS = "allow_missing_layers"
 """The option that runs with the layers this machine can set up: a keyword of `call_function`
 and `check_layers`, and of the code tasks' constructors."""
@@ -360,22 +362,21 @@ class Warm:
     def _fill_while_open(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(
+                self._changed.wait_for(  # a while at most: those waiting may end meanwhile
                     lambda: (
                         self._closed or (self._kind is not None and len(self._ready) < self.size)
-                    )
+                    ),
+                    timeout=CHECK_SECONDS,
                 )
                 if self._closed:
                     return
-                kind = self._kind
-            assert kind is not None
-            if not self._pool.wait_idle(0.05):  # only while the pool would wait anyway
-                continue
-            with self._changed:
+                kind, room = self._kind, len(self._ready) < self.size
                 dead = next((s for s in self._ready if s.child.poll() is not None), None)
             if dead is not None:  # one ended before its call: so would the next
                 self._fail(f"a sandbox started ahead ended before its call ({_cause(dead)})")
                 return
+            if kind is None or not room or not self._pool.wait_idle(0.05):
+                continue  # (only while the pool would wait anyway)
             try:
                 started = _start(kind, lean=True)
             except Exception as exc:  # out of processes, say: the calls start their own
