@@ -1711,7 +1711,7 @@ def test_a_kill_is_reported_alike_by_either_sandbox(
     assert outcome == Outcome("crashed", (None,), "killed by SIGKILL: no result"), outcome
 
 
-def test_the_audit_hook_reads_no_global_name() -> None:
+def test_the_audit_hook_reads_no_global_name_and_holds_no_closure_cell() -> None:
     # Compiled here, never run: a name the hook read from builtins at each event (str, int)
     # is one the completion could rebind to a class whose instances answer as it likes.
     module = compile(HARNESS, "<harness>", "exec")
@@ -1721,6 +1721,10 @@ def test_the_audit_hook_reads_no_global_name() -> None:
         i.argval for i in dis.get_instructions(hook) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
     ]
     assert globals_read == []
+    # Nor a closure cell, which a frame's f_locals write through to from Python 3.13 (PEP 667):
+    # its state is its defaults, of which each call's frame has its own copy.
+    assert (hook.co_freevars, hook.co_cellvars) == ((), ())
+    assert guard.co_cellvars == ()
     # The check can fail: a hook that names `str` itself reads it from builtins.
     liar = compile("def hook(a):\n    return type(a) is str\n", "<liar>", "exec")
     (hook_of_liar,) = (c for c in liar.co_consts if isinstance(c, CodeType))

@@ -48,7 +48,7 @@ def native_modules():
 
 
 def guard(root, native):
-    # The hook's state is its keyword-only defaults, bound when it is made, all immutable (no
+    # The hook's state is its defaults, bound when it is made, all immutable (no
     # closure cell: from Python 3.13, PEP 667, writing a frame's f_locals writes through to
     # its cells, and a traceback hands out the hook's frame). A frame that has ended keeps
     # its own copy of the defaults, which no later call reads. The hook reads no global name
@@ -77,23 +77,24 @@ def guard(root, native):
         ("os.chown", 1, 3), ("os.utime", 1, 3), ("os.rename", 2, 2), ("os.truncate", 1, 9),
         ("os.setxattr", 1, 9), ("os.removexattr", 1, 9))
 
-    def hook(event, args, *, watched=always | {"import", "open", "fcntl.fcntl"} | {
-                 row[0] for row in table}, always=always, table=table, top=top,
-             base=tuple(part for part in top.split(b"/") if part), writes=writes,
-             native=native, modules=frozenset(BANNED), deny=PermissionError, kind=type,
-             text=str, whole=int, raw=bytes, tup=tuple, length=len, stat=os.stat,
-             link=os.readlink, encode=str.encode, split=bytes.split, starts=bytes.startswith,
-             join=bytes.join, parts_of=str.split, name_starts=str.startswith,
-             identifier=str.isidentifier, collecting=gc.isenabled, pause=gc.disable,
-             resume=gc.enable,
-             # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY: ways to have the kernel
-             # signal another process (the trainer) when a descriptor is ready, without kill().
-             owner_commands=frozenset((8, 10, 15, 1024, 1026))):
+    def hook(event, args, watched=always | {"import", "open", "fcntl.fcntl"} | {
+                 row[0] for row in table}, kind=type, text=str, state=(
+                 always, table, top, tuple(part for part in top.split(b"/") if part), writes,
+                 native, frozenset(BANNED), PermissionError, int, bytes, tuple, len, os.stat,
+                 os.readlink, str.encode, bytes.split, bytes.startswith, bytes.join, str.split,
+                 str.startswith, str.isidentifier, gc.isenabled, gc.disable, gc.enable,
+                 # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY: ways to have the
+                 # kernel signal another process (the trainer) when a descriptor is ready.
+                 frozenset((8, 10, 15, 1024, 1026)))):
         # An event and its arguments are the interpreter's, but for those the code raises itself
         # (sys.audit), whose objects may be anything: each is checked for its exact type before
-        # it is compared, hashed or used.
+        # it is compared, hashed or used. (Positional defaults: every event calls the hook, and
+        # a keyword-only one costs a dict lookup a call.)
         if kind(event) is not text or event not in watched:
             return
+        (always, table, top, base, writes, native, modules, deny, whole, raw, tup, length, stat,
+         link, encode, split, starts, join, parts_of, name_starts, identifier, collecting, pause,
+         resume, owner_commands) = state
         if event in always:
             raise deny("sandbox: " + event + " is not allowed")
         if event == "fcntl.fcntl":

@@ -21,10 +21,11 @@ The layers, each a bit of the mask the child reports (`LAYERS`):
   step that fails (`tmpfs:interpreter`), with what to do.
 - capabilities: none, and none to gain (the bounding set is emptied).
 - landlock: writes only beneath its folder, no TCP, no signals out.
-- seccomp (x86-64 only): no fork, execveat, kill, ptrace, sockets, mounts,
-  namespaces, memfd_create, personality, chdir, owner-signal `fcntl`/`ioctl`
-  commands, memory writable and executable (at once or in turn) and more
-  (`SECCOMP`); and a second filter (`EXEC_FILTER`) that
+- seccomp (x86-64 only; `mathrl.tasks.code.seccomp`): an allow-list of the
+  calls the interpreter needs (`seccomp.ALLOWED`), every other refused, with
+  rules on the arguments of a few (no fork, no `fcntl`/`ioctl` command but
+  those listed, no memory that is executable and writable or shared, or made
+  so later); and a second filter (`EXEC_FILTER`) that
   lets exactly one execve through, the interpreter's own: the first process
   answers each execve (seccomp's user notification), lets that one through
   and refuses every later one, from native code or not, with EPERM, until
@@ -38,7 +39,10 @@ then that step is skipped and the others still hold. The pid namespace needs
 one more process: the child forks once after `unshare`, and the first process
 (outside the namespace) waits and exits as its child did: as a copy of the
 trainer, or (`lean`, for a sandbox started ahead of its call, which may wait
-long) as a small interpreter of its own running `WAITER`.
+long) as a small interpreter of its own running `WAITER`, whose loader is told
+the interpreter's folder (`Kernel.origin`): outside the pid namespace, under
+its /proc, /proc/self/exe cannot be read, and a relocatable interpreter finds
+its libpython through it ($ORIGIN).
 """
 
 from __future__ import annotations

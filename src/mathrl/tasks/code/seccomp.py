@@ -29,6 +29,14 @@ pkey_mprotect) that makes memory executable, and no mremap with old size 0 or
 MREMAP_DONTUNMAP, either of which leaves a second view of the same pages. The interpreter maps
 its own libraries executable, private and never writable, and has no JIT.
 
+Built here, not with libseccomp (pyseccomp on PyPI, Debian's python3-seccomp), whose rule
+objects read more clearly than jumps: pyseccomp's last release is of 2021, python3-seccomp is
+for Debian's own Python only, and both need libseccomp.so on the machine, so the code task
+would still need this for `pip install .` on a machine without it: two builders of one filter.
+The table above is what would be the same either way; `tests/test_sandbox_seccomp.py` runs the
+program this builds on any call number and arguments, and checks the numbers against the
+kernel's header.
+
 Left out, among others: processes (fork, vfork, execveat), signals to any process (kill,
 tgkill, pidfd_*), sockets, mounts and namespaces (the new mount API, listmount, statmount),
 ptrace and process_vm_*, io_uring, bpf, perf_event_open, userfaultfd, keys, memfd_create,
