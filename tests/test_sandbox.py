@@ -559,6 +559,35 @@ HOOK_STATE_THROUGH_ITS_FRAME = "\n    ".join(
 )
 """Empty the hook's sets through its frame, then load ctypes."""
 
+FINALIZER_IN_THE_HOOK = "\n    ".join(
+    [  # each finalizer leaves garbage for the next collection, which the hook's start may run
+        "import gc, sys",
+        "class Finalized:",
+        "    def __del__(self):",
+        "        frame = sys._getframe(1)  # where the collector ran",
+        "        if frame.f_code.co_name == 'hook':  # (3.13: its running frame's locals)",
+        "            frame.f_locals['watched'] = frozenset()",
+        "        again = Finalized()",
+        "        again.me = again",
+        "gc.set_threshold(1)",
+        "try:",
+        "    for _ in range(200):",
+        "        first = Finalized()",
+        "        first.me = first",
+        "        del first",
+        "        try:",
+        "            import ctypes",
+        "            return 'escaped'",
+        "        except PermissionError as exc:",
+        "            refusal = exc",
+        "finally:",
+        "    gc.set_threshold(700)",
+        "raise refusal",
+    ]
+)
+"""Code of its own run in the hook's frame, which (from 3.13) rebinds the hook's locals as it
+runs: the collector would run a finalizer at the hook's start, in its frame."""
+
 ESCAPES = {
     "os.fork": Escape(
         "pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n"
@@ -755,6 +784,9 @@ ESCAPES = {
     ),
     "2. the hook's state emptied through its frame's f_locals (PEP 667, Python 3.13)": Escape(
         HOOK_STATE_THROUGH_ITS_FRAME, refused("importing ctypes"), None
+    ),
+    "2. a finalizer of its own, run by the collector in the hook's frame": Escape(
+        FINALIZER_IN_THE_HOOK, refused("importing ctypes"), None
     ),
     "3. executable memory that is shared (a second view of it could be written)": Escape(
         "import mmap\n"

@@ -85,8 +85,10 @@ any call number and its arguments.
   all immutable (a traceback hands out its frame, and from Python 3.13, PEP
   667, writing a frame's locals writes through to closure cells: its state was
   in cells, and an emptied set let `ctypes` load); it reads no global name; and
-  the collector, whose finalizers would run the code's `__del__` in its frame,
-  is off while it decides.
+  no code of the code's runs while its frame does: no signal handler, no
+  `sys.monitoring` callback, and from 3.13 no finalizer (the collector runs at
+  a function's start, in its frame, and a finalizer rebound the hook's locals
+  there: it runs only when the code calls `gc.collect()`).
 - identity: never real root, so root's private files, root's devices (a raw
   disk, through which any user's files could be read) and other users' private
   files are out of reach, even where the interpreter lives in a folder others
@@ -199,7 +201,8 @@ What it does not isolate
 - Honest code that needs more than the table allows fails (a PermissionError):
   `shutil.copy`, which copies a file's mode (`shutil.copyfile` works), an
   `os` function given a `pathlib.Path`, whose path the object says itself,
-  `signal.signal`, sockets, threads beyond the limits.
+  `signal.signal`, `gc.enable` (from 3.13; `gc.collect()` still collects),
+  sockets, threads beyond the limits.
 - CPU cores and memory bandwidth, which it shares with the trainer.
 - The kernel itself, whose bugs no sandbox can fix.
 - Memory, for the length of a fresh call: its first process is a copy-on-write

@@ -54,10 +54,10 @@ def guard(root, native):
     # its own copy of the defaults, which no later call reads. The hook reads no global name
     # (a test holds it to that): `builtins.str = Liar` would otherwise make its type checks
     # pass whatever it is given. Its types are checked exactly (`type(x) is int`), never with
-    # isinstance, which asks the object (`__class__`), and nothing of the code's runs in it:
-    # no method of an argument is called, and the collector, whose finalizers would run the
-    # code's `__del__` in the middle of it, is off while it decides.
-    import gc
+    # isinstance, which asks the object (`__class__`), and nothing of the code's runs in it: no
+    # method of an argument is called, no signal handler or sys.monitoring callback can be set,
+    # and from 3.13, where the collector runs (and calls the code's finalizers) at a function's
+    # start, in its frame, it never runs by itself (`disarm`).
     top = str.encode(root, "utf-8", "surrogateescape")
     writes = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
     # os.putenv: a variable steers native libraries the interpreter's own modules load (say,
@@ -82,7 +82,7 @@ def guard(root, native):
                  always, table, top, tuple(part for part in top.split(b"/") if part), writes,
                  native, frozenset(BANNED), PermissionError, int, bytes, tuple, len, os.stat,
                  os.readlink, str.encode, bytes.split, bytes.startswith, bytes.join, str.split,
-                 str.startswith, str.isidentifier, gc.isenabled, gc.disable, gc.enable,
+                 str.startswith, str.isidentifier,
                  # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY: ways to have the
                  # kernel signal another process (the trainer) when a descriptor is ready.
                  frozenset((8, 10, 15, 1024, 1026)))):
@@ -93,80 +93,74 @@ def guard(root, native):
         if kind(event) is not text or event not in watched:
             return
         (always, table, top, base, writes, native, modules, deny, whole, raw, tup, length, stat,
-         link, encode, split, starts, join, parts_of, name_starts, identifier, collecting, pause,
-         resume, owner_commands) = state
+         link, encode, split, starts, join, parts_of, name_starts, identifier,
+         owner_commands) = state
         if event in always:
             raise deny("sandbox: " + event + " is not allowed")
         if event == "fcntl.fcntl":
             if kind(args[1]) is whole and args[1] in owner_commands:
                 raise deny("sandbox: fcntl command %d is not allowed" % args[1])
             return
-        was_collecting = collecting()
-        pause()
-        try:
-            if event == "import":
-                # A plain dotted name, of str itself: the C loader reads a name up to a NUL
-                # ("_ctypes\0" is _ctypes), and a subclass could answer comparisons as it likes.
-                if kind(args[0]) is not text:
+        if event == "import":
+            # A plain dotted name, of str itself: the C loader reads a name up to a NUL
+            # ("_ctypes\0" is _ctypes), and a subclass could answer comparisons as it likes.
+            if kind(args[0]) is not text:
+                raise deny("sandbox: importing a module by that name is not allowed")
+            for name in parts_of(args[0], "."):  # all: "x._ctypes" would load _ctypes too
+                if not identifier(name):
                     raise deny("sandbox: importing a module by that name is not allowed")
-                for name in parts_of(args[0], "."):  # all: "x._ctypes" would load _ctypes too
-                    if not identifier(name):
-                        raise deny("sandbox: importing a module by that name is not allowed")
-                    if name in modules or name_starts(name, ("_test", "_xx")):
-                        raise deny("sandbox: importing " + name + " is not allowed")
-                # Native code (_imp.create_dynamic, with the file it loads): only the
-                # interpreter's own modules, by their own names and files.
-                origin = args[1]
-                if origin is not None and (
-                        kind(origin) is not text or (args[0], origin) not in native):
-                    raise deny("sandbox: loading that extension module is not allowed")
+                if name in modules or name_starts(name, ("_test", "_xx")):
+                    raise deny("sandbox: importing " + name + " is not allowed")
+            # Native code (_imp.create_dynamic, with the file it loads): only the
+            # interpreter's own modules, by their own names and files.
+            origin = args[1]
+            if origin is not None and (
+                    kind(origin) is not text or (args[0], origin) not in native):
+                raise deny("sandbox: loading that extension module is not allowed")
+            return
+        if event == "open":
+            if kind(args[0]) is whole:  # a descriptor it already has
                 return
-            if event == "open":
-                if kind(args[0]) is whole:  # a descriptor it already has
-                    return
-                folders_only = kind(args[2]) is whole and not args[2] & writes  # a folder's
-                if folders_only and args[1] is not None:  # descriptor, as a dir_fd, would reach
-                    return  # outside; open() (whose mode is not None) refuses folders
-                pairs, itself = ((args[0], -1),), True  # its folder itself: to read, or O_TMPFILE
-            else:
-                for name, count, at in table:
-                    if name == event:
-                        break
-                if event == "os.truncate" and kind(args[0]) is whole:  # open for writing
-                    return
-                folders = args[at:] + (-1, -1)  # each path's dir_fd
-                pairs = ((args[0], folders[0]), (args[count - 1], folders[count - 1]))[:count]
-                folders_only = itself = False
-            for path, folder in pairs:
-                if kind(path) is text:
-                    path = encode(path, "utf-8", "surrogateescape")
-                elif kind(path) is whole:
-                    raise deny("sandbox: " + event + " on a descriptor is not allowed")
-                elif kind(path) is not raw:  # an object that says its own path (__fspath__)
-                    raise deny("sandbox: " + event + " of a path not a str or bytes is not allowed")
-                if not starts(path, b"/"):  # relative to cwd, or to the folder dir_fd names
-                    if folder is None or (kind(folder) is whole and folder == -1):
-                        where = top
-                    elif kind(folder) is whole:
-                        where = encode(link("/proc/self/fd/%d" % folder), "utf-8",
-                                       "surrogateescape")
-                    else:
-                        raise deny("sandbox: " + event + " with that dir_fd is not allowed")
-                    path = join(b"/", (where, path))
-                kept = []  # resolved as text: chdir and links are refused, so no symlink misleads
-                for part in split(path, b"/"):
-                    if part == b"..":
-                        kept[-1:] = []
-                    elif part and part != b".":
-                        kept.append(part)
-                if length(kept) > length(base) - itself and tup(kept[:length(base)]) == base:
-                    continue
-                if folders_only and stat(path).st_mode & 0o170000 != 0o40000:
-                    continue
-                raise deny("sandbox: " + event + " outside its folder is not allowed")
-        finally:
-            if was_collecting:
-                resume()
+            folders_only = kind(args[2]) is whole and not args[2] & writes  # a folder's
+            if folders_only and args[1] is not None:  # descriptor, as a dir_fd, would reach
+                return  # outside; open() (whose mode is not None) refuses folders
+            pairs, itself = ((args[0], -1),), True  # its folder itself: to read, or O_TMPFILE
+        else:
+            for name, count, at in table:
+                if name == event:
+                    break
+            if event == "os.truncate" and kind(args[0]) is whole:  # open for writing
+                return
+            folders = args[at:] + (-1, -1)  # each path's dir_fd
+            pairs = ((args[0], folders[0]), (args[count - 1], folders[count - 1]))[:count]
+            folders_only = itself = False
+        for path, folder in pairs:
+            if kind(path) is text:
+                path = encode(path, "utf-8", "surrogateescape")
+            elif kind(path) is whole:
+                raise deny("sandbox: " + event + " on a descriptor is not allowed")
+            elif kind(path) is not raw:  # an object that says its own path (__fspath__)
+                raise deny("sandbox: " + event + " of a path not a str or bytes is not allowed")
+            if not starts(path, b"/"):  # relative to cwd, or to the folder dir_fd names
+                if folder is None or (kind(folder) is whole and folder == -1):
+                    where = top
+                elif kind(folder) is whole:
+                    where = encode(link("/proc/self/fd/%d" % folder), "utf-8",
+                                   "surrogateescape")
+                else:
+                    raise deny("sandbox: " + event + " with that dir_fd is not allowed")
+                path = join(b"/", (where, path))
+            kept = []  # resolved as text: chdir and links are refused, so no symlink misleads
+            for part in split(path, b"/"):
+                if part == b"..":
+                    kept[-1:] = []
+                elif part and part != b".":
+                    kept.append(part)
+            if length(kept) > length(base) - itself and tup(kept[:length(base)]) == base:
+                continue
+            if folders_only and stat(path).st_mode & 0o170000 != 0o40000:
+                continue
+            raise deny("sandbox: " + event + " outside its folder is not allowed")
 
     return hook
 
@@ -198,6 +192,13 @@ def disarm():
     if "signal" in sys.modules:
         sys.modules["signal"].signal = refuse_signals
     sys.__dict__.pop("monitoring", None)
+    # Nor a finalizer: from 3.12 the collector runs when a function starts, the hook among them,
+    # and from 3.13 a finalizer could rebind the running hook's locals through its frame. So it
+    # runs only when the code calls gc.collect(), where the hook's frame is not running.
+    if sys.version_info >= (3, 13):
+        import gc
+        gc.disable()
+        del gc.enable
 
 
 def refuse_signals(signalnum, handler):
