@@ -216,14 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     seen = measure(args.pythons)
     names = sorted(set().union(*seen.values()))
-    for name in names:
-        where = [
-            f"{python}: "
-            + ", ".join(f"{how} x{n}" for how, n in sorted(seen[python][name].items()))
-            for python in args.pythons
-            if name in seen[python]
-        ]
-        print(f"{name:20s} {'; '.join(where)}")
+    for i, python in enumerate(args.pythons, 1):
+        print(f"{i}: {python}")
+    for name in names:  # how each call ended, on each interpreter: ok, an errno, or not made
+        ended = ["/".join(sorted(seen[python].get(name, {})) or ["-"]) for python in args.pythons]
+        print(f"{name:20s} " + "  ".join(f"{i}:{how}" for i, how in enumerate(ended, 1)))
     allowed = {name for group in ALLOWED for name in group.calls}
     made = {n for n in names if any(how == "ok" for s in seen.values() for how in s.get(n, {}))}
     print("made, and not allowed:", ", ".join(sorted(made - allowed)) or "none")
