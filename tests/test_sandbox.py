@@ -1521,6 +1521,8 @@ def test_a_sandbox_that_died_waiting_is_passed_over_and_said_once(
         assert (warm.taken, warm.ready) == (0, 0)  # each started its own; none ahead since
         why = "a sandbox started ahead ended before its call (killed by SIGKILL)"
         assert warm.failure == why
+        warm._fail("another cause")  # said once: the first cause stays, and nothing more
+        assert warm.failure == why
     assert list(box.sandboxes.iterdir()) == []
     assert no_children_left()
     assert capsys.readouterr().err.splitlines() == [

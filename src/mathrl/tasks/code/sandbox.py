@@ -413,11 +413,10 @@ def _cause(started: Started) -> str:
     code = started.child.returncode
     how = f"exited with code {code}" if code >= 0 else f"killed by {_signal_name(-code)}"
     assert started.child.stderr is not None
-    os.set_blocking(started.child.stderr.fileno(), False)
-    try:
-        written = started.child.stderr.read() or b""
-    except OSError:
-        written = b""
+    stderr, written = started.child.stderr.fileno(), b""
+    os.set_blocking(stderr, False)
+    with contextlib.suppress(OSError):  # nothing to read yet: its child still holds the pipe
+        written = os.read(stderr, 2**16)
     setup, rest = _setup(written)
     if setup.missing and started.kind.kernel is not None:
         return f"{how}: {setup.advice(started.kind.kernel)}"
