@@ -461,6 +461,7 @@ def _stop(
 
 WAITER = r"""
 import _signal, os, sys
+os.close(2)  # it started: stderr, kept for the loader's error, is the child's alone
 child, cpu_seconds, listener = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 EPERM = bytes(8) + (-1).to_bytes(4, "little", signed=True) + bytes(4)
 try:
@@ -515,7 +516,7 @@ def _become_waiter(
     ready, _ = set_up
     try:
         # Nothing of the trainer's, nor the child's pipes, but stderr: what the interpreter
-        # says if it cannot start (a library not found) reaches the trainer.
+        # says if it cannot start (a library not found) reaches the trainer. WAITER closes it.
         _close_all_but(2, ready, execs)
         if execs is not None:
             os.set_inheritable(execs, True)
