@@ -1,4 +1,5 @@
-"""What a sandbox layer's refusal looks like from the trainer: the evidence a test asserts.
+"""What a sandbox layer's refusal looks like from the trainer: the evidence a test asserts; and
+the interpreters the sandbox's tests run the child on.
 
 For: tests/test_sandbox.py and tests/test_sandbox_layers.py, whose payloads each name the layer
 that must stop them. A payload's `f` lets the refusal propagate, so `Outcome.detail` reads
@@ -11,10 +12,17 @@ from __future__ import annotations
 
 import base64
 import functools
+import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
+
+from conftest import REQUIRE_EXTRAS
 
 
 def refused(event: str) -> str:
@@ -93,7 +101,8 @@ LYING_NAME = "\n    ".join(
         "with open('evil.so', 'wb') as file:",
         "    file.write(base64.b64decode(LIBRARY))",
         "d = [p for p in sys.path if p.endswith('lib-dynload')][0]",
-        "own = ('audioop', d + '/' + [n for n in os.listdir(d) if n.startswith('audioop.')][0])",
+        "mine = sorted(n for n in os.listdir(d) if n.startswith(('math.', 'array.', 'audioop.')))",
+        "own = (mine[0].partition('.')[0], d + '/' + mine[0])  # one of the interpreter's own",
         "class Liar(str):",
         "    def __hash__(self):",
         "        return hash(self.pose)",
@@ -150,3 +159,84 @@ def with_library(source: str) -> str:
     if "LIBRARY" not in source:
         return source
     return source.replace("LIBRARY", repr(base64.b64encode(native_library()).decode()))
+
+
+# --- the interpreters the project supports, besides the one running the tests -----------------
+
+PYTHON_3_13 = "3.13"
+"""The newest Python the project supports: from it a frame's locals write through to its
+closure cells (PEP 667), which the hook must survive."""
+
+
+@functools.cache
+def pyenv_python(version: str) -> str | None:
+    """pyenv's newest Python `version` ("3.13") here, else `python3.13` on PATH, else None."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    found = sorted(root.glob(f"versions/{version}.*/bin/python{version}"), reverse=True)
+    which = shutil.which(f"python{version}")
+    for candidate in [*map(str, found), *([which] if which else [])]:
+        if subprocess.run([candidate, "-c", "pass"], check=False).returncode == 0:
+            return os.path.realpath(candidate)
+    return None
+
+
+def needs_python(version: str) -> str:
+    """`pyenv_python(version)`; where there is none, the test skips, saying so, but under nox
+    (CI), which must run it, it fails: CI's machines have pyenv's 3.13."""
+    python = pyenv_python(version)
+    if python is None:
+        why = f"no Python {version} here: pyenv's (pyenv install {version}) or python{version}"
+        if REQUIRE_EXTRAS:
+            pytest.fail(why + " on PATH is needed (MATHRL_REQUIRE_EXTRAS=1)")
+        pytest.skip(why + " on PATH")
+    return python
+
+
+def base_prefix(python: str) -> str:
+    """`python`'s installation (sys.base_prefix)."""
+    return subprocess.run(
+        [python, "-I", "-S", "-c", "import sys; print(sys.base_prefix)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+@contextmanager
+def relocatable(python: str) -> Iterator[Path]:
+    """A copy of pyenv's `python` that finds its libpython through $ORIGIN, as conda's and
+    other relocatable builds do, in a folder of /var/tmp that every user may read: its binary,
+    its RUNPATH rewritten to `$ORIGIN/../lib` in place, and its libpython and standard library
+    as hard links (copies across file systems), site-packages and tests left out. Yields the
+    copy's interpreter. Skips where `python` has no RUNPATH of its own library folder."""
+    prefix = Path(base_prefix(python))
+    version = Path(python).name.removeprefix("python")
+    library = prefix / "lib" / f"libpython{version}.so.1.0"
+    binary = Path(python).read_bytes()
+    old = b"\0" + bytes(prefix / "lib") + b"\0"
+    if not library.exists() or binary.count(old) != 1:
+        pytest.skip(f"{python} finds no libpython of its own through a RUNPATH")
+    top = Path(tempfile.mkdtemp(prefix="mathrl-relocatable-", dir="/var/tmp"))
+    try:
+        top.chmod(0o755)
+        (top / "bin").mkdir()
+        new = b"\0$ORIGIN/../lib"
+        copy = top / "bin" / f"python{version}"
+        copy.write_bytes(binary.replace(old, new + bytes(len(old) - len(new))))
+        copy.chmod(0o755)
+
+        def link(source: str, target: str) -> None:
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+
+        (top / "lib").mkdir()
+        link(str(library), str(top / "lib" / library.name))
+        standard = prefix / "lib" / f"python{version}"
+        shutil.copytree(
+            standard, top / "lib" / standard.name, copy_function=link,
+            ignore=lambda folder, names: {"site-packages", "test"} & set(names)
+            if folder == str(standard) else set(),
+        )  # fmt: skip
+        yield copy
+    finally:
+        shutil.rmtree(top)

@@ -43,7 +43,7 @@ import strategies
 from conftest import examples
 from mathrl.tasks.code import harness, sandbox
 from mathrl.tasks.code.harness import HARNESS
-from mathrl.tasks.code.kernel import NOBODY, WAITER, hidden_by, kernel_layers
+from mathrl.tasks.code.kernel import NOBODY, WAITER, _exposed, hidden_by, kernel_layers
 from mathrl.tasks.code.sandbox import (
     STATUSES,
     JsonValue,
@@ -59,9 +59,12 @@ from sandbox_evidence import (
     LYING_NAME,
     NATIVE_LIBRARY,
     NUL_NAME,
+    PYTHON_3_13,
     SECCOMP,
     UNMAPPABLE,
+    base_prefix,
     denied,
+    needs_python,
     refused,
     refused_outside,
     removed,
@@ -509,6 +512,82 @@ ERRNO = (  # raise what a libc call made through ctypes failed with (`libc`, its
     "    return 'escaped'"
 )
 
+AUDITED_OBJECTS = "\n    ".join(
+    [  # events and arguments whose methods say whether the hook called them
+        "import sys",
+        "called = []",
+        "class Spy(str):",
+        "    def __hash__(self):",
+        "        called.append('hash')",
+        "        return str.__hash__(self)",
+        "    def __eq__(self, other):",
+        "        called.append('eq')",
+        "        return str.__eq__(self, other)",
+        "class Number(int):",
+        "    __hash__ = int.__hash__",
+        "    def __and__(self, other):",
+        "        called.append('and')",
+        "        return 0",
+        "    def __eq__(self, other):",
+        "        called.append('eq')",
+        "        return int.__eq__(self, other)",
+        "sys.audit(Spy('open'), Spy('/x'), 'w', Number(1))",
+        "sys.audit('fcntl.fcntl', 0, Number(8), 0)",
+        "try:",
+        "    sys.audit('open', Spy(WORLD), 'w', Number(1))",
+        "except PermissionError:",
+        "    if called:",
+        "        return 'escaped: the hook called ' + ', '.join(called)",
+        "    raise",
+        "return 'escaped'",
+    ]
+)
+"""Objects of the code's, in events it raises itself: the hook must call none of their
+methods (a method of the code's running in the hook could reach the hook's frame)."""
+
+HOOK_STATE_THROUGH_ITS_FRAME = "\n    ".join(
+    [  # the review's: on 3.13 it emptied the hook's closure cell, then loaded ctypes
+        "try:",
+        "    os.kill(1, 0)",
+        "except PermissionError as exc:",
+        "    frame = exc.__traceback__.tb_next.tb_frame  # the hook's, which raised",
+        "    for name in ('watched', 'always', 'modules'):",
+        "        frame.f_locals[name] = frozenset()",
+        "import ctypes",
+        "return 'escaped'",
+    ]
+)
+"""Empty the hook's sets through its frame, then load ctypes."""
+
+FINALIZER_IN_THE_HOOK = "\n    ".join(
+    [  # each finalizer leaves garbage for the next collection, which the hook's start may run
+        "import gc, sys",
+        "class Finalized:",
+        "    def __del__(self):",
+        "        frame = sys._getframe(1)  # where the collector ran",
+        "        if frame.f_code.co_name == 'hook':  # (3.13: its running frame's locals)",
+        "            frame.f_locals['watched'] = frozenset()",
+        "        again = Finalized()",
+        "        again.me = again",
+        "gc.set_threshold(1)",
+        "try:",
+        "    for _ in range(200):",
+        "        first = Finalized()",
+        "        first.me = first",
+        "        del first",
+        "        try:",
+        "            import ctypes",
+        "            return 'escaped'",
+        "        except PermissionError as exc:",
+        "            refusal = exc",
+        "finally:",
+        "    gc.set_threshold(700)",
+        "raise refusal",
+    ]
+)
+"""Code of its own run in the hook's frame, which (from 3.13) rebinds the hook's locals as it
+runs: the collector would run a finalizer at the hook's start, in its frame."""
+
 ESCAPES = {
     "os.fork": Escape(
         "pid = os.fork()\n    if pid == 0:\n        os._exit(0)\n    os.waitpid(pid, 0)\n"
@@ -591,10 +670,10 @@ ESCAPES = {
         refused_outside("open"),  # the descriptor of the folder outside
         ("landlock", denied("WORLD")),
     ),
-    "symlink out": Escape(  # Landlock gives no right to make links, even in its own folder
+    "symlink out": Escape(  # no symlink call (nor a right to make links in Landlock's rules)
         "os.symlink(WORLD, 'out')\n    open('out/new.txt', 'w').write('x')\n    return 'escaped'",
         refused("os.symlink"),
-        ("landlock", denied("WORLD", "out")),
+        ("seccomp", f"{SECCOMP}: 'WORLD' -> 'out'"),
     ),
     "raise rlimit": Escape(  # Python's word for EPERM here; seccomp lets setrlimit through
         "import resource\n    resource.setrlimit(resource.RLIMIT_CPU, (-1, -1))\n"
@@ -685,6 +764,93 @@ ESCAPES = {
         "import _signal\n    _signal.pidfd_send_signal(os.pidfd_open(TRAINER), 0)\n"
         "    return 'escaped'",
         removed("_signal", "pidfd_send_signal"),
+        ("seccomp", SECCOMP),
+    ),
+    # The third review's (issue 37), each a finding: the hook's two, then the kernel layers'.
+    "1. an open of an object that says it is an int (__class__), its path by __fspath__": Escape(
+        "import io\n"
+        "    class Q:\n"
+        "        __class__ = int  # isinstance(Q(), int) asks it, and it says yes\n"
+        "        def __fspath__(self):\n"
+        "            return os.path.join(WORLD, 'new.txt')\n"
+        "        def __repr__(self):\n"
+        "            return repr(os.path.join(WORLD, 'new.txt'))\n"
+        "    io.FileIO(Q(), 'w').write(b'x')\n    return 'escaped'",
+        refused("open of a path not a str or bytes"),
+        ("landlock", denied("WORLD/new.txt")),
+    ),
+    "1. objects of its own in an audit event it raises itself (sys.audit)": Escape(
+        AUDITED_OBJECTS, refused("open of a path not a str or bytes"), None
+    ),
+    "2. the hook's state emptied through its frame's f_locals (PEP 667, Python 3.13)": Escape(
+        HOOK_STATE_THROUGH_ITS_FRAME, refused("importing ctypes"), None
+    ),
+    "2. a finalizer of its own, run by the collector in the hook's frame": Escape(
+        FINALIZER_IN_THE_HOOK, refused("importing ctypes"), None
+    ),
+    "3. executable memory that is shared (a second view of it could be written)": Escape(
+        "import mmap\n"
+        "    mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_EXEC)\n"
+        "    return 'escaped'",
+        None,  # the mmap module is Python's own
+        ("seccomp", SECCOMP),
+    ),
+    "3. a second view of shared memory (mremap with old size 0)": Escape(
+        "import ctypes, mmap\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    page = mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED)\n"
+        "    where = ctypes.addressof(ctypes.c_char.from_buffer(page))\n"
+        "    got = libc.syscall(ctypes.c_long(25), ctypes.c_void_p(where), ctypes.c_long(0),"
+        " ctypes.c_long(4096), ctypes.c_long(1))  # MREMAP_MAYMOVE\n" + ERRNO,
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "4. the host's mounts by listmount (Linux 6.8)": Escape(
+        "import ctypes, struct\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    request = struct.pack('=IIQQ', 24, 0, 2**64 - 1, 0)  # LSMT_ROOT: every mount\n"
+        "    ids = (ctypes.c_uint64 * 64)()\n"
+        "    got = libc.syscall(ctypes.c_long(458), request, ids, ctypes.c_long(64),"
+        " ctypes.c_long(0))\n" + ERRNO,
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "5. a file's flags outside its folder by file_setattr (Linux 6.17)": Escape(
+        "import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    attributes = ctypes.create_string_buffer(24)\n"
+        "    attributes[0] = 0xC0  # FS_XFLAG_NOATIME | FS_XFLAG_NODUMP, on its uid's keep.txt\n"
+        "    got = libc.syscall(ctypes.c_long(469), ctypes.c_long(-100),"
+        " os.path.join(WORLD, 'keep.txt').encode(), attributes, ctypes.c_long(24),"
+        " ctypes.c_long(0))\n" + ERRNO,
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "6. a watch on a folder (inotify)": Escape(
+        "import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    got = libc.syscall(ctypes.c_long(294), ctypes.c_long(0))  # inotify_init1\n" + ERRNO,
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "6. a watch on a folder (fanotify, as an unprivileged user may)": Escape(
+        "import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    got = libc.syscall(ctypes.c_long(300), ctypes.c_long(0x200), ctypes.c_long(0))\n"
+        + ERRNO,  # fanotify_init(FAN_REPORT_FID, O_RDONLY)
+        refused("importing ctypes"),
+        ("seccomp", SECCOMP),
+    ),
+    "7. a callback on every line by sys.monitoring (3.12), which is not audited": Escape(
+        "import sys\n    sys.monitoring.use_tool_id(3, 'spy')\n    return 'escaped'",
+        removed("sys", "monitoring"),
+        None,
+    ),
+    "7. a Python signal handler, which runs in whatever frame is running": Escape(
+        "import signal\n    signal.signal(signal.SIGALRM, lambda number, frame: None)\n"
+        "    return 'escaped'",
+        refused("signal.signal"),
+        None,
+    ),
+    "a system call the kernel does not know yet (600: the kernel says ENOSYS)": Escape(
+        "import ctypes\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    got = libc.syscall(ctypes.c_long(600))\n" + ERRNO,
+        refused("importing ctypes"),
         ("seccomp", SECCOMP),
     ),
 }
@@ -1120,6 +1286,63 @@ def test_the_reviews_payloads_fail_with_debians_python_too(
     stopped_with(box.run(ESCAPES[name].source()), error, box.world)
 
 
+def use_python(python: str, which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the sandbox's child with `which` layers on `python`, as a trainer that runs on it
+    would: its installation is the one Landlock lets the child read."""
+    use_layers(which, monkeypatch)
+    kernel = kernel_layers()
+    assert kernel is not None
+    prefix = base_prefix(python)
+    on_python = replace(
+        kernel,
+        executable=python,
+        prefix=os.fsencode(prefix),
+        exposed=_exposed(prefix) if kernel.root else None,
+        origin=os.path.dirname(python),
+    )
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: on_python)
+
+
+THIRD_REVIEW = [name for name in ESCAPES if name[0].isdigit()]
+"""The third review's findings (issue 37), each a payload."""
+FAST_ON_3_13 = {*((name, False) for name in THIRD_REVIEW), (THIRD_REVIEW[2], True)}
+"""(payload, started ahead) run on 3.13 in the fast suite, with every layer."""
+
+
+@pytest.mark.parametrize(
+    ("name", "which", "ahead"),
+    # On Python 3.13 (pyenv's): the third review's payloads here, fresh, and the one that
+    # emptied the hook's state started ahead too; every payload, fresh and started ahead, with
+    # every layer, the hook alone and the kernel layers alone, in the slow suite.
+    [
+        pytest.param(
+            name,
+            which,
+            ahead,
+            id=f"{name}-{which}-{'ahead' if ahead else 'fresh'}",
+            marks=[] if which == "both" and (name, ahead) in FAST_ON_3_13 else SLOW,
+        )
+        for name, escape in ESCAPES.items()
+        for which, ahead in (
+            ("both", False),
+            ("both", True),
+            *[("hook", False)][: bool(escape.hook)],
+            *[("kernel", False)][: bool(escape.kernel)],
+        )
+    ],
+)
+def test_each_escape_is_stopped_on_python_3_13(
+    box: Box, monkeypatch: pytest.MonkeyPatch, name: str, which: str, ahead: bool
+) -> None:
+    # The child runs pyenv's 3.13, whose frames' f_locals write through to closure cells.
+    use_python(needs_python(PYTHON_3_13), which, monkeypatch)
+    if ahead:
+        monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 1)
+        box = replace(box, warm=True)
+    _, error = ESCAPES[name].stopper(which)
+    stopped_with(box.run(ESCAPES[name].source()), error, box.world)
+
+
 @pytest.mark.parametrize("which", ["both", *alone("kernel")])
 def test_the_child_does_not_see_the_hosts_mounts(
     box: Box, monkeypatch: pytest.MonkeyPatch, which: str
@@ -1282,21 +1505,54 @@ def test_a_pool_told_to_keep_more_sandboxes_starts_them(
     assert no_children_left()
 
 
-@pytest.mark.slow
-def test_a_sandbox_that_died_waiting_is_passed_over(
-    box: Box, monkeypatch: pytest.MonkeyPatch
+def test_a_sandbox_that_died_waiting_is_passed_over_and_said_once(
+    box: Box, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Killed from outside while it waited: the call starts its own, and the pool, which would
+    # lose the next ones alike, says so once and starts none ahead any more.
     monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 2)
     call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
     with Workers(1) as pool:
         warm = primed(pool, 2)
-        for started in list(warm._ready):  # killed from outside while it waited
+        for started in list(warm._ready):
             os.killpg(started.child.pid, signal.SIGKILL)
             started.child.wait()
-        (outcome,) = in_pool(pool, call)
-        assert outcome.results == (7,)
-        assert warm.taken == 0  # it started its own
+        assert [o.results for o in in_pool(pool, call, call)] == [(7,), (7,)]
+        assert (warm.taken, warm.ready) == (0, 0)  # each started its own; none ahead since
+        why = "a sandbox started ahead ended before its call (killed by SIGKILL)"
+        assert warm.failure == why
+        warm._fail("another cause")  # said once: the first cause stays, and nothing more
+        assert warm.failure == why
     assert list(box.sandboxes.iterdir()) == []
+    assert no_children_left()
+    assert capsys.readouterr().err.splitlines() == [
+        f"mathrl: warning: sandbox: {why}: no sandbox is started ahead any more, each call "
+        "starts its own"
+    ]
+
+
+def test_sandboxes_started_ahead_that_stop_at_their_set_up_are_said_once(
+    box: Box, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A task that refuses missing layers, on a machine without Landlock: each sandbox started
+    # ahead for its calls stops at its set-up, which says why.
+    kernel = kernel_layers()
+    assert kernel is not None
+    monkeypatch.setattr(sandbox, "kernel_layers", lambda: replace(kernel, landlock=None))
+    monkeypatch.setattr(sandbox, "WARM_SANDBOXES", 2)
+    call = functools.partial(call_function, "def f():\n    return 7\n", "f", [[]], FAST)
+    with Workers(1) as pool:
+        with pytest.raises(sandbox.SandboxError, match=r"^sandbox: Landlock is off"):
+            in_pool(pool, call)
+        warm = open_warm(pool)
+        warm._thread.join(30)  # it stops once it sees one ended
+        assert not warm._thread.is_alive()
+    why = (
+        "a sandbox started ahead ended before its call (exited with code 121: Landlock is off "
+        "(Function not implemented): Linux >= 5.13 with landlock in the lsm= boot parameter)"
+    )
+    assert warm.failure == why
+    assert capsys.readouterr().err.count(why) == 1
     assert no_children_left()
 
 
@@ -1319,7 +1575,7 @@ def test_a_call_of_another_kind_starts_its_own(box: Box, monkeypatch: pytest.Mon
     [OSError("no more processes"), pytest.param(RuntimeError("a bug"), marks=pytest.mark.slow)],
 )
 def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
-    box: Box, monkeypatch: pytest.MonkeyPatch, error: Exception
+    box: Box, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], error: Exception
 ) -> None:
     # Starting one ahead fails (say, out of processes): the pool stops trying, calls go on.
     start = sandbox._start
@@ -1339,6 +1595,12 @@ def test_a_pool_that_cannot_start_sandboxes_ahead_leaves_each_call_its_own(
         assert [o.results for o in in_pool(pool, call, call)] == [(7,), (7,)]
         assert (warm.taken, warm.ready) == (0, 0)
     assert no_children_left()
+    why = f"no sandbox can be started ahead ({type(error).__name__}: {error})"
+    assert warm.failure == why
+    assert capsys.readouterr().err.splitlines() == [
+        f"mathrl: warning: sandbox: {why}: no sandbox is started ahead any more, each call "
+        "starts its own"
+    ]
 
 
 @pytest.mark.slow
@@ -1483,7 +1745,7 @@ def test_a_kill_is_reported_alike_by_either_sandbox(
     assert outcome == Outcome("crashed", (None,), "killed by SIGKILL: no result"), outcome
 
 
-def test_the_audit_hook_reads_no_global_name() -> None:
+def test_the_audit_hook_reads_no_global_name_and_holds_no_closure_cell() -> None:
     # Compiled here, never run: a name the hook read from builtins at each event (str, int)
     # is one the completion could rebind to a class whose instances answer as it likes.
     module = compile(HARNESS, "<harness>", "exec")
@@ -1493,6 +1755,10 @@ def test_the_audit_hook_reads_no_global_name() -> None:
         i.argval for i in dis.get_instructions(hook) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
     ]
     assert globals_read == []
+    # Nor a closure cell, which a frame's f_locals write through to from Python 3.13 (PEP 667):
+    # its state is its defaults, of which each call's frame has its own copy.
+    assert (hook.co_freevars, hook.co_cellvars) == ((), ())
+    assert guard.co_cellvars == ()
     # The check can fail: a hook that names `str` itself reads it from builtins.
     liar = compile("def hook(a):\n    return type(a) is str\n", "<liar>", "exec")
     (hook_of_liar,) = (c for c in liar.co_consts if isinstance(c, CodeType))

@@ -35,9 +35,12 @@ The layers, and what each stops
 -------------------------------
 Each layer is tested alone on the attacks it is meant for, and each test names
 the layer and asserts its evidence (the hook's refusal, seccomp's EPERM,
-Landlock's EACCES, the uid or pid the child sees): tests/test_sandbox.py, and
-tests/test_sandbox_layers.py as an unprivileged user and on machines without a
-layer.
+Landlock's EACCES, the uid or pid the child sees): tests/test_sandbox.py, fresh
+and in sandboxes started ahead, on the interpreter running the tests, Debian's
+Python and pyenv's 3.13; tests/test_sandbox_layers.py as root and as an
+unprivileged user, with Debian's 3.11 and a relocatable 3.13, and on machines
+without a layer; tests/test_sandbox_seccomp.py, the filter run as a program on
+any call number and its arguments.
 
 - The limits (always; `sandbox.Limits`, the code task's values in
   `task.LIMITS`): CPU time, address space, file size, open files, processes,
@@ -45,25 +48,47 @@ layer.
   idle wait, the allocation, the fork bomb and the flood: each ends the call
   with its status, within the wall clock.
 - The audit hook, in the child's interpreter before the code runs: Python's own
-  ways out. No processes, exec, signals, sockets, environment changes (a
-  variable can steer a native library: OpenSSL's configuration),
-  subinterpreters, tracing, hand-made code objects, rlimit changes, chdir,
-  links, or `fcntl` commands that have the kernel signal another process; no
-  write, removal or change of metadata outside its folder. No native code but
-  the interpreter's own: an import's name must be a plain dotted identifier
-  (the C loader reads a name only up to a NUL, so `_ctypes` with a NUL after it
-  was `_ctypes`), the modules of
-  `harness.BANNED` (`ctypes`, `_posixsubprocess`, ...) are refused by any
-  name, also where the interpreter has one built in (Debian's `python3` has
-  `_posixsubprocess`), and `_imp.create_dynamic` loads only the interpreter's
-  own extension modules, each by its own name and file
-  (`harness.native_modules`), never a library the code wrote. The ways out it
-  would not see (`os.mkfifo`, `os.mknod`, `os.chroot`, `os.setsid` and its kin,
-  priorities, pidfd signals) are taken out of the modules. It is a second line:
-  it holds only what Python code can do, its path checks see neither
-  `os.open`'s `dir_fd` nor a descriptor swapped under it by a signal handler,
-  and native code (were any to run) would go around it; the kernel layers hold
-  on their own, and are tested without it.
+  ways out, refused before the kernel sees them. It is a first layer, not a
+  boundary: PEP 578 says an audit hook cannot hold code that runs in the same
+  interpreter, and its path checks see neither `os.open`'s `dir_fd` nor a
+  descriptor swapped under it by another thread. Every way out it refuses is
+  held by a kernel layer too, which the tests show with the hook off:
+  processes and exec (seccomp: no fork, no execveat, the exec filter), signals
+  (seccomp: no kill or pidfd; the pid namespace; Landlock ABI 6), sockets
+  (seccomp: no socket; the network namespace), rlimit changes (no
+  capabilities: raising one needs CAP_SYS_RESOURCE), chdir and links
+  (seccomp), the `fcntl` commands by which the kernel signals another process
+  (seccomp's rules), writes, removals and changes of metadata outside its
+  folder (Landlock for writes and removals; seccomp, which has no call for any
+  change of metadata, for the rest), native code of its own (the noexec tmpfs:
+  a library it writes cannot be mapped as code; seccomp: no memory made
+  executable). What only the hook refuses keeps the hook itself whole, or keeps
+  native code out, which the kernel layers hold without it: environment changes
+  (a variable can steer a native library: OpenSSL's configuration),
+  subinterpreters, tracing (`sys.settrace`, `setprofile` and their all-threads
+  forms; `sys.monitoring`, which is not audited, is taken out, and so is
+  `signal.signal`: Python runs a handler in whatever frame is running, the
+  hook's among them), hand-made code objects (`marshal`, `code.__new__`), the
+  collector's lists of objects, another audit hook. Imports: a name must be a
+  plain dotted identifier (the C loader reads a name only up to a NUL, so
+  `_ctypes` with a NUL after it was `_ctypes`), the modules of `harness.BANNED`
+  (`ctypes`, `_posixsubprocess`, ...) are refused by any name, also where the
+  interpreter has one built in (Debian's `python3` has `_posixsubprocess`), and
+  `_imp.create_dynamic` loads only the interpreter's own extension modules, each
+  by its own name and file (`harness.native_modules`), never a library the code
+  wrote. The ways out it would not see (`os.mkfifo`, `os.mknod`, `os.chroot`,
+  `os.setsid` and its kin, priorities, pidfd signals) are taken out of the
+  modules. The hook itself: it checks every value's exact type (`type(x) is
+  int`, never `isinstance`, which asks the object's `__class__`), so no method
+  of the code's objects runs in it, not even for events the code raises itself
+  (`sys.audit`); its state is its default arguments, bound when it is made,
+  all immutable (a traceback hands out its frame, and from Python 3.13, PEP
+  667, writing a frame's locals writes through to closure cells: its state was
+  in cells, and an emptied set let `ctypes` load); it reads no global name; and
+  no code of the code's runs while its frame does: no signal handler, no
+  `sys.monitoring` callback, and from 3.13 no finalizer (the collector runs at
+  a function's start, in its frame, and a finalizer rebound the hook's locals
+  there: it runs only when the code calls `gc.collect()`).
 - identity: never real root, so root's private files, root's devices (a raw
   disk, through which any user's files could be read) and other users' private
   files are out of reach, even where the interpreter lives in a folder others
@@ -77,26 +102,35 @@ layer.
 - The mount namespace and its tmpfs: its folder is a private tmpfs over `/tmp`,
   1 MiB in all (not per file), mounted `noexec` (a library it writes there
   cannot be mapped as code, so it does not load); the host's `/tmp` is out of
-  sight; its mount tables (`/proc/self/mountinfo` and kin) read empty.
+  sight; its mount tables (`/proc/self/mountinfo` and kin) read empty, and
+  the calls that list mounts (listmount, statmount) are refused by seccomp.
 - No capabilities, and none to gain: it cannot raise its limits, nor pass over
   a file's mode.
 - Landlock: writes only beneath its folder, and reads only there and in what
   Python needs, so not the home or `.env` files of the trainer's user, which
   its uid may read; no TCP (Landlock ABI 4, Linux 6.7) and no signals out
   (ABI 6, Linux 6.12): before those, the namespaces and seccomp keep it in.
-- seccomp (x86-64), two filters. `kernel.SECCOMP`: the system calls by which
-  code that got past the hook, or runs without it, would get out of the rest:
-  fork, execveat, signals, sockets, mounts, namespaces, ptrace, io_uring, bpf,
-  keys, memfd_create, personality, chdir and more (EPERM); and memory both
-  writable and executable, at once or in turn (an mmap with both, an mprotect
-  that makes memory executable), so no code can be written into memory and run
-  (`mmap.PROT_EXEC` with `PROT_WRITE` fails). `kernel.EXEC_FILTER`:
-  exactly one execve passes, the interpreter's own, let through by the call's
-  first process, which refuses every later one, from Python or native code
-  (EPERM).
+- seccomp (x86-64), two filters. `seccomp.SECCOMP` is an allow-list: the
+  system calls the interpreter needs to run the harness and honest code, in
+  one table with the reason for each group (`seccomp.ALLOWED`, 80 calls,
+  measured on Python 3.11, 3.12 and 3.13 by tests/bench/sandbox_syscalls.py),
+  and EPERM for every other, among them every call the kernel gains after the
+  table was written. So no fork (clone only makes a thread), no signals to any
+  process, no sockets, mounts, namespaces, ptrace, io_uring, bpf, keys,
+  memfd_create, personality, chdir, no change of a file's metadata (chmod,
+  chown, utimes, xattrs, file_setattr: Landlock has no say over them), no
+  watches (inotify, fanotify), no listing of mounts. Its argument rules: only
+  the `fcntl` and `ioctl` commands listed (none by which the kernel signals
+  another process, or sets a file's flags), and no memory that could hold code
+  written at run time: no mapping both executable and writable, or executable
+  and shared, no mprotect to executable, no mremap with old size 0 or
+  MREMAP_DONTUNMAP (each leaves a second view of the same pages, which the
+  review wrote through and ran from). `seccomp.EXEC_FILTER`: exactly one
+  execve passes, the interpreter's own, let through by the call's first
+  process, which refuses every later one, from Python or native code (EPERM).
   With the noexec tmpfs, native code the child gets (through `ctypes`, where the
-  hook is off) can still call the kernel, but not exec, fork, map a file of its
-  own or make memory of its own executable.
+  hook is off) can call only what the table allows: it cannot exec, fork, map a
+  file of its own or make memory of its own executable.
 
 It fails closed
 ---------------
@@ -117,7 +151,10 @@ What it needs: Linux 5.13 or later with Landlock enabled (`landlock` in the
 `lsm=` boot parameter; Debian 12's and Ubuntu's kernels have it), an x86-64
 machine (for the seccomp filters), root or unprivileged user namespaces, and an
 interpreter outside `/tmp`. In a container, the container must allow `unshare`,
-`mount` and `prctl` (Docker's default profile refuses the first two).
+`mount` and `prctl` (Docker's default profile refuses the first two). The
+allow-list was measured on CPython 3.11 (pyenv's and Debian's), 3.12 and 3.13
+with glibc: another interpreter or C library may need a call it lacks, which
+`python tests/bench/sandbox_syscalls.py PYTHON` names.
 
 A task built with `allow_missing_layers=True` (as
 `CodeAdapter(allow_missing_layers=True)`; `CodeFeedbackAdapter` alike) runs with
@@ -156,9 +193,16 @@ namespaces, ...`). The command line prints it and keeps it in the run folder.
 
 What it does not isolate
 ------------------------
-- Reads of the system folders and the interpreter's installation: the code can
-  return what it read as a result, or put it in an error message, so a caller
-  compares results and never logs them or the outcome's detail raw.
+- Reads of the system folders and the interpreter's installation, and what the
+  kernel tells any process of the machine (its release, uptime, load and
+  memory: uname, sysinfo, /proc): the code can return what it read as a
+  result, or put it in an error message, so a caller compares results and
+  never logs them or the outcome's detail raw.
+- Honest code that needs more than the table allows fails (a PermissionError):
+  `shutil.copy`, which copies a file's mode (`shutil.copyfile` works), an
+  `os` function given a `pathlib.Path`, whose path the object says itself,
+  `signal.signal`, `gc.enable` (from 3.13; `gc.collect()` still collects),
+  sockets, threads beyond the limits.
 - CPU cores and memory bandwidth, which it shares with the trainer.
 - The kernel itself, whose bugs no sandbox can fix.
 - Memory, for the length of a fresh call: its first process is a copy-on-write
@@ -181,7 +225,14 @@ started while the loop waited on the service (`sandbox.Warm`, up to
 the code task at 32 x 8 peaked at 302 MB for its whole process tree, against 52
 MB with none started ahead; and what the trainer writes meanwhile is not kept
 twice (a 300 MB heap rewritten while 32 waited: 0 MB more, against 354 MB when
-they waited as copies of the trainer).
+they waited as copies of the trainer). A pool that cannot start one, or whose
+sandbox started ahead ends before its call, says so once, with the cause (one
+line on stderr: the loader's error, the layer the set-up lacked, the signal
+that killed it; `Warm.failure`), and starts none ahead any more: each call
+starts its own. (A relocatable interpreter, whose libpython its loader finds
+through $ORIGIN, left the pool starting sandboxes that exited 127, again and
+again: its waiting process, outside the pid namespace, cannot read
+/proc/self/exe. Its loader is told the folder now, and they serve.)
 
 Milliseconds a call, a one-line `f` on 8 inputs, 40 calls
 (`PYTHONPATH=tests python -c "import bench.bench_rewards as b;
@@ -209,6 +260,17 @@ medians of 150 and 256 calls, on the slower machine; the layers without what
 pays for them: 73.8 ms fresh). The command above, run for each in turn, moves
 by 10% from run to run; its medians of 8 runs: alone 67.5 -> 65.8, 2 in flight
 35.5 -> 37.2, started ahead 9.1 -> 9.4.
+
+The allow-list, the hook's exact checks and its state in defaults (issue 37) cost
+nothing either: against the tree before them (fc37bdc), interleaved as above
+under a load average of 8-10 (other work on the machine), fresh alone 38.94 ->
+38.88 ms and started ahead 3.82 -> 3.80 ms (150 and 256 calls), and 34.21 ->
+33.83 and 3.92 -> 3.91 (150 and 1,024). The kernel caches seccomp's verdict for
+a call whose arguments it does not read (Linux 5.11), so the table's length
+costs nothing after a call's first use. Two first tries cost more, and were
+changed: the hook's state as keyword-only defaults (a dict lookup each on every
+audit event: started ahead +18%), and a waiting process that held the call's
+stderr open to its end (started ahead -25% to +18% from run to run).
 
 Why built by hand, not bubblewrap or WebAssembly: the same start inside `bwrap
 --unshare-all --die-with-parent --uid 65534 --gid 65534`, with read-only binds

@@ -48,46 +48,57 @@ def native_modules():
 
 
 def guard(root, native):
-    # The hook's state is this call's cells, all immutable: the completion can rebind builtins
-    # and module attributes, and see these values in a traceback, but not change them. The
-    # hook reads no global name (a test holds it to that): `builtins.str = Liar` would
-    # otherwise make its type checks pass whatever it is given.
-    deny, is_a, length, tup, kind = PermissionError, isinstance, len, tuple, type
-    text, whole, raw = str, int, bytes
-    stat, link = os.stat, os.readlink
-    encode, split, starts, join = str.encode, bytes.split, bytes.startswith, bytes.join
-    parts_of, name_starts, identifier = str.split, str.startswith, str.isidentifier
-    top = encode(root, "utf-8", "surrogateescape")
-    base = tup(part for part in split(top, b"/") if part)
-    size, writes = length(base), os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+    # The hook's state is its defaults, bound when it is made, all immutable (no
+    # closure cell: from Python 3.13, PEP 667, writing a frame's f_locals writes through to
+    # its cells, and a traceback hands out the hook's frame). A frame that has ended keeps
+    # its own copy of the defaults, which no later call reads. The hook reads no global name
+    # (a test holds it to that): `builtins.str = Liar` would otherwise make its type checks
+    # pass whatever it is given. Its types are checked exactly (`type(x) is int`), never with
+    # isinstance, which asks the object (`__class__`), and nothing of the code's runs in it: no
+    # method of an argument is called, no signal handler or sys.monitoring callback can be set,
+    # and from 3.13, where the collector runs (and calls the code's finalizers) at a function's
+    # start, in its frame, it never runs by itself (`disarm`).
+    top = str.encode(root, "utf-8", "surrogateescape")
+    writes = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
     # os.putenv: a variable steers native libraries the interpreter's own modules load (say,
     # OPENSSL_CONF, whose configuration names a library for _hashlib's OpenSSL to load).
     always = frozenset("""os.fork os.forkpty os.posix_spawn os.spawn os.exec os.system
         os.putenv os.unsetenv
         subprocess.Popen pty.spawn os.kill os.killpg os.chdir os.link os.symlink
         resource.setrlimit resource.prlimit sys.settrace sys.setprofile sys._current_frames
+        sys._settraceallthreads sys._setprofileallthreads sys.addaudithook
         gc.get_objects gc.get_referrers gc.get_referents code.__new__ marshal.load marshal.loads
         cpython.PyInterpreterState_New socket.__new__ socket.bind socket.connect socket.sendto
         socket.sendmsg socket.getaddrinfo socket.gethostbyname socket.gethostbyaddr
         socket.getnameinfo socket.sethostname fcntl.ioctl sqlite3.connect
         sqlite3.enable_load_extension ctypes.dlopen ctypes.call_function ctypes.cdata""".split())
-    modules = frozenset(BANNED)
     table = (  # event, how many leading path arguments, where its dir_fd arguments start
         ("os.remove", 1, 1), ("os.rmdir", 1, 1), ("os.mkdir", 1, 2), ("os.chmod", 1, 2),
         ("os.chown", 1, 3), ("os.utime", 1, 3), ("os.rename", 2, 2), ("os.truncate", 1, 9),
         ("os.setxattr", 1, 9), ("os.removexattr", 1, 9))
-    # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY: ways to have the kernel signal
-    # another process (the trainer) when a descriptor is ready, without kill().
-    owner_commands = frozenset((8, 10, 15, 1024, 1026))
-    watched = always | {"import", "open", "fcntl.fcntl"} | {row[0] for row in table}
 
-    def hook(event, args):
-        if event not in watched:
+    def hook(event, args, watched=always | {"import", "open", "fcntl.fcntl"} | {
+                 row[0] for row in table}, kind=type, text=str, state=(
+                 always, table, top, tuple(part for part in top.split(b"/") if part), writes,
+                 native, frozenset(BANNED), PermissionError, int, bytes, tuple, len, os.stat,
+                 os.readlink, str.encode, bytes.split, bytes.startswith, bytes.join, str.split,
+                 str.startswith, str.isidentifier,
+                 # F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY: ways to have the
+                 # kernel signal another process (the trainer) when a descriptor is ready.
+                 frozenset((8, 10, 15, 1024, 1026)))):
+        # An event and its arguments are the interpreter's, but for those the code raises itself
+        # (sys.audit), whose objects may be anything: each is checked for its exact type before
+        # it is compared, hashed or used. (Positional defaults: every event calls the hook, and
+        # a keyword-only one costs a dict lookup a call.)
+        if kind(event) is not text or event not in watched:
             return
+        (always, table, top, base, writes, native, modules, deny, whole, raw, tup, length, stat,
+         link, encode, split, starts, join, parts_of, name_starts, identifier,
+         owner_commands) = state
         if event in always:
             raise deny("sandbox: " + event + " is not allowed")
         if event == "fcntl.fcntl":
-            if args[1] in owner_commands:  # (an int: the audit event passes the C value)
+            if kind(args[1]) is whole and args[1] in owner_commands:
                 raise deny("sandbox: fcntl command %d is not allowed" % args[1])
             return
         if event == "import":
@@ -103,33 +114,41 @@ def guard(root, native):
             # Native code (_imp.create_dynamic, with the file it loads): only the
             # interpreter's own modules, by their own names and files.
             origin = args[1]
-            if origin is not None and (kind(origin) is not text or (args[0], origin) not in native):
+            if origin is not None and (
+                    kind(origin) is not text or (args[0], origin) not in native):
                 raise deny("sandbox: loading that extension module is not allowed")
             return
         if event == "open":
-            if is_a(args[0], whole):  # a descriptor it already has
+            if kind(args[0]) is whole:  # a descriptor it already has
                 return
-            folders_only = not args[2] & writes  # a folder's descriptor, as dir_fd, would
-            if folders_only and args[1] is not None:  # reach outside; open() refuses folders
-                return
+            folders_only = kind(args[2]) is whole and not args[2] & writes  # a folder's
+            if folders_only and args[1] is not None:  # descriptor, as a dir_fd, would reach
+                return  # outside; open() (whose mode is not None) refuses folders
             pairs, itself = ((args[0], -1),), True  # its folder itself: to read, or O_TMPFILE
         else:
             for name, count, at in table:
                 if name == event:
                     break
-            if event == "os.truncate" and is_a(args[0], whole):  # that fd is open for writing
+            if event == "os.truncate" and kind(args[0]) is whole:  # open for writing
                 return
             folders = args[at:] + (-1, -1)  # each path's dir_fd
             pairs = ((args[0], folders[0]), (args[count - 1], folders[count - 1]))[:count]
             folders_only = itself = False
         for path, folder in pairs:
-            if is_a(path, text):
+            if kind(path) is text:
                 path = encode(path, "utf-8", "surrogateescape")
-            elif not is_a(path, raw):
+            elif kind(path) is whole:
                 raise deny("sandbox: " + event + " on a descriptor is not allowed")
+            elif kind(path) is not raw:  # an object that says its own path (__fspath__)
+                raise deny("sandbox: " + event + " of a path not a str or bytes is not allowed")
             if not starts(path, b"/"):  # relative to cwd, or to the folder dir_fd names
-                where = top if folder is None or folder == -1 else encode(
-                    link("/proc/self/fd/%d" % folder), "utf-8", "surrogateescape")
+                if folder is None or (kind(folder) is whole and folder == -1):
+                    where = top
+                elif kind(folder) is whole:
+                    where = encode(link("/proc/self/fd/%d" % folder), "utf-8",
+                                   "surrogateescape")
+                else:
+                    raise deny("sandbox: " + event + " with that dir_fd is not allowed")
                 path = join(b"/", (where, path))
             kept = []  # resolved as text: chdir and links are refused, so no symlink misleads
             for part in split(path, b"/"):
@@ -137,7 +156,7 @@ def guard(root, native):
                     kept[-1:] = []
                 elif part and part != b".":
                     kept.append(part)
-            if length(kept) > size - itself and tup(kept[:size]) == base:
+            if length(kept) > length(base) - itself and tup(kept[:length(base)]) == base:
                 continue
             if folders_only and stat(path).st_mode & 0o170000 != 0o40000:
                 continue
@@ -152,6 +171,10 @@ def disarm():
     import _imp, _signal, posix
     for name in sys.builtin_module_names:
         __import__(name)
+    if sys.version_info >= (3, 13):  # a frozen module's load is audited as marshal.loads, which
+        for name in _imp._frozen_module_names():  # the hook refuses (3.11 and 3.12 load anyway)
+            if not name.startswith("__"):  # (__hello__ and kin: the interpreter's own tests)
+                __import__(name)
     for name in BANNED:  # a banned module built into the interpreter (Debian's _posixsubprocess)
         sys.modules.pop(name, None)  # must be imported again, which the hook sees and refuses
     names = """mkfifo mknod chroot pidfd_open setpriority nice sched_setscheduler sched_setparam
@@ -161,6 +184,25 @@ def disarm():
     for functions in (os.supports_dir_fd, os.supports_fd, os.supports_follow_symlinks):
         functions.difference_update(gone)
     del _imp.create_builtin
+    # Nothing of the code's may run while the hook decides, where it could reach the hook's
+    # frame and, from Python 3.13, rebind its locals (PEP 667): no handler of a signal (Python
+    # runs it in whatever frame is running, the frame its second argument), and no callback of
+    # sys.monitoring (3.12), which is not audited. The signal module still imports.
+    _signal.signal = refuse_signals
+    if "signal" in sys.modules:
+        sys.modules["signal"].signal = refuse_signals
+    sys.__dict__.pop("monitoring", None)
+    # Nor a finalizer: from 3.12 the collector runs when a function starts, the hook among them,
+    # and from 3.13 a finalizer could rebind the running hook's locals through its frame. So it
+    # runs only when the code calls gc.collect(), where the hook's frame is not running.
+    if sys.version_info >= (3, 13):
+        import gc
+        gc.disable()
+        del gc.enable
+
+
+def refuse_signals(signalnum, handler):
+    raise PermissionError("sandbox: signal.signal is not allowed")
 
 
 class Discard(io.RawIOBase):

@@ -21,10 +21,11 @@ The layers, each a bit of the mask the child reports (`LAYERS`):
   step that fails (`tmpfs:interpreter`), with what to do.
 - capabilities: none, and none to gain (the bounding set is emptied).
 - landlock: writes only beneath its folder, no TCP, no signals out.
-- seccomp (x86-64 only): no fork, execveat, kill, ptrace, sockets, mounts,
-  namespaces, memfd_create, personality, chdir, owner-signal `fcntl`/`ioctl`
-  commands, memory writable and executable (at once or in turn) and more
-  (`SECCOMP`); and a second filter (`EXEC_FILTER`) that
+- seccomp (x86-64 only; `mathrl.tasks.code.seccomp`): an allow-list of the
+  calls the interpreter needs (`seccomp.ALLOWED`), every other refused, with
+  rules on the arguments of a few (no fork, no `fcntl`/`ioctl` command but
+  those listed, no memory that is executable and writable or shared, or made
+  so later); and a second filter (`EXEC_FILTER`) that
   lets exactly one execve through, the interpreter's own: the first process
   answers each execve (seccomp's user notification), lets that one through
   and refuses every later one, from native code or not, with EPERM, until
@@ -38,7 +39,10 @@ then that step is skipped and the others still hold. The pid namespace needs
 one more process: the child forks once after `unshare`, and the first process
 (outside the namespace) waits and exits as its child did: as a copy of the
 trainer, or (`lean`, for a sandbox started ahead of its call, which may wait
-long) as a small interpreter of its own running `WAITER`.
+long) as a small interpreter of its own running `WAITER`, whose loader is told
+the interpreter's folder (`Kernel.origin`): outside the pid namespace, under
+its /proc, /proc/self/exe cannot be read, and a relocatable interpreter finds
+its libpython through it ($ORIGIN).
 """
 
 from __future__ import annotations
@@ -55,10 +59,11 @@ import signal
 import socket
 import struct
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mathrl.tasks.code.seccomp import EXEC_FILTER, SECCOMP
 
 LAYERS = (
     "identity", "pid", "net", "ipc", "mount", "tmpfs", "capabilities", "landlock", "seccomp"
@@ -105,6 +110,10 @@ class Kernel:
     landlock_abi: int
     seccomp: tuple[Any, Any] | None  # sock_fprog, and the program it points at (kept alive)
     exec_filter: tuple[Any, Any] | None  # the same for EXEC_FILTER
+    # The interpreter's folder, for a lean first process's loader to find what the interpreter
+    # links through $ORIGIN (LD_ORIGIN_PATH): outside the child's pid namespace, under its
+    # /proc, /proc/self/exe cannot be read. None: the loader is not told.
+    origin: str | None = None
 
     def enter(
         self, tmpfs: bytes, cpu_seconds: int, strict: bool, lean: bool = False
@@ -176,7 +185,7 @@ class Kernel:
                 listener[1].close()
                 execs = _let_one_exec_through(listener[0])
                 if set_up is not None:  # if it can:
-                    _become_waiter(self.executable, child, cpu_seconds, set_up, execs)
+                    _become_waiter(self, child, cpu_seconds, set_up, execs)
                 _wait_and_exit_alike(libc, child, cpu_seconds, execs)  # never returns
             if child == 0:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -452,6 +461,7 @@ def _stop(
 
 WAITER = r"""
 import _signal, os, sys
+os.close(2)  # it started: stderr, kept for the loader's error, is the child's alone
 child, cpu_seconds, listener = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 EPERM = bytes(8) + (-1).to_bytes(4, "little", signed=True) + bytes(4)
 try:
@@ -500,12 +510,14 @@ imports built-in modules only, and `fcntl` and `select` where the child has an e
 
 
 def _become_waiter(
-    executable: str, child: int, cpu_seconds: int, set_up: tuple[int, int], execs: int | None
+    kernel: Kernel, child: int, cpu_seconds: int, set_up: tuple[int, int], execs: int | None
 ) -> None:  # pragma: no cover - in the sandbox's child, before exec
     """Exec `WAITER` once the child is set up; return only if that cannot be done."""
     ready, _ = set_up
     try:
-        _close_all_but(ready, execs)  # nothing of the trainer's, nor the child's pipes
+        # Nothing of the trainer's, nor the child's pipes, but stderr: what the interpreter
+        # says if it cannot start (a library not found) reaches the trainer. WAITER closes it.
+        _close_all_but(2, ready, execs)
         if execs is not None:
             os.set_inheritable(execs, True)
         while os.read(ready, 1):  # until the child execs or dies; _stop may kill it meanwhile
@@ -516,9 +528,10 @@ def _become_waiter(
         resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])  # until WAITER handles it
         listener = str(-1 if execs is None else execs)
-        arguments = [executable, "-I", "-S", "-B", "-c", WAITER, str(child), str(cpu_seconds)]
-        arguments.append(listener)
-        os.execve(executable, arguments, {})
+        arguments = [kernel.executable, "-I", "-S", "-B", "-c", WAITER, str(child)]
+        arguments += [str(cpu_seconds), listener]
+        origin = {} if kernel.origin is None else {"LD_ORIGIN_PATH": kernel.origin}
+        os.execve(kernel.executable, arguments, origin)
     except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
 
@@ -609,6 +622,7 @@ def kernel_layers() -> Kernel | None:
         max(abi, 0),
         seccomp,
         exec_filter,
+        os.path.dirname(executable),
     )
 
 
@@ -617,72 +631,3 @@ def _fprog(program: bytes) -> tuple[Any, Any]:
     buffer = ctypes.create_string_buffer(program, len(program))
     header = struct.pack("@HP", len(program) // 8, ctypes.addressof(buffer))
     return ctypes.create_string_buffer(header, len(header)), buffer
-
-
-def seccomp_program(denied: Sequence[int]) -> bytes:
-    """Classic BPF for x86-64: EPERM for `denied`, for clones other than threads, for the
-    fcntl and ioctl commands that make the kernel signal another process (F_SETOWN,
-    F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY; FIOSETOWN, SIOCSPGRP), and for memory that
-    is writable and executable, now or in turn (systemd's MemoryDenyWriteExecute): an mmap
-    both writable and executable, an mprotect or pkey_mprotect that makes memory executable.
-    The interpreter maps its own libraries executable and never writable, and has no JIT."""
-
-    def op(code: int, k: int, if_true: int = 0, if_false: int = 0) -> bytes:
-        return struct.pack("=HBBI", code, if_true, if_false, k)
-
-    load, equal, at_least, any_bit, give, both = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
-    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x50001
-    write_exec, exec_ = 0x2 | 0x4, 0x4  # PROT_WRITE | PROT_EXEC, PROT_EXEC
-    program = [
-        *(op(load, 4), op(equal, 0xC000003E, 1), op(give, kill)),  # x86-64 calls only
-        *(op(load, 0), op(at_least, 0x40000000, 0, 1), op(give, kill)),  # and no x32 ones
-        *(op(equal, 435, 0, 1), op(give, 0x50026)),  # clone3: ENOSYS, so glibc uses clone
-        *(op(equal, 56, 0, 4), op(load, 16), op(any_bit, 0x10000, 0, 1)),  # CLONE_THREAD?
-        *(op(give, allow), op(give, eperm)),
-        *(op(equal, 72, 0, 8), op(load, 24)),  # fcntl: its command (the low 32 bits)
-        *(op(equal, 8, 5), op(equal, 10, 4), op(equal, 15, 3), op(equal, 1024, 2)),
-        *(op(equal, 1026, 1), op(give, allow), op(give, eperm)),
-        *(op(equal, 16, 0, 5), op(load, 24)),  # ioctl: its request
-        *(op(equal, 0x8901, 2), op(equal, 0x8902, 1), op(give, allow), op(give, eperm)),
-        *(op(equal, 9, 0, 5), op(load, 32), op(both, write_exec)),  # mmap: its protection
-        *(op(equal, write_exec, 0, 1), op(give, eperm), op(give, allow)),
-        *(op(equal, 10, 1), op(equal, 329, 0, 4), op(load, 32)),  # (pkey_)mprotect: its own
-        *(op(any_bit, exec_, 0, 1), op(give, eperm), op(give, allow)),
-    ]
-    for number in denied:
-        program += [op(equal, number, 0, 1), op(give, eperm)]
-    return b"".join([*program, op(give, allow)])
-
-
-SECCOMP = seccomp_program(
-    # fork vfork execveat kill tkill tgkill rt_(tg)sigqueueinfo pidfd_send_signal/open/getfd
-    # ptrace process_vm_readv/writev socket socketpair io_uring_setup mknod(at) chmod fchmod
-    # fchmodat(2) chown fchown lchown fchownat utime utimes futimesat utimensat (l/f)setxattr
-    # (l/f)removexattr setxattrat removexattrat mount umount2 unshare setns chroot setpriority
-    # bpf userfaultfd perf_event_open add_key request_key keyctl, and the new mount API:
-    # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr; setsid setpgid (out
-    # of the process group the trainer kills); System V and POSIX IPC: shmget shmat shmctl
-    # shmdt semget semop semctl semtimedop msgget msgsnd msgrcv msgctl mq_open ... mq_getsetattr;
-    # memfd_create (code that maps no file), personality (ASLR off), chdir fchdir (its cwd is
-    # set before it starts; the hook's paths are relative to it)
-    (319, 135, 80, 81,
-     57, 58, 322, 62, 200, 234, 129, 297, 424, 434, 438, 101, 310, 311, 41, 53, 425, 133, 259,
-     90, 91, 268, 452, 92, 93, 94, 260, 132, 235, 261, 280, 188, 189, 190, 197, 198, 199, 463,
-     466, 165, 166, 272, 308, 161, 141, 321, 323, 298, 248, 249, 250,
-     428, 429, 430, 431, 432, 433, 442, 112, 109,
-     29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245)
-)  # fmt: skip
-
-
-EXEC_FILTER = b"".join(
-    struct.pack("=HBBI", code, if_true, if_false, k)
-    for code, if_true, if_false, k in (
-        (0x20, 0, 0, 4), (0x15, 1, 0, 0xC000003E), (0x06, 0, 0, 0x80000000),  # x86-64 only
-        (0x20, 0, 0, 0), (0x15, 0, 1, 59),  # execve: ask the first process
-        (0x06, 0, 0, 0x7FC00000), (0x06, 0, 0, 0x7FFF0000),  # SECCOMP_RET_USER_NOTIF; allow
-    )
-)  # fmt: skip
-"""The second filter: execve (59) waits for the first process's answer: the first one, the
-interpreter's, goes through (`_let_one_exec_through`), every later one fails with EPERM
-(`refuse_execs`). Should the first process be gone, the kernel fails it with ENOSYS. execveat
-is refused by `SECCOMP` already."""

@@ -70,6 +70,8 @@ STOP_SECONDS = 2.0
 WARM_SANDBOXES = 32
 """Sandboxes a worker pool keeps started ahead of their calls (see `Warm`); each holds about
 8 MB while it waits. 0: none."""
+CHECK_SECONDS = 0.25
+"""How often a pool looks whether a sandbox it started ahead ended before its call."""
 ALLOW_MISSING_LAYERS = "allow_missing_layers"
 """The option that runs with the layers this machine can set up: a keyword of `call_function`
 and `check_layers`, and of the code tasks' constructors."""
@@ -260,12 +262,24 @@ class Warm:
     A sandbox dies with the thread that started it (its death signal, which
     ends it if the trainer dies), so that thread ends only once every sandbox
     it handed out has finished its call.
+
+    When one cannot be started ahead, or one dies before its call (an
+    interpreter that cannot start again outside its pid namespace, a layer
+    that a strict call's set-up lacks, a kill from outside), the pool says so
+    once, with the cause (`failure`, and a line to `report`: by default on
+    stderr), and starts none ahead any more: each call starts its own, as
+    without a pool.
     """
 
-    def __init__(self, pool: workers.Workers, size: int) -> None:
+    def __init__(
+        self, pool: workers.Workers, size: int, report: Callable[[str], None] | None = None
+    ) -> None:
         self._size = size
         self.taken = 0
         """How many calls found a sandbox ready."""
+        self.failure: str | None = None
+        """Why it starts none ahead any more (one line), or None."""
+        self._report = report or _warn
         self._pool = pool
         self._ready: list[Started] = []
         self._serving: list[Started] = []  # handed out, maybe still at their call
@@ -304,13 +318,16 @@ class Warm:
                 started = self._ready.pop(0)  # oldest first
                 if started.child.poll() is None:
                     found = started
-                else:  # it ended while waiting (a kill from outside)
+                else:  # it ended while waiting: it failed, or was killed from outside
                     dropped.append(started)
             if found is not None:
                 self.taken += 1
                 self._serving = [s for s in self._serving if s.child.returncode is None]
                 self._serving.append(found)
             self._changed.notify()
+        dead = [started for started in dropped if started.child.poll() is not None]
+        if dead:
+            self._fail(f"a sandbox started ahead ended before its call ({_cause(dead[0])})")
         for started in dropped:
             _end(started)
         return found
@@ -328,6 +345,14 @@ class Warm:
         for started in dropped:
             _end(started)
 
+    def _fail(self, why: str) -> None:
+        """Start none ahead any more, and say why, once."""
+        with self._changed:
+            first, self.failure = self.failure is None, self.failure or why
+        self._stop_filling()
+        if first:
+            self._report(f"{why}: no sandbox is started ahead any more, each call starts its own")
+
     def _fill(self) -> None:
         try:
             self._fill_while_open()
@@ -337,21 +362,25 @@ class Warm:
     def _fill_while_open(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(
+                self._changed.wait_for(  # a while at most: those waiting may end meanwhile
                     lambda: (
                         self._closed or (self._kind is not None and len(self._ready) < self.size)
-                    )
+                    ),
+                    timeout=CHECK_SECONDS,
                 )
                 if self._closed:
                     return
-                kind = self._kind
-            assert kind is not None
-            if not self._pool.wait_idle(0.05):  # only while the pool would wait anyway
-                continue
+                kind, room = self._kind, len(self._ready) < self.size
+                dead = next((s for s in self._ready if s.child.poll() is not None), None)
+            if dead is not None:  # one ended before its call: so would the next
+                self._fail(f"a sandbox started ahead ended before its call ({_cause(dead)})")
+                return
+            if kind is None or not room or not self._pool.wait_idle(0.05):
+                continue  # (only while the pool would wait anyway)
             try:
                 started = _start(kind, lean=True)
-            except Exception:  # out of processes, say: the calls start their own, and say why
-                self._stop_filling()
+            except Exception as exc:  # out of processes, say: the calls start their own
+                self._fail(f"no sandbox can be started ahead ({type(exc).__name__}: {exc})")
                 return
             with self._changed:
                 fresh = kind == self._kind and not self._closed
@@ -372,6 +401,27 @@ class Warm:
                 if time.monotonic() > deadline:
                     return
                 time.sleep(0.01)
+
+
+def _warn(line: str) -> None:
+    print(f"mathrl: warning: sandbox: {line}", file=sys.stderr, flush=True)
+
+
+def _cause(started: Started) -> str:
+    """How a sandbox that was never given its call ended: its exit, and the set-up's report
+    of the layer it lacked, or else the last line it wrote (a loader's error, say)."""
+    code = started.child.returncode
+    how = f"exited with code {code}" if code >= 0 else f"killed by {_signal_name(-code)}"
+    assert started.child.stderr is not None
+    stderr, written = started.child.stderr.fileno(), b""
+    os.set_blocking(stderr, False)
+    with contextlib.suppress(OSError):  # nothing to read yet: its child still holds the pipe
+        written = os.read(stderr, 2**16)
+    setup, rest = _setup(written)
+    if setup.missing and started.kind.kernel is not None:
+        return f"{how}: {setup.advice(started.kind.kernel)}"
+    last = rest.decode(errors="replace").strip().rpartition("\n")[2]
+    return f"{how}: {one_line(last)}" if last else how
 
 
 def _end(started: Started) -> None:
