@@ -1,4 +1,4 @@
-"""The GRPO loop on the fake: skipping, learning, counting, and a serial twin."""
+"""The GRPO loop on the fake: skipping, learning, counting (its one-file twin: test_plain.py)."""
 
 from __future__ import annotations
 
@@ -16,18 +16,15 @@ import strategies as st_
 from cli_process import fresh_interpreters
 from conftest import examples
 from mathrl.adapter import EVAL_STEP
-from mathrl.backend import Datum
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
-from mathrl.grpo import is_constant_group
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
-from mathrl.rollout import FILL_BATCH_CAP, Rollout, request_seed, run_problems, sample_params
+from mathrl.rollout import Rollout, request_seed, run_problems, sample_params
 from mathrl.step import StepOutcome, grpo_step, sample_and_score, train_and_save
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
 from observing import Everything
-from reference_loop import reference_run
 from test_rollout import ChatAddition
 from test_task_failures import Masked
 from virtual_clock import INLINE, run_virtual
@@ -95,88 +92,6 @@ def test_datums_are_the_non_empty_completions_of_non_constant_groups(
         assert m.groups == batch
         if expected:
             assert len(next(trained)) == expected
-
-
-SEEDS = [0, pytest.param(7, marks=pytest.mark.slow)]
-"""A differential test's seeds: the second, the same comparison again, in the slow suite."""
-
-
-ALGORITHMS: dict[str, dict[str, Any]] = {
-    "default": {},
-    "fill-batch": {"fill_batch": True},
-    "ppo, group scaling, 3 substeps": {"loss": "ppo", "scale_rewards": "group", "substeps": 3},
-    "cispo, fill-batch": {"loss": "cispo", "clip_high": 2.0, "fill_batch": True},
-    "dro, 2 substeps": {"loss": "dro", "dro_beta": 0.1, "substeps": 2},
-    "KL 0.1, 2 substeps": {"kl_coef": 0.1, "substeps": 2},
-}
-
-
-FAST_ALGORITHMS = ("default", "dro, 2 substeps", "KL 0.1, 2 substeps")
-"""The settings the fast suite compares (every branch of the step); `nox -s slow` all of them."""
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(
-    "algorithm",
-    [
-        pytest.param(name, marks=[] if name in FAST_ALGORITHMS else [pytest.mark.slow])
-        for name in ALGORITHMS
-    ],
-)
-def test_the_loop_matches_the_reference_loop(
-    fake_backend_factory: FakeFactory, seed: int, algorithm: str
-) -> None:
-    # 4 steps: the first, and three that carry what the steps before them left.
-    config = TrainConfig(steps=4, seed=seed, batch=8, group=4, **ALGORITHMS[algorithm])
-    recorder = RecordingBackend(fake_backend_factory(seed=seed))
-    run_grpo(recorder, MathAdapter(), config)
-    reference = RecordingBackend(fake_backend_factory(seed=seed))
-    by_step = asyncio.run(reference_run(reference, MathAdapter(), config))
-    assert reference.trained == recorder.trained  # every minibatch, in order
-    assert reference.losses == recorder.losses == [config.loss_fn] * len(recorder.trained)
-    assert sum(map(len, by_step)) > 0
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(("fill_batch", "kl_coef"), [(False, 0.0), (True, 0.0), (False, 0.1)])
-def test_grpo_step_is_the_reference_step(
-    fake_backend_factory: FakeFactory, seed: int, fill_batch: bool, kl_coef: float
-) -> None:
-    config = TrainConfig(
-        steps=4, seed=seed, batch=8, group=4, fill_batch=fill_batch, kl_coef=kl_coef
-    )
-    task = as_task(MathAdapter())
-
-    async def by_grpo_step(backend: FakeBackend) -> list[list[Datum]]:
-        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
-        base = await backend.create_sampler(path) if kl_coef else None
-        datums_by_step = []
-        for step in range(1, config.steps + 1):
-            outcome = await grpo_step(
-                backend, await backend.create_sampler(path), task, config, step, base=base
-            )
-            datums_by_step.append(outcome.datums_D)
-            # Exact-match rewards, one list per problem, one reward per sample; with fill_batch
-            # as many problems as it took to find `batch` groups that teach something.
-            informative = sum(not is_constant_group(r) for r in outcome.rewards_P_G)
-            drawn = len(outcome.rewards_P_G)
-            assert {len(r) for r in outcome.rewards_P_G} == {config.group}
-            if fill_batch:
-                assert informative == config.batch or drawn == FILL_BATCH_CAP * config.batch
-                assert drawn >= config.batch
-            else:
-                assert drawn == config.batch
-            assert {r for rewards_G in outcome.rewards_P_G for r in rewards_G} <= {0.0, 1.0}
-            assert (
-                (outcome.result is None) == (outcome.sampler_path is None) == (not outcome.datums_D)
-            )
-            path = outcome.sampler_path or path
-        return datums_by_step
-
-    stepped = asyncio.run(by_grpo_step(fake_backend_factory(seed=seed)))
-    reference = asyncio.run(reference_run(fake_backend_factory(seed=seed), MathAdapter(), config))
-    assert stepped == reference
-    assert sum(map(len, reference)) > 0
 
 
 @pytest.mark.parametrize("adapter", [Masked(), ChatAddition()])
