@@ -32,8 +32,9 @@ The rules, each named as a failure names it:
   how much it clipped as a share in [0, 1];
 - `refusals`: what the service refuses is a `ValueError` before anything is
   sent: datums of unequal lengths (naming every length), an advantage off
-  the mask, a mask on none of the model's tokens, no datums, a learning rate
-  that is not a finite number > 0.
+  the mask, a mask on none of the model's tokens, no datums, a token id
+  outside the vocabulary (past the tokenizer's and never sampled, or
+  negative), a learning rate that is not a finite number > 0.
 """
 
 from __future__ import annotations
@@ -158,15 +159,19 @@ async def _check(backend: Backend) -> None:
         share = trained.metrics.get("clipped:frac", 0.0)
         _rule("losses", not loss.clips or 0 <= share <= 1, f"{loss.name}: clipped {share}")
     await (await backend.submit_load_state(state))
-    await _refusals(backend, datums_D)
+    sampled = {t for cs in (completions_G, replayed, pinned, *many) for c in cs for t in c.tokens}
+    await _refusals(backend, datums_D, sampled)
 
 
 async def _loaded(backend: Backend, path: str) -> None:
     await (await backend.submit_load_state(path))
 
 
-async def _refusals(backend: Backend, datums_D: list[Datum]) -> None:
+async def _refusals(backend: Backend, datums_D: list[Datum], sampled: set[int]) -> None:
     good = datums_D[0]
+    unlisted = backend.tokenizer.vocab_size
+    while unlisted in sampled:  # (a model may sample past its tokenizer's ids)
+        unlisted += 1
     short = dataclasses.replace(good, logprobs=good.logprobs[:-1])
     n = len(good.mask)
     cases: list[tuple[str, list[Datum], float, str]] = [
@@ -176,6 +181,10 @@ async def _refusals(backend: Backend, datums_D: list[Datum]) -> None:
         ("a mask on none of the model's tokens", [dataclasses.replace(
             good, mask=(False,) * n, advantages=(0.0,) * n)], 1e-4, "the mask marks none"),
         ("no datums", [], 1e-4, "datum"),
+        ("a token id past the vocabulary", [dataclasses.replace(
+            good, model_input=(unlisted, *good.model_input[1:]))], 1e-4, str(unlisted)),
+        ("a negative token id", [dataclasses.replace(
+            good, target_tokens=(*good.target_tokens[:-1], -1))], 1e-4, "-1"),
         *((f"the learning rate {lr}", datums_D, lr, "learning_rate")
           for lr in (0.0, -1e-4, math.nan, math.inf)),
     ]  # fmt: skip
