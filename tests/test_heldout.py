@@ -19,11 +19,11 @@ import pytest
 
 from cli_process import run_main
 from mathrl.adapter import Response
-from mathrl.config import TrainConfig
+from mathrl.config import FILL_BATCH_CAP, TrainConfig
 from mathrl.evaluation import distinct, evaluation_set
 from mathrl.problem_keys import problem_key
 from mathrl.resolved import as_task
-from mathrl.rollout import FILL_BATCH_CAP, drawn_per_step
+from mathrl.rollout import drawn_per_step
 from mathrl.testing import check_adapter
 from mathrl.testing.checker import problem_name, shared_lines
 

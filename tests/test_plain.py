@@ -26,12 +26,12 @@ from conftest import BUILT_IN_ARGS
 from mathrl.backend import Datum
 from mathrl.checkpoints import checkpoint_name
 from mathrl.cli.loader import load_task
-from mathrl.config import TrainConfig
+from mathrl.config import FILL_BATCH_CAP, TrainConfig
 from mathrl.grpo import is_constant_group
 from mathrl.loop import run_grpo
 from mathrl.plain import main, train
 from mathrl.resolved import as_task
-from mathrl.rollout import FILL_BATCH_CAP, run_problems
+from mathrl.rollout import run_problems
 from mathrl.step import grpo_step
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend

@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 
 from mathrl.adapter import Adapter, Prompt, Response
 from mathrl.backend import Datum, SampleParams, Tokenizer, TrainResult
-from mathrl.config import TrainConfig
+from mathrl.config import FILL_BATCH_CAP, TrainConfig
 from mathrl.episodes import Episode, Player, all_or_none
 from mathrl.grpo import is_constant_group
 from mathrl.problem_keys import problem_key
@@ -149,10 +149,6 @@ async def play_groups(
             )
         ]
     )  # fmt: skip
-
-
-FILL_BATCH_CAP = 4
-"""With `fill_batch`, a step draws at most this many times `batch` problems."""
 
 
 def drawn_per_step(config: TrainConfig) -> int:

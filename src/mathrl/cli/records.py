@@ -10,9 +10,10 @@ A step's record in metrics.jsonl (`step_record`):
                               step's samples, at the sampling temperature
     mean_reward               the mean reward of the step's samples (partial credit counts)
     datums                    as on the `Step` line: completions trained on
-    groups, groups_kept,      problems drawn (with fill_batch, up to 4 x batch); those whose
-      groups_dropped          rewards differed (trained on); those whose rewards were all equal
-                              (trained on only with kl_coef, for the KL penalty alone)
+    groups, groups_kept,      problems drawn (with fill_batch, up to `mathrl.config`'s
+      groups_dropped          FILL_BATCH_CAP x batch); those whose rewards differed (trained
+                              on); those whose rewards were all equal (trained on only with
+                              kl_coef, for the KL penalty alone)
     sampled_tokens,           tokens sampled this step, and per completion
       mean_completion_tokens
     loss                      the loss summed over the step's datums; null when nothing trained
