@@ -26,7 +26,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from mathrl.resolved import as_task
 from mathrl.tasks.addition import MathAdapter, all_problems
 from mathrl.testing import check_adapter
-from mathrl_fakes import FakeBackend, PromptKey, Reference, references_for
+from mathrl_fakes import FakeBackend, FakeModel, PromptKey, Reference, references_for
 
 # Nothing of hypothesis's in the checkout (no example database, no caches):
 # tests write only to temporary folders, and remove them. One folder for the session: xdist's
@@ -125,7 +125,7 @@ def fake_backend_factory(tmp_path: Path) -> Callable[..., FakeBackend]:
 
     def make(**kwargs: Any) -> FakeBackend:
         kwargs.setdefault("checkpoint_dir", tmp_path / f"ckpt{next(counter)}")
-        return FakeBackend(math_references(), task_name="addition", **kwargs)
+        return FakeBackend(FakeModel(math_references()), task_name="addition", **kwargs)
 
     return make
 

@@ -41,7 +41,7 @@ from mathrl.service.mint_backend import MintBackend, to_mint_datum
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
-from mathrl_fakes import FakeBackend, RecordingBackend, references_for
+from mathrl_fakes import FakeBackend, FakeModel, RecordingBackend, references_for
 from observing import observed_run
 
 SOME_LOSSES = [
@@ -87,7 +87,7 @@ def mint_on(training: FakeTrainingClient) -> MintBackend:
 def fake(tmp_path: Path) -> FakeBackend:
     task = MathAdapter()
     references = references_for(task, task.build_dataset(0, 1, 6))
-    return FakeBackend(references, task_name="addition", checkpoint_dir=tmp_path)
+    return FakeBackend(FakeModel(references), task_name="addition", checkpoint_dir=tmp_path)
 
 
 @pytest.mark.parametrize("loss", SOME_LOSSES, ids=lambda loss: loss.name)
@@ -100,6 +100,7 @@ def trains_as_the_core(tmp_path: Path, loss: Loss) -> None:
     backend = fake(tmp_path)
     datums = datums_of(backend)
     model = backend.model
+    assert isinstance(model, FakeModel)
     # Change the weights first, so the ratios move away from 1 and the clips matter.
     asyncio.run(_train(backend, datums, 0.5))
     expected, clipped, scored = 0.0, 0, 0
@@ -397,6 +398,7 @@ def test_on_the_fake_dro_leaves_the_prompt_out_of_its_loss(tmp_path: Path) -> No
     assert backend.log.count("compute_logprobs") == len(datums) == step.datums
     on_mask = off_mask = 0.0
     for datum in datums:
+        assert isinstance(backend.model, FakeModel)
         lps = backend.model.logprobs(datum, before)  # as forward_backward saw them
         for lp, q, a, mine in zip(lps, datum.logprobs, datum.advantages, datum.mask,
                                   strict=True):  # fmt: skip
@@ -516,8 +518,8 @@ def test_every_choice_at_once_over_the_sdk_trains_as_on_the_fake(tmp_path: Path)
     server, training = fake_sdk(tmp_path / "m", problems)
     over_sdk = RecordingBackend(mint_on(training))
     on_fake = RecordingBackend(
-        FakeBackend(references_for(task, problems), task_name="addition",
-                    checkpoint_dir=tmp_path / "f", unknown_prompts="uniform")
+        FakeBackend(FakeModel(references_for(task, problems), "uniform"), task_name="addition",
+                    checkpoint_dir=tmp_path / "f")
     )  # fmt: skip
     sdk_steps = run_grpo(over_sdk, task, config).steps
     fake_steps = run_grpo(on_fake, task, config).steps

@@ -70,7 +70,7 @@ def test_the_fakes_and_the_conformance_kit_are_public_too() -> None:
 
     assert sorted(mathrl_fakes.__all__) == [
         "ByteTokenizer", "CallLog", "CallRecord", "FakeBackend", "FakeModel", "FakeSampler",
-        "PromptKey",
+        "Policy", "PromptKey",
         "RecordingBackend", "RecordingSampler", "Reference", "RunProblems", "SampleCall",
         "references_for",
     ]  # fmt: skip

@@ -1,12 +1,13 @@
-"""FakeModel: the service's side of the fake, with no I/O and no event loop.
+"""FakeModel: the fake's learning policy, with no I/O and no event loop.
 
 It holds the weights, the Adam state and the reference table, and does what
 a training service computes: sample, score a sequence (compute_logprobs),
 forward_backward with any loss of `mathrl.losses`, optim_step with Adam, and
-state snapshots.
-`FakeBackend` adds latency, ordering, faults and checkpoint files on top of
-it; the tests' fake of the mint SDK drives the same engine through its
-public methods.
+state snapshots: a `mathrl_fakes.fake_backend.Policy`. What it learns is each
+prompt's reference (`mathrl_fakes.references`), how it writes is
+`mathrl_fakes.policy`. `FakeBackend`, the contract, adds latency, ordering,
+faults, refusals and checkpoint files around it; the tests' fake of the mint
+SDK serves the same policy through its public methods.
 """
 
 from __future__ import annotations
@@ -357,6 +358,14 @@ class FakeModel:
         """Restore `state()`; any gradient accumulated since is dropped."""
         self.theta, self.adam = parse_state(state)
         self.pending_grad = None
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """KeyError, TypeError or ValueError unless `state` is one `load_state` takes."""
+        parse_state(state)
+
+    def parse_weights(self, values: Any) -> list[float]:
+        """`parse_weights`: the weights of a saved `theta`."""
+        return parse_weights(values)
 
 
 def parse_state(state: Mapping[str, Any]) -> tuple[list[float], AdamState]:
