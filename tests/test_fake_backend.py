@@ -14,6 +14,7 @@ import math
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -335,7 +336,7 @@ class SkipsTheOptimizerStep(FakeBackend):
 
     async def submit_train_step(self, datums_D: Any, learning_rate: float, loss: Any = None) -> Any:
         check_train_step(datums_D, learning_rate, VOCAB_SIZE)
-        metrics = self.model.forward_backward(list(datums_D), loss or IMPORTANCE_SAMPLING)
+        metrics, _ = self.model.forward_backward(list(datums_D), loss or IMPORTANCE_SAMPLING)
 
         async def done() -> TrainResult:
             return TrainResult(loss=metrics["loss:sum"], metrics=metrics)
@@ -374,9 +375,12 @@ class Still:
     def sequence_logprobs(self, theta: Sequence[float], tokens_T: Sequence[int]) -> list[float]:
         return [self.LOGPROB] * (len(tokens_T) - 1)
 
-    def forward_backward(self, datums_D: Sequence[Datum], loss_fn: Any = None) -> dict[str, float]:
+    def forward_backward(
+        self, datums_D: Sequence[Datum], loss_fn: Any = None
+    ) -> tuple[dict[str, float], list[list[float]]]:
         self.pending = True
-        return {"loss:sum": -float(sum(sum(d.advantages) for d in datums_D))}
+        loss = -float(sum(sum(d.advantages) for d in datums_D))
+        return {"loss:sum": loss}, [[self.LOGPROB] * len(d.target_tokens) for d in datums_D]
 
     def optim_step(self, lr: float) -> None:
         self.pending = False
@@ -411,3 +415,22 @@ def test_the_backend_keeps_the_contract_whatever_policy_it_serves(tmp_path: Path
         asyncio.run(backend.submit_save_for_sampler("../escape"))
     assert backend.log.kinds() == []
     assert not backend.model.pending  # type: ignore[attr-defined]
+
+
+class ScoresApart(FakeBackend):
+    """A backend whose learner's logprobs are not its sampler's: each 0.1 lower."""
+
+    async def submit_train_step(self, datums_D: Any, learning_rate: float, loss: Any = None) -> Any:
+        result = await (await super().submit_train_step(datums_D, learning_rate))
+        apart = tuple(tuple(lp - 0.1 for lp in lp_T) for lp_T in result.learner_logprobs_D or ())
+
+        async def done() -> TrainResult:
+            return replace(result, learner_logprobs_D=apart)
+
+        return asyncio.ensure_future(done())
+
+
+def test_check_backend_holds_the_learners_logprobs_to_the_samplers(tmp_path: Path) -> None:
+    with pytest.raises(BrokenRule, match=r"the learner's logprobs .* are not the sampler's") as b:
+        check_backend(lambda: ScoresApart(FakeModel(math_references()), checkpoint_dir=tmp_path))
+    assert b.value.rule == "train"

@@ -48,6 +48,7 @@ from mathrl.service.mint_backend import (
     MintBackend,
     MintSampler,
     clipped_fraction,
+    learner_logprobs,
     open_backend,
     open_sampler,
     to_mint_datum,
@@ -807,7 +808,15 @@ def test_the_clip_fraction_comes_from_the_learners_logprobs_or_not_at_all() -> N
     output = types.ForwardBackwardOutput(
         "ArrayRecord", [{"logprobs": types.TensorData(learner, "float32")}], {}
     )
-    assert clipped_fraction(Loss("ppo"), [datum], output) == 0.5
-    assert clipped_fraction(Loss("ppo"), [datum, datum], output) is None  # one output short
+    learner_D = learner_logprobs([datum], output)
+    assert learner_D is not None
+    assert list(learner_D[0]) == pytest.approx(learner)  # to float32's rounding
+    assert clipped_fraction(Loss("ppo"), [datum], learner_D) == 0.5
+    assert learner_logprobs([datum, datum], output) is None  # one output short
+    assert clipped_fraction(Loss("ppo"), [datum], None) is None
     empty = types.ForwardBackwardOutput("ArrayRecord", [{}], {})
-    assert clipped_fraction(Loss("ppo"), [datum], empty) is None  # no logprobs returned
+    assert learner_logprobs([datum], empty) is None  # no logprobs returned
+    short = types.ForwardBackwardOutput(
+        "ArrayRecord", [{"logprobs": types.TensorData(learner[:2], "float32")}], {}
+    )
+    assert learner_logprobs([datum], short) is None  # not one per target token

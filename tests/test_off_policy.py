@@ -211,3 +211,37 @@ def test_the_algorithm_choices_cost_what_they_say_in_round_trips(
     if extra:
         asked = 2 if "kl_coef" in choice and "loss" in choice else 1  # the base and the policy
         assert [len(w) for w in waves.values()] == [asked * m.datums for m in result.steps]
+
+
+# -- the sampler against the learner ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "divergent"),
+    [
+        ({}, False),  # on-policy at temperature 1: the learner scores what the sampler drew
+        ({"max_steps_off_policy": 1}, True),  # step k+1 drawn by the weights before step k
+        ({"temperature": 0.7}, True),  # q is the tempered distribution's, lp is not
+        ({"substeps": 2}, True),  # the second minibatch meets weights the first moved
+    ],
+)
+def test_a_step_reports_the_samplers_entropy_and_its_divergence_from_the_learner(
+    fake_backend_factory: Callable[..., FakeBackend], setting: dict[str, Any], divergent: bool
+) -> None:
+    config = TrainConfig(steps=4, **setting)
+    steps = run_grpo(fake_backend_factory(), MathAdapter(), config).steps
+    trained = [m for m in steps if m.datums]
+    assert trained
+    assert all(m.approx_kl is not None for m in trained)
+    assert all(m.approx_kl is None for m in steps if not m.datums)
+    kls = [m.approx_kl or 0.0 for m in trained]
+    if not divergent:  # the same weights' logprobs, computed apart: equal to rounding
+        assert max(kls) < 1e-12
+    elif setting.get("max_steps_off_policy"):  # step 1 is on-policy; the others lag
+        assert kls[0] < 1e-12
+        assert min(kls[1:]) > 1e-6
+    else:
+        assert min(kls) > 1e-6
+    # Every step sampled: 2 to 4 nats a token on the fake, whose rare noise tokens (one of
+    # 255, each at logprob about -10) weigh most of it; at most log 257 = 5.5 in expectation.
+    assert all(m.entropy is not None and 1.0 < m.entropy < 8.0 for m in steps)

@@ -81,8 +81,9 @@ class Policy(Protocol):
 
     def forward_backward(
         self, datums_D: Sequence[Datum], loss_fn: Loss = IMPORTANCE_SAMPLING
-    ) -> dict[str, float]:
-        """Accumulate the loss's gradient; the metrics the service reports (`loss:sum`)."""
+    ) -> tuple[dict[str, float], list[list[float]]]:
+        """Accumulate the loss's gradient; the metrics the service reports (`loss:sum`), and
+        the learner's logprob of each datum's target tokens."""
         ...
 
     def optim_step(self, lr: float) -> None:
@@ -193,12 +194,14 @@ class FakeBackend(ServiceCalls):
 
         async def both() -> TrainResult:
             # Wait on both, so a failure of one never leaves the other unobserved.
-            metrics, stepped = await asyncio.gather(forward, step, return_exceptions=True)
-            for outcome in (metrics, stepped):
+            forwarded, stepped = await asyncio.gather(forward, step, return_exceptions=True)
+            for outcome in (forwarded, stepped):
                 if isinstance(outcome, BaseException):
                     raise outcome
-            assert isinstance(metrics, dict)
-            return TrainResult(loss=metrics["loss:sum"], metrics=metrics)
+            assert isinstance(forwarded, tuple)
+            metrics, learner_D = forwarded
+            learner = tuple(tuple(lp_T) for lp_T in learner_D)
+            return TrainResult(metrics["loss:sum"], metrics, learner)
 
         return asyncio.ensure_future(both())
 

@@ -166,6 +166,10 @@ class TrainResult:
 
     loss: float
     metrics: Mapping[str, float] = field(default_factory=dict)
+    learner_logprobs_D: tuple[tuple[float, ...], ...] | None = None
+    """The learner's logprob of each datum's target tokens, as forward_backward computed
+    them (before the optimizer step), one tuple per datum in order; None where the service
+    gives none. A run compares them with the sampler's (`mathrl.grpo.approx_kl`)."""
 
 
 class Sampler(Protocol):
@@ -233,7 +237,11 @@ class Backend(Protocol):
       the learning rate does not need to shrink as batches or completions
       grow, as it would for plain SGD. Its result's metrics hold `loss:sum`, for a
       loss that clips `clipped:frac` (the share of the model's tokens, by the
-      mask, whose ratio the clip bound), and what else the service reports. It raises
+      mask, whose ratio the clip bound), and what else the service reports;
+      its `learner_logprobs_D` are the learner's logprobs of each datum's target
+      tokens as forward_backward computed them, where the service gives them
+      (one per token: the same as the sampler's, to its numerics, on-policy at
+      temperature 1). It raises
       `ValueError` at submission for misuse the service would refuse: no
       datums, a datum whose inputs disagree in length (the message names the
       lengths), a mask that is not one of the model's tokens (`check_mask`),

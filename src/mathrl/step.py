@@ -215,7 +215,8 @@ async def logprobs_of(
 def combined(results: Sequence[TrainResult], model_tokens_M: Sequence[int]) -> TrainResult:
     """Several minibatches' results as one: losses (and `loss:sum`) add up; `clipped:frac`,
     a share of a minibatch's model tokens (`model_tokens_M`), is their share of all of them;
-    other metrics are averaged over the minibatches that report them."""
+    other metrics are averaged over the minibatches that report them; the learner's logprobs
+    follow one another, minibatch by minibatch (None unless every one has them)."""
     metrics: dict[str, float] = {}
     for key in {key for result in results for key in result.metrics}:
         pairs = [
@@ -230,4 +231,8 @@ def combined(results: Sequence[TrainResult], model_tokens_M: Sequence[int]) -> T
             metrics[key] = sum(v * t for v, t in pairs) / tokens
         else:
             metrics[key] = sum(v for v, _ in pairs) / len(pairs)
-    return TrainResult(loss=sum(result.loss for result in results), metrics=metrics)
+    learner_M = [result.learner_logprobs_D for result in results]
+    learner_D = None
+    if all(learner is not None for learner in learner_M):
+        learner_D = tuple(lp_T for learner in learner_M for lp_T in learner or ())
+    return TrainResult(sum(result.loss for result in results), metrics, learner_D)

@@ -294,10 +294,10 @@ class FakeMintServer:
         datums_D = [self._datum(i, d) for i, d in enumerate(data)]
         model = self.model
         try:
-            metrics = model.forward_backward(datums_D, loss)
+            metrics, learner_D = model.forward_backward(datums_D, loss)
         except BackendError as exc:
             raise refused(str(exc)) from None
-        outputs = [{"logprobs": types.TensorData(model.logprobs(d), "float32")} for d in datums_D]
+        outputs = [{"logprobs": types.TensorData(lp_T, "float32")} for lp_T in learner_D]
         # The service reports the loss; a clip fraction the client works out from the outputs.
         return types.ForwardBackwardOutput(
             "ArrayRecord", outputs, {"loss:sum": metrics["loss:sum"]}

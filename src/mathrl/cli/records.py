@@ -27,6 +27,13 @@ A step's record in metrics.jsonl (`step_record`):
     kl                        with kl_coef: the mean over the model's tokens of every group
                               of sampler minus base-model logprob, an estimate of
                               KL(policy || base)
+    approx_kl                 how far the learner's logprobs of the model's tokens trained on
+                              were from the sampler's: the mean of (r - 1) - log r, log r the
+                              learner's minus the sampler's logprob (CleanRL's approx_kl); 0
+                              on-policy at temperature 1; null when nothing trained or the
+                              backend gave no learner logprobs
+    entropy                   the sampler's entropy per token, estimated from every token the
+                              step sampled: the mean of -(the sampler's logprob)
     seconds, sampling_seconds, wall time since the previous step ended; of this step's
       training_seconds        sampling; from submitting its training to its result
     sampler_path              the checkpoint this step's samples were drawn from
@@ -98,6 +105,8 @@ def step_record(m: StepMetrics) -> dict[str, Any]:
         "truncated": m.truncated,
         "mean_abs_advantage": m.mean_abs_advantage,
         "kl": m.kl,
+        "approx_kl": m.approx_kl,
+        "entropy": m.entropy,
         **metric_keys(m.metrics),
     }
 

@@ -259,11 +259,12 @@ class MintBackend:
             if "loss:sum" not in output.metrics:
                 raise BackendError(f"forward_backward reported no loss:sum (got {output.metrics})")
             metrics = {**output.metrics, **(optim.metrics or {})}
+            learner_D = learner_logprobs(datums_D, output)
             if loss.clips and "clipped:frac" not in metrics:  # the service's own, if it says
-                share = clipped_fraction(loss, datums_D, output)
+                share = clipped_fraction(loss, datums_D, learner_D)
                 if share is not None:
                     metrics["clipped:frac"] = share
-            return TrainResult(loss=output.metrics["loss:sum"], metrics=metrics)
+            return TrainResult(output.metrics["loss:sum"], metrics, learner_D)
 
         return _Later(both)
 
@@ -304,21 +305,36 @@ class MintBackend:
         return MintSampler(client, self._tokenizer, self._secret, self._past_tokenizer)
 
 
-def clipped_fraction(
-    loss: Loss, datums_D: Sequence[Datum], output: types.ForwardBackwardOutput
-) -> float | None:
-    """The share of the model's tokens (the datums' masks) whose ratio `loss` clipped, from
-    the learner's logprobs forward_backward returns (`loss_fn_outputs[i]["logprobs"]`);
-    None if it returned none."""
+def learner_logprobs(
+    datums_D: Sequence[Datum], output: types.ForwardBackwardOutput
+) -> tuple[tuple[float, ...], ...] | None:
+    """The learner's logprob of each datum's target tokens, as forward_backward returns them
+    (`loss_fn_outputs[i]["logprobs"]`); None unless it returned one per target token of
+    every datum."""
     if len(output.loss_fn_outputs) != len(datums_D):
         return None
-    clipped = scored = 0
+    learner_D = []
     for datum, outputs in zip(datums_D, output.loss_fn_outputs, strict=True):
         tensor = outputs.get("logprobs")
         if tensor is None:
             return None
-        lp_T = tensor.tolist()
-        for lp, q, a, mine in zip(lp_T, datum.logprobs, datum.advantages, datum.mask, strict=False):
+        lp_T = tuple(float(lp) for lp in tensor.tolist())
+        if len(lp_T) != len(datum.target_tokens):
+            return None
+        learner_D.append(lp_T)
+    return tuple(learner_D)
+
+
+def clipped_fraction(
+    loss: Loss, datums_D: Sequence[Datum], learner_D: Sequence[Sequence[float]] | None
+) -> float | None:
+    """The share of the model's tokens (the datums' masks) whose ratio `loss` clipped, from
+    the learner's logprobs (`learner_logprobs`); None without them."""
+    if learner_D is None:
+        return None
+    clipped = scored = 0
+    for datum, lp_T in zip(datums_D, learner_D, strict=True):
+        for lp, q, a, mine in zip(lp_T, datum.logprobs, datum.advantages, datum.mask, strict=True):
             if mine:
                 scored += 1
                 clipped += token_loss(loss, lp, q, a).clipped

@@ -20,7 +20,9 @@ The rules, each named as a failure names it:
   sampled with (within 1e-3: the KL penalty's base logprobs come this way);
 - `replay`: a retried request (same sampler, prompt and seed) draws the same;
 - `in flight`: a step's requests can all be in flight at once;
-- `train`: forward_backward + optim_step returns a finite loss, and a save
+- `train`: forward_backward + optim_step returns a finite loss (and, if it
+  gives the learner's logprobs, one per target token, the sampler's within
+  1e-3 on the model's tokens: the datums are on-policy), and a save
   submitted right behind it lands after it, at a new path;
 - `pinned`: a sampler keeps the weights it was opened on, whatever trains;
 - `optimizer step`: training moves the weights (the loss of the same datums
@@ -136,6 +138,17 @@ async def _check(backend: Backend) -> None:
     result = await training
     path1 = await saving
     _rule("train", math.isfinite(result.loss), f"the loss is {result.loss}")
+    learner_D = result.learner_logprobs_D
+    if learner_D is not None:  # on-policy at temperature 1: the learner scores as it sampled
+        _rule("train", len(learner_D) == len(datums_D), "not one list of learner logprobs each")
+        for datum, lp_T in zip(datums_D, learner_D, strict=False):
+            _rule("train", len(lp_T) == len(datum.target_tokens), "not one learner logprob each")
+            close = all(
+                math.isclose(lp, q, rel_tol=1e-3, abs_tol=1e-3)
+                for lp, q, mine in zip(lp_T, datum.logprobs, datum.mask, strict=True)
+                if mine
+            )
+            _rule("train", close, f"the learner's logprobs {lp_T} are not the sampler's")
     _rule("train", path1 != path0, "the save after training kept the old path")
     pinned = await (await backend.create_sampler(path0)).sample(prompt_T, 4, params)
     _rule("pinned", pinned == completions_G, "a sampler of the old weights sampled the new")
