@@ -219,7 +219,3 @@ def test_resolves_tells_a_missing_name() -> None:
     assert resolves("mathrl.pairwise.win_rates")
     assert not resolves("mathrl.pairwise.no_such_function")
     assert not resolves("mathrl.no_such_module")
-
-
-def test_the_readme_names_no_shared_notes() -> None:
-    assert "../shared" not in README

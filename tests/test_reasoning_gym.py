@@ -420,15 +420,29 @@ def test_the_same_problems_in_every_process() -> None:
 
 
 @settings(max_examples=examples(25, 100))  # each scores in a child process
-@given(strategies.tagged_text, st.sampled_from(["stop", "end_of_turn", "length"]))
-def test_rewards_are_two_finite_parts_in_range(text: str, ended: Any) -> None:
-    library()
+@given(
+    st.one_of(strategies.tagged_text, st.integers(-50, 500).map(str).map(in_asked_form)),
+    st.sampled_from(["stop", "end_of_turn", "length"]),
+)
+def test_the_score_is_the_datasets_own_score_of_the_answer_given(text: str, ended: Any) -> None:
+    # reasoning-gym's own score_answer, asked here in this process, is the reward's score,
+    # clipped to [0, 1]; an answer not given (no closed tags, or cut off) scores 0 and no
+    # format, one given any way earns the format's 0.1.
+    lib = library()
     rg = _chain_sum()
     problem = rg.build_dataset(0, 1, 1)[0]
     reward = rg.compute_reward(Response(text, ended), problem)
-    assert set(reward) == {"score", "format"}
-    assert 0.0 <= reward["score"] <= 1.0
-    assert reward["format"] in (0.0, FORMAT)
+    answer = None if ended == "length" else final_answer(text)
+    assert problem.answer is not None
+    if answer is None or len(answer) > answers.answer_limit(problem.answer):
+        assert reward == {"score": 0.0, "format": 0.0}
+        return
+    scorer = lib.create_dataset("chain_sum", seed=0, size=1)
+    own = scorer.score_answer(answer=answer, entry=problem.entry)
+    clipped = min(max(float(own), 0.0), 1.0) if own is not None else 0.0
+    if answers.has_lookalike_digits(answer):  # digits of another script: not an answer
+        clipped = 0.0
+    assert reward == {"score": clipped, "format": FORMAT}
 
 
 def test_rewards_worked_examples() -> None:
