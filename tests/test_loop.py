@@ -24,7 +24,7 @@ from mathrl.rollout import Rollout, request_seed, run_problems, sample_params
 from mathrl.step import StepOutcome, grpo_step, sample_and_score, train_and_save
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl_fakes import FakeBackend, RecordingBackend
-from observing import Everything
+from observing import SHORT, Everything, moves_toward_its_references
 from test_rollout import ChatAddition
 from test_task_failures import Masked
 from virtual_clock import INLINE, run_virtual
@@ -52,8 +52,12 @@ def test_constant_rewards_give_no_datums_and_no_training(fake_backend_factory: F
     assert result.saved_path.endswith(checkpoint_name(task, TrainConfig(), 0) + ".json")
 
 
-# Seeds 1 and 2: two more 20-step learning runs, in the slow suite.
-@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2))])
+def test_a_short_run_at_the_cli_defaults_moves_toward_the_references(tmp_path: Path) -> None:
+    moves_toward_its_references(MathAdapter(), tmp_path, replace(SHORT, batch=10))
+
+
+@pytest.mark.slow  # 20-step learning runs; the fast suite's representative is above
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_run_learns_at_the_cli_defaults(fake_backend_factory: FakeFactory, seed: int) -> None:
     config = TrainConfig(steps=20, seed=seed)
     result = run_grpo(fake_backend_factory(seed=seed), MathAdapter(), config)

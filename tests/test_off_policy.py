@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from mathrl.resolved import as_task
 from mathrl.rollout import request_seed
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import CallRecord, FakeBackend, RecordingBackend
+from observing import SHORT, moves_toward_its_references
 from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
@@ -40,8 +43,12 @@ def accuracies(result: RunResult) -> list[float]:
 # -- learning ----------------------------------------------------------------------
 
 
-# Seeds 1 and 2: four more 20-step runs, in the slow suite.
-@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2))])
+def test_a_short_off_policy_run_moves_toward_the_references(tmp_path: Path) -> None:
+    moves_toward_its_references(MathAdapter(), tmp_path, replace(SHORT, max_steps_off_policy=1))
+
+
+@pytest.mark.slow  # 20-step learning runs; the fast suite's representative is above
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_off_policy_learns_and_ends_near_on_policy(
     fake_backend_factory: FakeFactory, seed: int
 ) -> None:

@@ -47,7 +47,7 @@ def test_run_grpo_trains_on_the_datums_of_the_one_file(
     tmp_path: Path, name: str, seed: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     task = load_task(name, task_args=BUILT_IN_ARGS.get(name))
-    config = TrainConfig(steps=4, seed=seed, eval_every=2)  # (evaluations change nothing)
+    config = TrainConfig(steps=4, seed=seed, eval_every=2, eval_problems=10)  # (change nothing)
 
     def backend(folder: str) -> RecordingBackend:
         fake = FakeBackend.for_run(

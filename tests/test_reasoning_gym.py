@@ -55,6 +55,7 @@ from mathrl.tasks.reasoning_gym.settings import (
 from mathrl.tasks.reasoning_gym.task import DrawError, Item, is_heldout
 from mathrl.testing import check_adapter
 from mathrl_fakes import ByteTokenizer
+from observing import moves_toward_its_references
 
 LEARNED = ("basic_arithmetic", "chain_sum", "leg_counting", "word_sorting", "gsm_symbolic")
 """Five datasets the issue names: each passes check_adapter and learns on the fake."""
@@ -295,12 +296,11 @@ def test_importing_and_listing_tasks_does_not_import_the_library() -> None:
 
 
 QUICK = "chain_sum"
-"""The one of LEARNED whose learning run is in the fast suite (the others' take longer)."""
+"""The one of LEARNED whose short run is in the fast suite, for the five learning runs."""
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[] if n == QUICK else [pytest.mark.slow]) for n in LEARNED]
-)
+@pytest.mark.slow  # 20-step learning runs; the fast suite's representatives are below
+@pytest.mark.parametrize("name", LEARNED)
 def test_five_datasets_pass_the_contract_and_learn_on_the_fake(name: str) -> None:
     library()
     # Raises on any violation, the 20-step learning run's included; the summary names the
@@ -308,11 +308,16 @@ def test_five_datasets_pass_the_contract_and_learn_on_the_fake(name: str) -> Non
     checks_passed(ReasoningGym(dataset=name), learns=True)
 
 
-@pytest.mark.parametrize("name", [n for n in LEARNED if n != QUICK])
-def test_the_others_pass_the_contract_in_the_fast_suite(name: str) -> None:
+@pytest.mark.parametrize("name", LEARNED)
+def test_the_five_pass_the_contract_in_the_fast_suite(name: str) -> None:
     library()
     # Within this process: test_new_interpreter draws a dataset in another.
     check_adapter(ReasoningGym(dataset=name), across_processes=False)
+
+
+def test_a_short_run_of_one_moves_toward_its_references(tmp_path: Path) -> None:
+    library()
+    moves_toward_its_references(ReasoningGym(dataset=QUICK), tmp_path)
 
 
 def test_default_options_are_none_and_given_ones_are_recorded() -> None:

@@ -23,6 +23,7 @@ from mathrl.rollout import run_problems
 from mathrl.testing import check_adapter
 from mathrl_fakes import FakeBackend
 from mathrl_fakes.policy import ByteTokenizer
+from observing import moves_toward_its_references
 
 BYTES = ByteTokenizer()
 
@@ -34,6 +35,11 @@ def test_the_game_passes_check_adapter_with_no_warning(game: SecretGame) -> None
     assert re.fullmatch(rf"task '{game.name}' \({identity}\) passed \d+ checks", summary), summary
 
 
+def test_a_short_game_moves_toward_its_references(tmp_path: Path) -> None:
+    moves_toward_its_references(SecretGame(), tmp_path)
+
+
+@pytest.mark.slow  # a 20-step learning run; the fast suite's representative is above
 def test_the_game_learns_on_the_fake(tmp_path: Path) -> None:
     game = SecretGame()
     config = TrainConfig(steps=20, batch=8, group=4, eval_every=10, eval_problems=16)
