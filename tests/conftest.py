@@ -74,6 +74,17 @@ def examples(fast: int, thorough: int) -> int:
     return thorough if THOROUGH else fast
 
 
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    # Mutation testing (`nox -s mutants`): mutmut runs this suite in its own process, the
+    # mutant under test named in MUTANT_UNDER_TEST and in its memory. While it records which
+    # tests reach which functions ("stats"), an interpreter a test starts (check-adapter's
+    # PYTHONHASHSEED check, a `python -m mathrl`) would inherit the name and try to record
+    # too, reading mutmut's configuration from its own working folder, where there is none:
+    # it fails. Its hits could not reach mutmut anyway, so that phase keeps the name in
+    # mutmut's memory alone; a mutant's own run passes it on, so a child runs the mutant too.
+    del os.environ["MUTANT_UNDER_TEST"]
+
+
 REQUIRE_EXTRAS = os.environ.get("MATHRL_REQUIRE_EXTRAS") == "1"
 """Set by nox, which installs every extra: there a test that needs one always runs, and fails
 if the extra is missing, so CI never passes by skipping it."""

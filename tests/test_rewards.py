@@ -4,20 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import math
+import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import mathrl
 import strategies as st_
+from doubles.secret_game import Game, SecretGame
 from mathrl.adapter import Response, Reward
+from mathrl.config import TrainConfig
+from mathrl.loop import run_grpo_async
 from mathrl.resolved import as_task
-from mathrl.rewards import TaskError, group_rewards, response_of, reward_total, rewards_alone
+from mathrl.rewards import TaskError, group_rewards, response_of, reward_total, rewards_of
+from mathrl.rollout import run_problems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.text import elided
-from mathrl_fakes import ByteTokenizer
+from mathrl.workers import Workers
+from mathrl_fakes import ByteTokenizer, FakeBackend
 
 TOK = ByteTokenizer()
 EOS = TOK.eos_token_id
@@ -107,11 +115,11 @@ def scores(
     adapter: MathAdapter, problem: AdditionProblem, responses: Sequence[Response]
 ) -> list[tuple[float, dict[str, float]]]:
     """A group's (total, parts) as `Player` asks for them: the group at once from a task that
-    scores groups (`group_rewards`), else one `compute_reward` a response (`rewards_alone`)."""
+    scores groups (`group_rewards`), else one `compute_reward` a response (`rewards_of`)."""
     task = as_task(adapter)
     if task.rewards_groups:
         return asyncio.run(group_rewards(task, problem, responses, right_here, None))
-    return rewards_alone(task, problem, responses)
+    return rewards_of(task, problem, responses)
 
 
 class Counting(MathAdapter):
@@ -129,7 +137,7 @@ def test_identical_responses_are_scored_once_and_parts_are_summed() -> None:
     adapter = Counting()
     problem = AdditionProblem(40, 2)
     same = [Response(" 42\n", "stop", "\n")] * 3
-    scored = rewards_alone(as_task(adapter), problem, [*same, Response(" 4", "length")])
+    scored = rewards_of(as_task(adapter), problem, [*same, Response(" 4", "length")])
     assert scored == [(1.0, {}), (1.0, {}), (1.0, {}), (0.0, {})]
     assert adapter.calls == 2
 
@@ -145,7 +153,7 @@ def test_a_reward_in_parts_trains_on_their_sum() -> None:
     problem = AdditionProblem(40, 2)
     responses = [Response(" 42\n", "stop", "\n"), Response(" 7\n", "stop", "\n")]
     # 1.0 + 0.25 and 0.0 + 0.25
-    assert rewards_alone(as_task(Parts()), problem, responses) == [
+    assert rewards_of(as_task(Parts()), problem, responses) == [
         (1.25, {"correct": 1.0, "format": 0.25}),
         (0.25, {"correct": 0.0, "format": 0.25}),
     ]
@@ -281,7 +289,7 @@ def test_a_reward_that_raises_on_unprintable_bytes_shows_them_once_escaped_and_c
     # decoded), control characters, and more of them than a line should hold.
     completion = Response("\ufffdx\xad\ufffd\x00\x1b[2J" + "\ufffd" * 100, "length")
     with pytest.raises(TaskError) as excinfo:
-        rewards_alone(as_task(Raising()), AdditionProblem(40, 2), [completion])
+        rewards_of(as_task(Raising()), AdditionProblem(40, 2), [completion])
     line = str(excinfo.value)
     assert line == (
         "task 'addition' failed: compute_reward raised ValueError: invalid literal for int() "
@@ -299,3 +307,80 @@ def test_elided_leaves_no_quoted_copy_of_the_input(text: str) -> None:
     if text:
         assert repr(text) not in elided(message, text)
     assert elided(message, 42) == message  # only text is looked for
+
+
+# -- the path from a turn to the task ----------------------------------------------------
+
+
+MATHRL = str(Path(mathrl.__file__).parent)
+
+
+def frames_between(stack: list[traceback.FrameSummary], start: str) -> list[str]:
+    """The mathrl frames after the last frame named `start` (the episode's turn, or the worker
+    thread's start, `run`) and before the task's own frame, the last: `file:function` each."""
+    (at,) = [i for i, f in enumerate(stack) if f.name == start][-1:]
+    return [
+        f"{Path(f.filename).stem}:{f.name}"
+        for f in stack[at + 1 : -1]
+        if f.filename.startswith(MATHRL)
+    ]
+
+
+class Traced(MathAdapter):
+    """Addition that keeps the stack each of its rewards and metrics is computed under."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[str, list[traceback.FrameSummary]] = {}
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        self.stacks.setdefault("compute_reward", traceback.extract_stack())
+        return super().compute_reward(completion, problem)
+
+    def metrics(self, completion: Response, problem: AdditionProblem) -> dict[str, float]:
+        self.stacks.setdefault("metrics", traceback.extract_stack())
+        return {"tokens": completion.tokens}
+
+
+class TracedGame(SecretGame):
+    """The secret game, keeping the stack its end reward is computed under."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[str, list[traceback.FrameSummary]] = {}
+
+    def compute_reward(self, completion: Response, problem: Game) -> float:
+        self.stacks.setdefault("compute_reward", traceback.extract_stack())
+        return super().compute_reward(completion, problem)
+
+
+@pytest.mark.parametrize("pool", ["threads", "inline"])
+def test_from_the_turn_to_the_task_is_a_few_calls(tmp_path: Path, pool: str) -> None:
+    # A traceback taken inside compute_reward (and metrics) during a fake run: at most 4 of
+    # mathrl's frames between the worker thread's start (with a pool of threads) or the
+    # episode's turn (a pool of none, the calls on the event loop) and the task.
+    task = Traced()
+    config = TrainConfig(steps=1, batch=2, group=2)
+    backend = FakeBackend.for_run(task, run_problems(task, config), checkpoint_dir=tmp_path)
+    workers = Workers(0) if pool == "inline" else Workers()
+    with workers:
+        asyncio.run(run_grpo_async(backend, task, config, workers=workers))
+    for method, caller in (("compute_reward", "rewards_of"), ("metrics", "metrics_of")):
+        stack = task.stacks[method]
+        assert stack[-1].name == method
+        if pool == "threads":
+            between = frames_between(stack, "run")  # threading.Thread.run: the thread's start
+            assert between == ["workers:_work", "workers:_one", f"rewards:{caller}"]
+        else:
+            between = frames_between(stack, "_one_turn")
+            assert between == ["episodes:_work", "workers:run", f"rewards:{caller}"]
+        assert len(between) <= 4
+
+
+def test_from_a_worker_threads_start_to_an_episodes_end_reward_is_a_few_calls(
+    tmp_path: Path,
+) -> None:
+    game = TracedGame()
+    config = TrainConfig(steps=1, batch=2, group=2)
+    backend = FakeBackend.for_run(game, run_problems(game, config), checkpoint_dir=tmp_path)
+    asyncio.run(run_grpo_async(backend, game, config))
+    between = frames_between(game.stacks["compute_reward"], "run")
+    assert between == ["workers:_work", "workers:_one", "episodes:<lambda>", "rewards:rewards_of"]
