@@ -18,6 +18,7 @@ from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Turn
 from mathrl.grpo import (
     LOG_RATIO_CAP,
+    _sample_std,
     anchored,
     approx_kl,
     build_datum,
@@ -362,6 +363,18 @@ def test_worked_example_of_minibatches() -> None:
     assert [len(run) for run in minibatches(datums, 3)] == [3, 2, 2]
     with pytest.raises(ValueError, match="count must be at least 1"):
         minibatches(datums, 0)
+    assert minibatches([], 3) == []  # no datums: no minibatch
+    assert minibatches(datums[:1], 3) == [datums[:1]]  # one datum: one minibatch of it
+
+
+def test_the_standard_deviation_worked_examples() -> None:
+    # [1, 2, 3]: mean 2, squares 1 + 0 + 1 = 2, over n - 1 = 2: 1.
+    assert _sample_std([1.0, 2.0, 3.0]) == 1.0
+    # One value has none; a constant group's is exactly 0, where the arithmetic would leave
+    # a trace (0.9 / 3 three times adds up to 0.8999999999999999).
+    assert _sample_std([5.0]) == 0.0
+    assert _sample_std([0.9, 0.9, 0.9]) == 0.0
+    assert _sample_std([]) == 0.0
 
 
 # --- the KL penalty, on the mask -------------------------------------------------------------
@@ -405,6 +418,33 @@ def test_worked_example_of_the_kl_penalty() -> None:
         kl_penalized([datum], [[-1.0]], 0.2)
     with pytest.raises(ValueError, match="one list of base logprobs per datum"):
         kl_penalized([datum], [], 0.2)
+    # coef 1: 1 + (0.25 - 0.5) = 0.75 and 1 + (0.25 - 0.0) = 1.25.
+    [whole], _ = kl_penalized([datum], [[-3.0, -1.0, -1.0]], 1.0)
+    assert whole.advantages == pytest.approx((0.0, 0.75, 1.25))
+    # coef 0: the datums as they are, and the estimate all the same.
+    assert kl_penalized([datum], [[-3.0, -1.0, -1.0]], 0.0) == ([datum], 0.25)
+    # No datum: nothing to shape, and an estimate of 0.
+    assert kl_penalized([], [], 0.2) == ([], 0.0)
+
+
+def test_a_datum_whose_fields_disagree_in_length_is_refused_not_cut_short() -> None:
+    # The mask, the sampler's logprobs or the advantages one short of the target tokens: a
+    # zip that stopped at the shortest would shape, anchor or compare the rest silently.
+    datum = build_datum([1, 2], [3, 4], [-0.5, -1.0], 1.0)
+    assert datum is not None
+    other = [-1.0, -1.0, -1.0]  # one per target token
+    for short in (
+        replace(datum, mask=datum.mask[:-1]),
+        replace(datum, logprobs=datum.logprobs[:-1]),
+        replace(datum, advantages=datum.advantages[:-1]),
+    ):
+        with pytest.raises(ValueError, match="zip"):
+            kl_penalized([short], [other], 0.2)
+        if short.advantages == datum.advantages:
+            with pytest.raises(ValueError, match="zip"):
+                anchored([short], [other])
+            with pytest.raises(ValueError, match="zip"):
+                approx_kl([short], [other])
 
 
 def test_a_certain_token_of_a_member_at_its_groups_mean_is_still_the_models() -> None:

@@ -246,7 +246,9 @@ def minibatches(datums_D: Sequence[Datum], count: int) -> list[list[Datum]]:
     if count < 1:
         raise ValueError(f"count must be at least 1 (got {count})")
     k = min(count, len(datums_D))
-    size, extra = divmod(len(datums_D), k) if k else (0, 0)
+    if k == 0:
+        return []
+    size, extra = divmod(len(datums_D), k)
     out, start = [], 0
     for i in range(k):
         end = start + size + (i < extra)
