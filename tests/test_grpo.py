@@ -437,10 +437,12 @@ def test_a_datum_whose_fields_disagree_in_length_is_refused_not_cut_short() -> N
         replace(datum, mask=datum.mask[:-1]),
         replace(datum, logprobs=datum.logprobs[:-1]),
         replace(datum, advantages=datum.advantages[:-1]),
+        replace(datum, mask=datum.mask[:-1], advantages=datum.advantages[:-1]),
+        replace(datum, logprobs=datum.logprobs[:-1], advantages=datum.advantages[:-1]),
     ):
         with pytest.raises(ValueError, match="zip"):
             kl_penalized([short], [other], 0.2)
-        if short.advantages == datum.advantages:
+        if len(short.advantages) == len(datum.advantages):
             with pytest.raises(ValueError, match="zip"):
                 anchored([short], [other])
             with pytest.raises(ValueError, match="zip"):

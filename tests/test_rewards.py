@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -318,12 +319,15 @@ MATHRL = str(Path(mathrl.__file__).parent)
 def frames_between(stack: list[traceback.FrameSummary], start: str) -> list[str]:
     """The mathrl frames after the last frame named `start` (the episode's turn, or the worker
     thread's start, `run`) and before the task's own frame, the last: `file:function` each."""
-    (at,) = [i for i, f in enumerate(stack) if f.name == start][-1:]
-    return [
-        f"{Path(f.filename).stem}:{f.name}"
-        for f in stack[at + 1 : -1]
-        if f.filename.startswith(MATHRL)
-    ]
+    named = [(f, MUTATED.sub("", f.name)) for f in stack]
+    (at,) = [i for i, (_, name) in enumerate(named) if name == start][-1:]
+    ours = [(f, name) for f, name in named[at + 1 : -1] if f.filename.startswith(MATHRL)]
+    return [f"{Path(f.filename).stem}:{name}" for f, name in ours]
+
+
+MUTATED = re.compile(r"^x(ǁ[^ǁ]+ǁ|_)|__mutmut_\w+$")
+"""What mutmut adds to a function's name in the copy it mutates (`x_rewards_of__mutmut_orig`
+for `rewards_of`, under a trampoline of its own): under `nox -s mutants`, the same frames."""
 
 
 class Traced(MathAdapter):
