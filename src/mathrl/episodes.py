@@ -234,10 +234,9 @@ class Player(Generic[P]):
         if self.task.rewards_groups:
             ends = await self._group_rewards(problem, finals)
         else:
+            alone = partial(rewards_of, self.task, problem, finals)
             calls = len({response_key(r) for r in finals})  # each may take the timeout
-            ends = await self._work(
-                "compute_reward", finals, partial(rewards_of, self.task, problem, finals), calls
-            )
+            ends = await self._work("compute_reward", finals, alone, calls)
         metrics_G: list[dict[str, float]] = [{} for _ in finals]
         if self.task.metrics is not None:
             reported = partial(metrics_of, self.task, problem, finals)
