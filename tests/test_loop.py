@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -21,8 +22,9 @@ from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
 from mathrl.rollout import Rollout, request_seed, run_problems, sample_params
-from mathrl.step import StepOutcome, grpo_step, sample_and_score, train_and_save
+from mathrl.step import StepOutcome, Update, grpo_step, sample_and_score, train_and_save
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl.workers import Workers
 from mathrl_fakes import FakeBackend, RecordingBackend
 from observing import SHORT, Everything, moves_toward_its_references
 from test_rollout import ChatAddition
@@ -204,7 +206,7 @@ def test_a_step_with_a_kl_penalty_refuses_to_run_without_the_base_model(
         path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
         return await grpo_step(backend, await backend.create_sampler(path), task, config, 1)
 
-    with pytest.raises(ValueError, match=r"kl_coef > 0 needs the base model's sampler"):
+    with pytest.raises(ValueError, match=r"^kl_coef > 0 needs the base model's sampler \(base=\)$"):
         asyncio.run(go())
     assert backend.log.kinds() == ["save_weights_for_sampler", "create_sampler"]  # none sampled
 
@@ -357,3 +359,55 @@ def test_a_run_reports_each_steps_phases_and_sampling_progress(
     for step in (1, 2, 3):
         assert [(n, total) for s, n, total in observer.sampled if s == step] == [(3, 6), (6, 6)]
     assert len(observer.sampled) == 6
+
+
+def test_train_and_save_asks_the_base_model_only_with_a_kl_penalty(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    # Given the base model's sampler but no kl_coef: no logprobs asked, no KL reported.
+    backend = fake_backend_factory()
+    task, config = as_task(MathAdapter()), TrainConfig()
+
+    async def go() -> tuple[Update, Update, Update]:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        sampler = await backend.create_sampler(path)
+        batch = await sample_and_score(backend.tokenizer, sampler, task, config, 1)
+        assert batch.datums_D
+        update = await train_and_save(backend, task, config, 1, batch.datums_D, sampler, sampler)
+        await update.training  # type: ignore[misc]
+        empty = await train_and_save(backend, task, config, 2, [], sampler, sampler)
+        penalized = await train_and_save(
+            backend, task, replace(config, kl_coef=0.1), 3, batch.datums_D, sampler, sampler
+        )
+        await penalized.training  # type: ignore[misc]
+        return update, empty, penalized
+
+    update, empty, penalized = asyncio.run(go())
+    assert update.kl is None
+    assert (empty.datums_D, empty.training, empty.saving, empty.kl) == ([], None, None, None)
+    assert penalized.kl is not None
+    # The base model's logprobs: asked once per datum, by the step with the penalty alone.
+    assert backend.log.count("compute_logprobs") == len(penalized.datums_D)
+
+
+def test_grpo_step_runs_the_tasks_work_in_the_pool_it_is_given(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    # A pool of none: every reward on the event loop's own thread, none in another's.
+    threads: set[str] = set()
+
+    class Where(MathAdapter):
+        def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+            threads.add(threading.current_thread().name)
+            return super().compute_reward(completion, problem)
+
+    backend = fake_backend_factory()
+    task, config = as_task(Where()), TrainConfig()
+
+    async def go() -> StepOutcome:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        sampler = await backend.create_sampler(path)
+        return await grpo_step(backend, sampler, task, config, 1, workers=Workers(0))
+
+    asyncio.run(go())
+    assert threads == {threading.current_thread().name}

@@ -150,17 +150,18 @@ def test_run_grpo_trains_each_algorithm_as_the_one_file(
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(("fill_batch", "kl_coef"), [(False, 0.0), (True, 0.0), (False, 0.1)])
+@pytest.mark.parametrize(
+    "setting",
+    [{}, {"fill_batch": True}, {"kl_coef": 0.1}, {"loss": "dro", "scale_rewards": "group"}],
+)
 def test_grpo_step_is_the_one_files_step(
     fake_backend_factory: FakeFactory,
     seed: int,
-    fill_batch: bool,
-    kl_coef: float,
+    setting: dict[str, Any],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    config = TrainConfig(
-        steps=4, seed=seed, batch=8, group=4, fill_batch=fill_batch, kl_coef=kl_coef
-    )
+    config = TrainConfig(steps=4, seed=seed, batch=8, group=4, **setting)
+    fill_batch, kl_coef = config.fill_batch, config.kl_coef
     task = as_task(MathAdapter())
 
     async def by_grpo_step(backend: FakeBackend) -> list[list[Datum]]:

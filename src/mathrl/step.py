@@ -149,10 +149,9 @@ async def train_and_save(
     """
     if config.loss_fn.every_position and policy is None:
         raise ValueError(f"the {config.loss_fn.name} loss needs the trained weights' sampler")
-    kl = None
     clock = asyncio.get_running_loop().time
     if not datums_D:
-        return Update([], None, None, kl, clock())
+        return Update([], None, None, None, clock())
     # 4. The logprobs of the sampled tokens the step needs besides the sampler's, in one round
     #    trip: the base model's with kl_coef > 0, the trained weights' own with DRO.
     base_D, policy_D = await asyncio.gather(
@@ -161,6 +160,7 @@ async def train_and_save(
     )
     # 5. With kl_coef > 0, each of the model's tokens' advantage moves by the KL penalty
     #    against the base model.
+    kl = None
     if base_D is not None:
         datums_D, kl = kl_penalized(datums_D, base_D, config.kl_coef)
     # 6. DRO's penalty acts on every position: off the mask, q becomes the trained policy's
