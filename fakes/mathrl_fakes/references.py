@@ -128,10 +128,15 @@ class Known(Generic[P]):
     def _replays(
         self, problem: P, said: tuple[Response, ...], replies: tuple[tuple[Tokens, Tokens], ...]
     ) -> bool:
-        """Whether `problem`'s environment gives `replies` to the turns `said`."""
-        feedback = self.task.feedback
-        assert feedback is not None  # an episode of several turns has feedback
+        """Whether `problem`'s environment gives `replies` to the turns `said`. A turn that
+        calls a tool says nothing: its reply is the tools', which the fake does not run (they
+        may run code, as the code task's environment does)."""
+        feedback, toolbox = self.task.feedback, self.task.toolbox
         for turn, (wrote_T, reply_T) in enumerate(replies, 1):
+            if toolbox is not None and toolbox.parse(said[turn - 1]):
+                continue
+            if feedback is None:  # a task with tools alone: a turn without calls ends it
+                return False
             try:
                 reply = feedback(problem, said[:turn])
                 if not isinstance(reply, Feedback) or reply.reply is None:
