@@ -160,7 +160,7 @@ def result_text(value: object) -> str | None:
     if value is None:
         return ""
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        return json.dumps(value, ensure_ascii=False)  # inf as Infinity: the model reads it
     except (TypeError, ValueError, RecursionError):
         return None
 

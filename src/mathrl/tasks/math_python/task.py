@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import re
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -42,24 +41,19 @@ INSTRUCTION = (
     "Solve the problem. You may run Python with the python tool, which returns what the "
     "code prints. Then write the final answer in \\boxed{}."
 )
-_STEP = re.compile(r"<<([0-9+\-*/(). ]+)=([^<>\n]*)>>")
-"""A GSM8K calculator step whose left side is plain arithmetic, which Python computes."""
 SECONDS_MARGIN = 10.0
 """What a call's time limit adds to the code's: starting and stopping its sandbox."""
 
 
 def reference_code(problem: MathProblem) -> str:
-    """Code that computes `problem`'s answer: its last calculator step, when that gives the
-    gold answer, else the gold answer printed."""
-    gold = exact_number(problem.answer)
-    steps = _STEP.findall(problem.solution)
-    if steps and gold is not None:
-        expression, value = steps[-1]
-        got = exact_number(value)
-        if got is not None and got.value == gold.value:
-            return f"print({expression.strip()})"
-    if gold is not None and gold.value.denominator == 1:
-        return f"print({gold.value.numerator})"
+    """Code that prints `problem`'s answer, computed (`prompts.calculation`: the last of
+    GSM8K's calculator steps, when it gives the answer), else the answer as written."""
+    worked = prompts.calculation(problem)
+    if worked != problem.answer:  # a calculator step: plain arithmetic
+        return f"print({worked})"
+    number = exact_number(problem.answer)
+    if number is not None and number.value.denominator == 1:
+        return f"print({number.value.numerator})"
     return f"print({problem.answer!r})"
 
 
