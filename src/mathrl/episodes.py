@@ -172,7 +172,8 @@ def message_tokens(
     opening = (
         [] if after_T and after_T[-1] == tokenizer.end_of_turn_id else [tokenizer.end_of_turn_id]
     )
-    return opening + tokenizer.render_reply(messages, task.chat_template_options)
+    one = messages[0] if len(messages) == 1 else messages  # one as one: any tokenizer takes it
+    return opening + tokenizer.render_reply(one, task.chat_template_options)
 
 
 async def all_or_none(awaitables: Sequence[Awaitable[T]]) -> list[T]:

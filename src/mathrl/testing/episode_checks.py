@@ -93,15 +93,17 @@ class EpisodeChecks:
         wrong = self.play(problem, prompt, where, "the wrong episode", RECOVERING_FROM, True)
         if reference is None or recovery is None or wrong is None:
             return
-        why = (
-            "its turns call tools up to the last; the reference's last turn must call none"
-            if reference.calls and reference.calls[-1][0] == self.task.max_turns
-            else "once the episode is won, feedback must end it with Feedback(reply=None)"
+        said = (
+            "feedback gave a reply after each of its {} turns; once the episode is won, "
+            "feedback must end it with Feedback(reply=None)"
+            if self.tools is None
+            else "its turns were answered up to the last of its {} turns (max_turns); the "
+            "reference's answer is a turn without a tool call, which feedback, if the task "
+            "has one, ends with Feedback(reply=None)"
         )
         self.c.expect(
             reference.finished,
-            f"the reference episode of {where} never ends: feedback (or the tools) gave a "
-            f"reply after each of its {self.task.max_turns} turns; {why}",
+            f"the reference episode of {where} never ends: {said.format(self.task.max_turns)}",
             key="never-ends",
         )
         self.reference_calls(reference, where)
