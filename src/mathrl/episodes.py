@@ -66,7 +66,7 @@ from mathrl.rewards import (
     text_tokens,
 )
 from mathrl.text import shown
-from mathrl.tools import FAILED_TOOL_CALLS, TOOL_CALLS, Call, Session, ToolCall
+from mathrl.tools import FAILED_TOOL_CALLS, TOOL_CALLS, Call, Session, ToolCall, refused
 from mathrl.workers import Late, Workers, in_process
 
 P = TypeVar("P")
@@ -292,7 +292,7 @@ class Player(Generic[P]):
         turns: list[Turn] = []
         scores: list[Score] = []
         said_metrics: list[dict[str, float]] = []
-        made, failures = 0, 0  # tool calls answered, and of them with an error
+        made, failures, ran = 0, 0, 0  # tool calls answered, with an error, and run
         if task.toolbox is not None:
             said_metrics.append({TOOL_CALLS: 0.0, FAILED_TOOL_CALLS: 0.0})
         async with self._tools(problem, prompt) as session:
@@ -305,7 +305,7 @@ class Player(Generic[P]):
                 answered: list[ToolCall] = []
                 if session is not None and calls:  # the tools answer; the last turn's, never
                     if turn < task.max_turns:
-                        answered = await self._answer(session, calls, made)
+                        answered, ran = await self._answer(session, calls, ran, response)
                         made += len(answered)
                         failures += sum(c.failed for c in answered)
                         said_metrics.append({TOOL_CALLS: made, FAILED_TOOL_CALLS: failures})
@@ -369,24 +369,28 @@ class Player(Generic[P]):
             raise
         await self._on_thread("tools", problem, session.close)
 
-    async def _answer(self, session: Session, calls: Sequence[Call], made: int) -> list[ToolCall]:
-        """A turn's calls answered in order, after `made` in the episode: each run on a worker
-        thread within the tools' time limit, or refused past a cap."""
+    async def _answer(
+        self, session: Session, calls: Sequence[Call], ran: int, response: Response
+    ) -> tuple[list[ToolCall], int]:
+        """A turn's calls answered in order, after `ran` run in the episode: each run on a
+        worker thread within the tools' time limit, or refused past a cap; and how many have
+        run now. TaskError if a tool finds the machine cannot run it (`Unavailable`)."""
         toolbox = session.toolbox
         answered = []
-        for call, refusal in zip(calls, toolbox.refusals(calls, made), strict=True):
+        for call, refusal in zip(calls, toolbox.refusals(calls, ran), strict=True):
             if refusal is not None:
-                answered.append(
-                    ToolCall(call.name, dict(call.arguments), f"Error: {refusal}", True)
-                )
+                answered.append(refused(call, refusal))
                 continue
+            ran += 1
             try:
                 answered.append(
                     await self.workers.run(partial(session.run, call), 1, toolbox.seconds)
                 )
             except Late:
                 answered.append(toolbox.late(call))
-        return answered
+            except Exception as exc:
+                raise TaskError(self.task, "tools", exc, response) from None
+        return answered, ran
 
     async def _on_thread(self, method: str, given: object, fn: Callable[[], T]) -> T:
         """`fn()` on a worker thread (never in a process: what it makes lives in this one);

@@ -206,7 +206,9 @@ def _episode_lines(
             for call in turn.calls:  # a tool's reply: each call, its arguments, its result
                 arguments = ", ".join(f"{k}={v!r}" for k, v in call.arguments.items())
                 failed = " (failed)" * call.failed
-                lines.append(f"  call: {call.name or '?'}({arguments}) -> {quoted(call.result)}{failed}")
+                lines.append(
+                    f"  call: {call.name or '?'}({arguments}) -> {quoted(call.result)}{failed}"
+                )
             if turn.reply is not None and not turn.calls:
                 lines.append(f"  reply {number}: {quoted(turn.reply)}")
     return lines

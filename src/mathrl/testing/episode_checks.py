@@ -264,7 +264,8 @@ class EpisodeChecks:
                 if turn == self.task.max_turns:  # the last turn's calls are never run
                     break
                 what = f"turn {turn} of {label} of {where}"
-                answered = self.tools.answer(session, made, len(calls), what)
+                ran = sum(not c.result.startswith("Error: not run:") for _, c in calls)
+                answered = self.tools.answer(session, made, ran, what)
                 if answered is None:
                     return None
                 calls += [(turn, a) for a in answered]

@@ -45,6 +45,7 @@ from mathrl.tools.toolbox import (
     Toolbox,
     ToolCall,
     ToolFailed,
+    refused,
     toolbox_of,
 )
 
@@ -68,5 +69,6 @@ __all__ = [
     "Toolbox",
     "checked_arguments",
     "describe",
+    "refused",
     "toolbox_of",
 ]

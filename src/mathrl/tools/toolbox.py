@@ -57,6 +57,11 @@ def failed(call: Call, why: str) -> ToolCall:
     return ToolCall(call.name, dict(call.arguments), f"Error: {why}", True)
 
 
+def refused(call: Call, refusal: str) -> ToolCall:
+    """`call`, not run (past a cap: `Toolbox.refusals`), answered with why."""
+    return failed(call, refusal)
+
+
 @dataclass(frozen=True, slots=True)
 class Toolbox:
     """A task's tools and their settings, resolved (`toolbox_of`)."""
@@ -78,14 +83,14 @@ class Toolbox:
         """The calls a turn wrote, in the task's format."""
         return self.format.parse(text)
 
-    def refusals(self, calls: Sequence[Call], made: int) -> list[str | None]:
-        """For each of a turn's calls, after `made` in the episode: None to run it, or why it
-        is not run (past a cap)."""
+    def refusals(self, calls: Sequence[Call], ran: int) -> list[str | None]:
+        """For each of a turn's calls, after `ran` calls of the episode were run: None to run
+        it, or why it is not run (past a cap; a call refused counts towards none)."""
         out: list[str | None] = []
         for i in range(len(calls)):
             if i >= self.calls_per_turn:
                 out.append(f"not run: at most {self.calls_per_turn} tool calls a turn")
-            elif made + i >= self.calls_per_episode:
+            elif ran + i >= self.calls_per_episode:
                 out.append(f"not run: at most {self.calls_per_episode} tool calls an episode")
             else:
                 out.append(None)
