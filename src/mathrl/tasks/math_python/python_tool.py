@@ -46,10 +46,11 @@ NOTHING = "(the code printed nothing: print what you want to see)"
 
 
 def limits_for(seconds: float, output_chars: int) -> Limits:
-    """A call's sandbox limits: `seconds` of CPU and wall time, and room for the output."""
+    """A call's sandbox limits: `seconds` of CPU time, a second more of wall time (the
+    interpreter's start is in it), and room for the output."""
     return Limits(
         cpu_seconds=max(1, math.ceil(seconds)),
-        wall_seconds=seconds,
+        wall_seconds=seconds + 1.0,
         output_bytes=max(64 * 2**10, 16 * output_chars + 4096),  # escaped as JSON, twice
     )
 

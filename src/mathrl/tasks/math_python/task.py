@@ -104,8 +104,8 @@ class MathPython(MathDatasetAdapter):
             calls_per_turn: tool calls of one turn that are run, 1 to 10 (the rest are
                 answered with an error).
             calls_per_episode: tool calls of one episode that are run, 1 to 20.
-            python_seconds: CPU and wall seconds one call's code may take, above 0, at
-                most 60.
+            python_seconds: CPU seconds one call's code may take (and a second more of
+                wall time), above 0, at most 60.
             output_chars: the most characters of a call's output the model reads back,
                 100 to 10000.
             tool_format: how the model writes calls: hermes (Qwen3) or llama3-json.
