@@ -23,7 +23,9 @@ know what its context shows:
   one problem of the first prompt (a prompt it knows one problem of is taken
   to be that problem, as it always was: the environment of a code task runs
   code, which the fake should not run again); when none replies so, it is
-  told the run's next problems, as for a prompt it does not know.
+  told the run's next problems, as for a prompt it does not know. A turn that
+  calls a tool (a task with tools) says nothing of which problem it is: its
+  reply is the tools', which the fake does not run either.
 
 Which problems share a prompt grows as a run goes (the fake is told each
 step's problems as the run gets there), so where they disagree the reference

@@ -29,13 +29,14 @@ from mathrl.tools import ToolFailed
 
 RUNNER = """
 def run(code, limit):
-    import io, sys, traceback
+    import io, sys
     out = io.StringIO()
     sys.stdout = sys.stderr = out
     error = None
     try:
         exec(compile(code, "<python>", "exec"), {"__name__": "__main__"})
     except BaseException as exc:
+        import traceback  # only now: its imports are a third of a call that succeeds
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:limit]
     text = out.getvalue()
     return [text[:limit], len(text), error]
