@@ -263,3 +263,26 @@ def test_math_python_learns_over_the_mint_sdk(tmp_path: Path) -> None:
 
     accuracy = asyncio.run(train())
     assert statistics.mean(accuracy[15:]) >= statistics.mean(accuracy[:5]) + 0.20
+
+
+def test_a_machine_without_a_layer_stops_the_run_and_what_comes_back_is_read_with_care(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mathrl.adapter import Unavailable
+    from mathrl.tasks.code.sandbox import ALLOW_MISSING_LAYERS, Outcome, SandboxError
+    from mathrl.tasks.math_python import python_tool as module
+
+    def missing(*args: Any) -> Outcome:
+        raise SandboxError("sandbox: no Landlock here", ALLOW_MISSING_LAYERS)
+
+    monkeypatch.setattr(module, "call_function", missing)
+    with pytest.raises(Unavailable, match="no Landlock here") as stopped:
+        PYTHON("print(1)")
+    assert getattr(stopped.value, "allowed_by", None) == ALLOW_MISSING_LAYERS
+    # What comes back is the code's doing too: a result not as the runner returns it.
+    monkeypatch.setattr(module, "call_function", lambda *args: Outcome("ok", ("forged",), ""))
+    with pytest.raises(ToolFailed, match=r"^the code's output could not be read back$"):
+        PYTHON("print(1)")
+    forged = Outcome("ok", ([7, "long", None],), "")
+    monkeypatch.setattr(module, "call_function", lambda *args: forged)
+    assert PYTHON("print(1)") == NOTHING  # text not a str: none; a length not a number: its own

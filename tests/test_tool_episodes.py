@@ -8,7 +8,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -394,3 +394,73 @@ def test_check_adapter_names_what_is_wrong_with_a_tasks_tools() -> None:
     found = violations(Endless())
     assert any("never ends: its turns were answered up to the last of its 4 turns" in v
                for v in found), found  # fmt: skip
+
+
+def choose(
+    kind: Literal["a", "b"], weights: dict[str, float] | None = None, flag: bool = False
+) -> str:
+    """Choose.
+
+    Args:
+        kind: which.
+        weights: how much each.
+        flag: whether.
+    """
+    return f"{kind} {sorted(weights or {})} {flag}"
+
+
+class Refusing:
+    """A format that reads no call at all."""
+
+    name, role = "refusing", "tool"
+
+    def parse(self, text: str) -> list[Any]:
+        return []
+
+    def write(self, calls: Sequence[tuple[str, Any]]) -> str:
+        return "no call"
+
+
+class Unopened(Tally):
+    def __init__(self, problem: int) -> None:
+        raise OSError("no tools today")
+
+
+def needs_a_sandbox(n: int) -> int:
+    """Cannot run here.
+
+    Args:
+        n: a number.
+    """
+    raise Unavailable("sandbox: no Landlock here")
+
+
+def test_check_adapter_calls_each_tool_with_hostile_arguments_of_its_types() -> None:
+    adapter = Calling()
+    adapter.tools = (double, choose)
+    assert checks_passed(adapter) > 100
+    found = violations(with_tools(Unopened))
+    assert any("the tools of an episode of" in v and "raised OSError: no tools today" in v
+               for v in found), found  # fmt: skip
+    found = violations(with_tools((double,), tool_format=Refusing()))
+    assert any("a turn of a tool that does not exist on" in v and "was answered [], not with an "
+               "error" in v for v in found), found  # fmt: skip
+    found = violations(with_tools((needs_a_sandbox,)))
+    assert any("raised Unavailable: sandbox: no Landlock here" in v for v in found), found
+
+
+class Builtin(dict[str, int]):
+    """Tools on a class of C's: made with nothing."""
+
+    def size(self) -> int:
+        """How many."""
+        return len(self)
+
+
+def test_tools_of_a_c_class_are_made_with_nothing() -> None:
+    adapter = Doubling()
+    adapter.tools = Builtin
+    task = as_task(adapter)
+    assert task.toolbox is not None
+    session = task.toolbox.open(5)
+    assert isinstance(session.state, Builtin)

@@ -568,3 +568,44 @@ def test_hermes_calls_round_trip_through_a_qwen3_template(qwen3: Any) -> None:
     assert prompt_T + sampled_T + reply_T == tokenizer._chat(
         [*whole, *results], add_generation_prompt=True, **options
     )
+
+
+def unreadable(x: NoSuchType) -> int:  # type: ignore[name-defined]  # noqa: F821  (the point)
+    """Echo.
+
+    Args:
+        x: a number.
+    """
+    return 0
+
+
+def flags(on: bool, table: dict, pairs: list[int] | dict[str, int]) -> str:  # type: ignore[type-arg]
+    """Flags.
+
+    Args:
+        on: whether.
+        table: anything keyed.
+        pairs: numbers, listed or named.
+    """
+    return ""
+
+
+def test_what_cannot_be_read_is_refused_and_every_type_is_checked() -> None:
+    with pytest.raises(ToolError, match=r"^tool unreadable: its type hints cannot be read"):
+        describe(unreadable)
+    tool = describe(flags)
+    assert tool.schema["function"]["parameters"]["properties"]["pairs"]["anyOf"] == [
+        {"type": "array", "items": {"type": "integer"}},
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+    ]
+    fine = {"on": False, "table": {"k": [1]}, "pairs": {"a": 1}}
+    assert checked_arguments(tool, fine) == fine
+    assert checked_arguments(tool, {**fine, "on": 1}) == (
+        "flags's argument 'on' must be true or false (got 1)"
+    )
+    assert checked_arguments(tool, {**fine, "table": []}) == (
+        "flags's argument 'table' must be an object (got [])"
+    )
+    assert checked_arguments(tool, {**fine, "pairs": "x"}) == (
+        "flags's argument 'pairs' must be a value of one of its types (got 'x')"
+    )
