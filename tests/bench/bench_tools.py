@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import importlib
 import statistics
 import sys
 import time
@@ -73,7 +75,7 @@ def python_ahead(calls: int) -> float:
         for k in range(count):
             taken = warm.taken
             started = time.perf_counter()
-            await pool.run(lambda k=k: tool(CODE.format(k=k)))
+            await pool.run(functools.partial(tool, CODE.format(k=k)))
             times.append(time.perf_counter() - started)
             assert warm.taken == taken + 1, "the call found no sandbox ready"
         return times
@@ -121,7 +123,7 @@ def machinery(calls: int, tokenizer: Any) -> dict[str, float]:
 
 def hf_tokenizer() -> Any:
     """Qwen3's tool template (as the tests write it) on a byte-level tokenizer: no download."""
-    import transformers
+    transformers: Any = importlib.import_module("transformers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     from mathrl.service.hf_tokenizer import HFTokenizer

@@ -15,8 +15,9 @@ so the model sees them as it was trained to. After each of the model's turns, it
 are read in its own format (`formats`: Hermes for Qwen3 by default, `tool_format`); a
 turn that calls a tool is answered with one message a call (of the format's role: `tool`
 for Hermes), whose tokens are the environment's, masked from training like any reply
-(`mathrl.grpo.episode_datum`), and the model takes another turn. A turn without a call ends the episode (or goes to the task's own `feedback`, if it
-has one). The calls of the last turn (`max_turns`) are never run.
+(`mathrl.grpo.episode_datum`), and the model takes another turn. A turn without a call
+ends the episode (or goes to the task's own `feedback`, if it has one). The calls of the
+last turn (`max_turns`) are never run.
 
 Nothing the model writes ends an episode: a call that cannot be read (bad JSON, no name),
 names no tool, gives arguments that do not fit (an unknown or missing name, a wrong type),
