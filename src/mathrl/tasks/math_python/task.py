@@ -30,6 +30,7 @@ from mathrl.adapter import OptionError, Response
 from mathrl.tasks.code.sandbox import check_layers
 from mathrl.tasks.math import prompts
 from mathrl.tasks.math.answers import exact_number
+from mathrl.tasks.math.grading import DEFAULT_TIMEOUT
 from mathrl.tasks.math.problems import MathProblem
 from mathrl.tasks.math.task import DEFAULT_TRAIN, MathDatasetAdapter
 from mathrl.tasks.math.task import _version as math_version
@@ -71,7 +72,7 @@ class MathPython(MathDatasetAdapter):
         instruction: str = INSTRUCTION,
         heldout: float = 0.1,
         grader: str = "math-verify",
-        grading_timeout: float = 5.0,
+        grading_timeout: float = DEFAULT_TIMEOUT,
         max_tokens: int = 512,
         skip_bad_rows: bool = False,
         max_turns: int = TOOL_TURNS,
