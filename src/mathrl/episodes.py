@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import hashlib
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -230,12 +230,19 @@ class Player(Generic[P]):
         if not self.task.plays_episodes:
             return await self._one_turn(problem, prompt, firsts, params)
         shared: dict[tuple[object, ...], asyncio.Future[Any]] = {}
-        played = await all_or_none(
-            [
-                self._episode(problem, prompt, prompt_T, params, g, completion, shared)
-                for g, completion in enumerate(firsts)
-            ]
-        )
+        opened: list[Session] = []  # each episode's tools, until the episode closes them
+        try:
+            played = await all_or_none(
+                [
+                    self._episode(problem, prompt, prompt_T, params, g, completion, shared, opened)
+                    for g, completion in enumerate(firsts)
+                ]
+            )
+        except BaseException:
+            for session in opened:  # of episodes that failed or were cancelled
+                with contextlib.suppress(Exception):
+                    session.close()
+            raise
         if self.task.rewards_groups:
             ends = await self._group_rewards(problem, [e.final for e, _, _ in played])
         else:
@@ -284,6 +291,7 @@ class Player(Generic[P]):
         member: int,
         completion: Completion,
         shared: dict[tuple[object, ...], asyncio.Future[Any]],
+        opened: list[Session],
     ) -> tuple[Episode, list[Score], Score]:
         task, tokenizer = self.task, self.tokenizer
         chat = not isinstance(prompt, str)
@@ -295,43 +303,44 @@ class Player(Generic[P]):
         made, failures, ran = 0, 0, 0  # tool calls answered, with an error, and run
         if task.toolbox is not None:
             said_metrics.append({TOOL_CALLS: 0.0, FAILED_TOOL_CALLS: 0.0})
-        async with self._tools(problem, prompt) as session:
-            while True:
-                turn = len(turns) + 1
-                response = response_of(tokenizer, completion.tokens, stop, chat, turn)
-                used += len(completion.tokens)
-                history = (*(t.response for t in turns), response)
-                calls = task.toolbox.parse(response) if task.toolbox is not None else []
-                answered: list[ToolCall] = []
-                if session is not None and calls:  # the tools answer; the last turn's, never
-                    if turn < task.max_turns:
-                        answered, ran = await self._answer(session, calls, ran, response)
-                        made += len(answered)
-                        failures += sum(c.failed for c in answered)
-                        said_metrics.append({TOOL_CALLS: made, FAILED_TOOL_CALLS: failures})
-                    said = Feedback("\n".join(c.result for c in answered) if answered else None)
-                elif task.feedback is not None:
-                    said = await self._feedback(problem, history, shared)
-                    scores.append(checked_reward(task, "feedback", said.reward, response))
-                    said_metrics.append(checked_metrics(task, "feedback", said.metrics, response))
-                else:  # a task with tools alone: a turn that calls none is its answer
-                    said = Feedback(None)
-                goes_on = said.reply is not None and turn < task.max_turns
-                reply_T: list[int] = []
-                if goes_on:
-                    reply_T = self._reply(prompt, completion, said, response, answered)
-                if not goes_on or used + len(reply_T) >= budget:
-                    turns.append(Turn(completion, response, calls=tuple(answered)))
-                    break
-                turns.append(
-                    Turn(completion, response, said.reply, tuple(reply_T), tuple(answered))
-                )
-                used += len(reply_T)
-                context_T += [*completion.tokens, *reply_T]
-                seed = turn_seed(params.seed or 0, member, turn + 1)
-                later = next_turn_params(params, said, budget - used, seed)
-                stop = later.stop
-                (completion,) = await self.sampler.sample(context_T, 1, later)
+        session = await self._open_tools(problem, prompt, opened)
+        while True:
+            turn = len(turns) + 1
+            response = response_of(tokenizer, completion.tokens, stop, chat, turn)
+            used += len(completion.tokens)
+            history = (*(t.response for t in turns), response)
+            calls = task.toolbox.parse(response) if task.toolbox is not None else []
+            answered: list[ToolCall] = []
+            if session is not None and calls:  # the tools answer; the last turn's, never
+                if turn < task.max_turns:
+                    answered, ran = await self._answer(session, calls, ran, response)
+                    made += len(answered)
+                    failures += sum(c.failed for c in answered)
+                    said_metrics.append({TOOL_CALLS: made, FAILED_TOOL_CALLS: failures})
+                said = Feedback("\n".join(c.result for c in answered) if answered else None)
+            elif task.feedback is not None:
+                said = await self._feedback(problem, history, shared)
+                scores.append(checked_reward(task, "feedback", said.reward, response))
+                said_metrics.append(checked_metrics(task, "feedback", said.metrics, response))
+            else:  # a task with tools alone: a turn that calls none is its answer
+                said = Feedback(None)
+            goes_on = said.reply is not None and turn < task.max_turns
+            reply_T: list[int] = []
+            if goes_on:
+                reply_T = self._reply(prompt, completion, said, response, answered)
+            if not goes_on or used + len(reply_T) >= budget:
+                turns.append(Turn(completion, response, calls=tuple(answered)))
+                break
+            turns.append(Turn(completion, response, said.reply, tuple(reply_T), tuple(answered)))
+            used += len(reply_T)
+            context_T += [*completion.tokens, *reply_T]
+            seed = turn_seed(params.seed or 0, member, turn + 1)
+            later = next_turn_params(params, said, budget - used, seed)
+            stop = later.stop
+            (completion,) = await self.sampler.sample(context_T, 1, later)
+        if session is not None:
+            opened.remove(session)
+            await self._on_thread("tools", problem, session.close)
         end: Score = (0.0, {})
         if not task.rewards_groups:
             end = await self._shared(
@@ -347,27 +356,23 @@ class Player(Generic[P]):
         metrics = episode_metrics(said_metrics, reported)
         return Episode(tuple(turns), metrics=metrics), scores, end
 
-    @contextlib.asynccontextmanager
-    async def _tools(self, problem: P, prompt: Prompt) -> AsyncIterator[Session | None]:
-        """The episode's tools (None for a task without), opened in the pool and closed when
-        the episode ends; TaskError if the task's tools fail to open or close, or its prompt
-        is not a conversation (whose chat template renders the tools)."""
+    async def _open_tools(
+        self, problem: P, prompt: Prompt, opened: list[Session]
+    ) -> Session | None:
+        """The episode's tools (None for a task without), opened in the pool and kept in
+        `opened` until the episode closes them (the group closes those of an episode that
+        fails); TaskError if they fail to open, or the prompt is not a conversation (whose chat
+        template shows the model its tools)."""
         toolbox = self.task.toolbox
         if toolbox is None:
-            yield None
-            return
+            return None
         if isinstance(prompt, str):
             wrong = ValueError("a task with tools must prompt with a conversation, whose chat "
                                "template shows the model its tools")  # fmt: skip
             raise TaskError(self.task, "make_prompt", wrong, prompt)
         session = await self._on_thread("tools", problem, partial(toolbox.open, problem))
-        try:
-            yield session
-        except BaseException:
-            with contextlib.suppress(Exception):  # the episode failed or was cancelled anyway
-                session.close()
-            raise
-        await self._on_thread("tools", problem, session.close)
+        opened.append(session)
+        return session
 
     async def _answer(
         self, session: Session, calls: Sequence[Call], ran: int, response: Response
