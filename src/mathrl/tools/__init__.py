@@ -29,9 +29,10 @@ episode goes on. Each episode reports `tool_calls` (calls answered) and
 A call runs on a worker thread of the run's pool (`mathrl.workers`), never on the event
 loop; one past its time limit is given up (its thread too, as the pool gives up any late
 call) and answered, and may still be running when its episode's tools object is closed: a
-tool that can hang should bound its own work (the `python` tool's sandbox does). A tool runs in the trainer's process: it is the task's code, and the
-model only gives its arguments. Code the model wrote runs in the sandbox only
-(`mathrl.tasks.math_python`'s `python` tool runs it with `mathrl.tasks.code.sandbox`).
+tool that can hang should bound its own work (the `python` tool's sandbox does). A tool
+runs in the trainer's process: it is the task's code, and the model only gives its
+arguments. Code the model wrote runs in the sandbox only (`mathrl.tasks.math_python`'s
+`python` tool runs it with `mathrl.tasks.code.sandbox`).
 """
 
 from mathrl.tools.formats import FORMATS, Call, Hermes, Llama3Json, ToolFormat
