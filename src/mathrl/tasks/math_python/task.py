@@ -126,7 +126,7 @@ class MathPython(MathDatasetAdapter):
         self.tools = [python_tool(python_seconds, output_chars, allow_missing_layers)]
         chosen = {k: v for k, v in given.items() if v != _DEFAULTS[k]}
         self.options = self._data.recorded(chosen)
-        self.version = _version()
+        self.version = _version(type(self))
 
     def reference_completion(self, problem: MathProblem) -> str:
         """One call of the `python` tool, with code that computes the answer."""
@@ -173,10 +173,10 @@ _DEFAULTS = {
 }
 
 
-def _version() -> str:
+def _version(cls: type) -> str:
     """A hash of the math task's code and this package's: what makes problems, runs the tool
-    and grades."""
-    digest = hashlib.blake2b(math_version().encode(), digest_size=8)
+    and grades (and a subclass's module: `cls`)."""
+    digest = hashlib.blake2b(math_version(cls).encode(), digest_size=8)
     files = resources.files(__package__)
     for module in sorted(p.name for p in files.iterdir() if p.name.endswith(".py")):
         digest.update(files.joinpath(module).read_bytes())
