@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+import keyword
+from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any, Literal
 
 from hypothesis import assume
 from hypothesis import strategies as st
@@ -508,3 +512,84 @@ def progress_texts(
         draw(st.integers(8, 80)),
         (short + draw(st.integers(0, 20)), short),
     )
+
+
+# -- tools (`mathrl.tools`) ------------------------------------------------------------
+
+_SCALAR_HINTS = st.sampled_from([str, int, float, bool])
+_LITERALS = st.one_of(
+    st.lists(st.text("abcxyz", min_size=1, max_size=4), min_size=1, max_size=3, unique=True),
+    st.lists(st.integers(-5, 5), min_size=1, max_size=3, unique=True),
+).map(lambda values: Literal[tuple(values)])
+tool_hints = st.recursive(
+    _SCALAR_HINTS | _LITERALS | st.sampled_from([list, dict]),
+    lambda inner: st.one_of(
+        inner.map(lambda hint: list[hint]),  # type: ignore[valid-type]
+        inner.map(lambda hint: dict[str, hint]),  # type: ignore[valid-type]
+        inner.map(lambda hint: hint | None),
+        st.tuples(_SCALAR_HINTS, _SCALAR_HINTS).map(lambda pair: pair[0] | pair[1]),
+    ),
+    max_leaves=4,
+)
+"""A parameter's type a tool may declare: scalars, Literal, list[...], dict[str, ...], unions."""
+
+_WORDS = ("the", "a", "number", "of", "value", "to", "use", "add", "list", "text")
+_words = st.lists(st.sampled_from(_WORDS), min_size=1, max_size=6).map(" ".join)
+tool_names = st.from_regex(r"[a-z][a-z0-9_]{0,11}", fullmatch=True)
+"""A tool's (or a parameter's) name: a plain identifier."""
+
+
+@st.composite
+def tool_functions(draw: st.DrawFn) -> Callable[..., Any]:
+    """A function as a tool is written: parameters with type hints (some with defaults), a
+    description, and an `Args:` line each, one line or two; sometimes a `Returns:` too."""
+    names = draw(st.lists(tool_names.filter(lambda n: not keyword.iskeyword(n)), max_size=5,
+                          unique=True))  # fmt: skip
+    hints = {name: draw(tool_hints) for name in names}
+    defaults = draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
+    params, seen_default = [], False
+    for name, default in zip(names, defaults, strict=True):
+        seen_default = seen_default or default  # no required parameter after one with a default
+        params.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=hints[name],
+                **({"default": None} if seen_default else {}),
+            )
+        )
+    lines = [draw(_words).capitalize() + ".", ""]
+    if draw(st.booleans()):
+        lines += [draw(_words) + ".", ""]
+    if names:
+        lines.append("Args:")
+        for name in names:
+            lines.append(f"    {name}: {draw(_words)}")
+            if draw(st.booleans()):
+                lines.append(f"        {draw(_words)}.")
+    if draw(st.booleans()):
+        lines += ["", "Returns:", f"    {draw(_words)}"]
+
+    def function(**arguments: Any) -> Any:
+        return arguments
+
+    function.__name__ = draw(tool_names)
+    function.__doc__ = "\n".join(lines)
+    function.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    function.__annotations__ = dict(hints)
+    return function
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**9), 10**9) | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)  # fmt: skip
+"""A JSON value, as a model may give it as an argument."""
+written_calls = st.lists(
+    st.tuples(tool_names, st.dictionaries(st.text(max_size=6), json_values, max_size=3)),
+    min_size=1, max_size=4,
+)  # fmt: skip
+"""Calls a turn may write: (tool name, arguments) each."""

@@ -116,7 +116,8 @@ BROKEN = {
 
 
 MUST_BE = (
-    "--adapter must be addition, code, code-feedback, dataset, math, preference, reasoning-gym "
+    "--adapter must be addition, code, code-feedback, dataset, math, math-python, preference, "
+    "reasoning-gym "
     "or "
     "module:Class, "
     "e.g. mymod:MyTask"

@@ -350,6 +350,11 @@ def test_a_function_that_fails_is_the_tasks_bug_named_with_its_row(tmp_path: Pat
         ({"max_tokens": 0}, "max_tokens", "max_tokens must be an integer from 1 to 32768"),
         ({"heldout": 0.9}, "heldout", "heldout must be a number above 0 and at most 0.5"),
         ({"chat": "yes"}, "chat", "chat must be true or false"),
+        ({"test": "units.csv", "heldout": 0.2}, "heldout",
+         "heldout splits train only when test is empty (got test=units.csv)"),
+        ({"test": "units.csv", "split_seed": 3}, "split_seed", "split_seed splits train only"),
+        ({"chat": True, "stop": ";"}, "stop", "stop ends a text prompt's completion; a "
+         "conversation's ends with its turn (got stop=';' with chat=true)"),
     ],
 )  # fmt: skip
 def test_a_bad_option_is_refused_in_one_line_naming_it(

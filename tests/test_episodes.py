@@ -568,7 +568,10 @@ def test_the_first_turn_keeps_to_the_episode_budget() -> None:
 
 
 class NoReplies(ByteTokenizer):
-    def render_reply(self, message: Mapping[str, str], options: Mapping[str, Any]) -> list[int]:
+    def render_reply(
+        self, message: Mapping[str, str] | Sequence[Mapping[str, str]], options: Mapping[str, Any]
+    ) -> list[int]:
+        assert isinstance(message, Mapping)  # one reply: one message
         raise ValueError(f"this template has no {message['role']!r} role")
 
 

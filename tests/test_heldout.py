@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from cli_process import run_main
-from mathrl.adapter import Response
+from mathrl.adapter import AdapterError, Response
+from mathrl.checkpoints import run_fingerprint
 from mathrl.config import FILL_BATCH_CAP, TrainConfig
 from mathrl.evaluation import distinct, evaluation_set
 from mathrl.problem_keys import problem_key
@@ -140,3 +141,19 @@ def shown_start(prompt: str) -> str:
 def test_a_response_is_a_str_everywhere_the_dataset_task_reads_it() -> None:
     task: Any = Products()
     assert task.compute_reward(Response(" 12\n", "stop", "\n"), (3, 4)) == 1.0
+
+
+class OwnData(Products):
+    """A class-based task that reads a file of its own and names it (`Adapter`'s `data`)."""
+
+    def __init__(self, digest: str) -> None:
+        self.data = {"products.csv": digest}
+
+
+def test_a_class_task_names_its_data_and_new_data_gives_new_checkpoint_names() -> None:
+    config = TrainConfig()
+    before = run_fingerprint(as_task(OwnData("1a2b3c4d5e6f7a8b")), config)
+    assert run_fingerprint(as_task(OwnData("1a2b3c4d5e6f7a8b")), config) == before
+    assert run_fingerprint(as_task(OwnData("ffffffffffffffff")), config) != before
+    with pytest.raises(AdapterError, match=r"data must map each source's name to a digest"):
+        as_task(OwnData(""))

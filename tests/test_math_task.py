@@ -624,3 +624,20 @@ def test_eval_reports_maj_at_k_for_the_math_task(tmp_path: Path) -> None:
                     "grader=exact", "--problems", "10", "--k", "1,4")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "\nmaj@4 " in done.stdout
+
+
+def test_a_subclass_in_a_file_of_its_own_is_part_of_the_version(tmp_path: Path) -> None:
+    module = tmp_path / "mymath.py"
+    module.write_text("from mathrl.tasks.math import MathDatasetAdapter\n\n"
+                      "class Mine(MathDatasetAdapter):\n    name = 'mine'\n")  # fmt: skip
+    first = run_main(tmp_path, "check-adapter", "mymath.py:Mine", "--task-arg", "grader=exact")
+    assert first.returncode == 0, first.stdout + first.stderr
+    from mathrl.cli.loader import load_task
+
+    before = load_task(str(module) + ":Mine", task_args={"grader": "exact"}).version
+    module.write_text(module.read_text() + "\n# edited\n")
+    sys.modules.pop("mymath", None)
+    after = load_task(str(module) + ":Mine", task_args={"grader": "exact"}).version
+    sys.modules.pop("mymath", None)
+    assert after != before
+    assert MathDatasetAdapter(grader="exact").version != before  # and not the plain task's

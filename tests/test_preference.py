@@ -117,7 +117,8 @@ def test_built_in_tasks_go_by_short_name(tmp_path: Path) -> None:
     assert listed.returncode == 0
     names = [line.split()[0] for line in listed.stdout.splitlines() if not line.startswith(" ")]
     assert names == [
-        "addition", "code", "code-feedback", "dataset", "math", "preference", "reasoning-gym"
+        "addition", "code", "code-feedback", "dataset", "math", "math-python", "preference",
+        "reasoning-gym",
     ]  # fmt: skip
     run = run_main(tmp_path, "--backend", "fake", "--adapter", "preference", "--steps", "2")
     assert run.returncode == 0, run.stderr
@@ -128,6 +129,7 @@ def test_built_in_tasks_go_by_short_name(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr == (
         "mathrl: error: MINT_RL_ADAPTER must be addition, code, code-feedback, dataset, math, "
-        "preference, reasoning-gym or module:Class, e.g. mymod:MyTask (got 'subtraction', with "
+        "math-python, preference, reasoning-gym or module:Class, e.g. mymod:MyTask (got "
+        "'subtraction', with "
         "no ':Class' after the module or file)\n"
     ).replace("MINT_RL_ADAPTER", "--adapter")

@@ -117,6 +117,34 @@ def test_the_readme_data_task_is_a_few_lines_that_check_and_learn(
 
 
 @pytest.mark.parametrize("quick", QUICK)
+def test_the_readme_tool_task_is_a_few_lines_that_check_and_learn(
+    tmp_path: Path, quick: bool
+) -> None:
+    marker = "`calculator.py`, on the bundled"
+    code = block_after(" ".join(marker.split()), "python") if marker in README else ""
+    assert code, "the README's calculator"
+    (tmp_path / "calculator.py").write_text(code)
+    assert len(code.splitlines()) <= 30  # a few lines, as an author writes them
+    said = " ".join(README.split())
+    command = "check-adapter calculator:Calculator --learns"
+    assert f"passes `{command}`" in said
+    checked = run_main(tmp_path, *quickly(command, quick).split())
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.startswith("check-adapter: task 'calculator' (calculator:Calculator)")
+    assert "warning" not in checked.stdout + checked.stderr  # an example to copy
+    train = "--backend fake --adapter calculator:Calculator --steps 20 --eval-every 5"
+    done = run_main(tmp_path, *quickly(train, quick).split(), "--eval-problems", "50",
+                    "--log-dir", "run")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    evals = [float(m[1]) for m in re.finditer(r"Eval step \d+: accuracy=(\d+\.\d)%", done.stdout)]
+    assert len(evals) == (2 if quick else 5)
+    if not quick:
+        assert evals[-1] >= evals[0] + 20
+    records = (tmp_path / "run/samples.jsonl").read_text()
+    assert '"calls": [{"name": "calculate", "arguments": {"expression": ' in records
+
+
+@pytest.mark.parametrize("quick", QUICK)
 def test_the_python_snippets_run(
     task_folder: Path,
     monkeypatch: pytest.MonkeyPatch,

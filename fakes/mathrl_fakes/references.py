@@ -23,7 +23,9 @@ know what its context shows:
   one problem of the first prompt (a prompt it knows one problem of is taken
   to be that problem, as it always was: the environment of a code task runs
   code, which the fake should not run again); when none replies so, it is
-  told the run's next problems, as for a prompt it does not know.
+  told the run's next problems, as for a prompt it does not know. A turn that
+  calls a tool (a task with tools) says nothing of which problem it is: its
+  reply is the tools', which the fake does not run either.
 
 Which problems share a prompt grows as a run goes (the fake is told each
 step's problems as the run gets there), so where they disagree the reference
@@ -128,10 +130,15 @@ class Known(Generic[P]):
     def _replays(
         self, problem: P, said: tuple[Response, ...], replies: tuple[tuple[Tokens, Tokens], ...]
     ) -> bool:
-        """Whether `problem`'s environment gives `replies` to the turns `said`."""
-        feedback = self.task.feedback
-        assert feedback is not None  # an episode of several turns has feedback
+        """Whether `problem`'s environment gives `replies` to the turns `said`. A turn that
+        calls a tool says nothing: its reply is the tools', which the fake does not run (they
+        may run code, as the code task's environment does)."""
+        feedback, toolbox = self.task.feedback, self.task.toolbox
         for turn, (wrote_T, reply_T) in enumerate(replies, 1):
+            if toolbox is not None and toolbox.parse(said[turn - 1]):
+                continue
+            if feedback is None:  # a task with tools alone: a turn without calls ends it
+                return False
             try:
                 reply = feedback(problem, said[:turn])
                 if not isinstance(reply, Feedback) or reply.reply is None:

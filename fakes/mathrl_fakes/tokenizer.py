@@ -5,6 +5,7 @@ For: `FakeModel` and every test that needs a tokenizer without a download.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,8 +23,11 @@ class ByteTokenizer:
     EOS token, which ends every turn (it is the end-of-turn token too);
     `render_chat` then opens the assistant's turn with `assistant` and a
     newline. No text can forge a turn boundary: text encodes to bytes only.
-    Template options (Qwen3's `enable_thinking`, say) are accepted and change
-    nothing, as a Hugging Face template ignores variables it does not use.
+    The `tools` option (a task's tools' schemas) comes first, as a message of
+    role `tools` whose content is their JSON, as a Hugging Face template puts
+    them in its system prompt. Other template options (Qwen3's
+    `enable_thinking`, say) are accepted and change nothing, as a Hugging
+    Face template ignores variables it does not use.
     """
 
     @property
@@ -44,15 +48,26 @@ class ByteTokenizer:
     def render_chat(
         self, messages: Sequence[Mapping[str, str]], options: Mapping[str, Any]
     ) -> list[int]:
+        tools = options.get("tools")
+        if tools:
+            messages = [{"role": "tools", "content": json.dumps(tools)}, *messages]
+        return self._turns(messages) + self.encode("assistant\n")
+
+    def _turns(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         tokens: list[int] = []
         for message in messages:
             tokens += self.encode(f"{message['role']}\n{message['content']}")
             tokens.append(EOS)
-        return tokens + self.encode("assistant\n")
+        return tokens
 
-    def render_reply(self, message: Mapping[str, str], options: Mapping[str, Any]) -> list[int]:
-        """One more message after an assistant's turn (which ended with EOS): no separator."""
-        return self.render_chat([message], options)
+    def render_reply(
+        self,
+        message: Mapping[str, str] | Sequence[Mapping[str, str]],
+        options: Mapping[str, Any],
+    ) -> list[int]:
+        """More messages after an assistant's turn (which ended with EOS): no separator."""
+        messages = [message] if isinstance(message, Mapping) else list(message)
+        return self._turns(messages) + self.encode("assistant\n")
 
     def decode(self, tokens: Sequence[int]) -> str:
         for t in tokens:

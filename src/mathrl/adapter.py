@@ -296,7 +296,32 @@ class Adapter(Protocol[ProblemT]):
       `compute_group_rewards` and `feedback` call in a child process forked
       for it, for Python work that holds the interpreter's lock (its answer
       comes back pickled; what it changes stays in the child). Default False:
-      worker threads.
+      worker threads. (Tool calls always run on threads: a tools object's
+      state lives in this process.)
+
+    Tools (`mathrl.tools` says how an episode calls them; a task with tools
+    plays episodes, with or without `feedback`, and prompts with a conversation):
+
+    - `tools`: the functions the model may call, each a plain function with
+      type hints and a Google-style docstring (its schema comes from them;
+      one it cannot come from is refused when the task is loaded); or a class
+      whose public methods are the tools, of which each episode gets its own
+      object, made with the problem (`Tools(problem)`, or `Tools()`) when the
+      episode starts and closed (`close()`, if it has one) when it ends: what
+      a tool keeps between calls lives there, never across episodes. A turn
+      that calls a tool is answered by the tools (one `tool` message a call,
+      no gradient) and the model goes on; a turn that calls none goes to
+      `feedback`, or, without one, ends the episode. Each episode's metrics
+      gain `tool_calls` and `failed_tool_calls`. Default: none.
+    - `tool_format`: how the model writes calls, a name of
+      `mathrl.tools.FORMATS` (`hermes`, Qwen3's, the default, or
+      `llama3-json`) or a format object. References write their calls in it
+      (`mathrl.tools.FORMATS[name].write`).
+    - `calls_per_turn: int` (default 4), `calls_per_episode: int` (default
+      8): the calls that run; those past a cap are answered with an error.
+    - `call_seconds: float`: how long one call may take before it is
+      answered with an error instead (its thread is given up). Default 30.
+    - `max_turns` of a task with tools defaults to 4 (calls, then an answer).
 
     Step numbering: training step k (1, 2, ..., steps) calls
     `build_dataset(seed, k, batch)`; nothing calls it with a step below 1,

@@ -118,12 +118,16 @@ class Tokenizer(Protocol):
         """
         ...
 
-    def render_reply(self, message: Message, options: Mapping[str, Any]) -> list[int]:
-        """The tokens of one more message after an assistant's turn, the assistant's turn open.
+    def render_reply(
+        self, message: Message | Sequence[Message], options: Mapping[str, Any]
+    ) -> list[int]:
+        """The tokens of one more message (or several) after an assistant's turn, the
+        assistant's turn open.
 
         What the chat template writes after an assistant's end-of-turn token:
-        any separator, `message` (the environment's turn in an episode), then
-        the opening of the assistant's next turn. Earlier turns are never
+        any separator, `message` (the environment's turn in an episode; several
+        for the results of a turn's tool calls, which a template may group),
+        then the opening of the assistant's next turn. Earlier turns are never
         rendered again.
         """
         ...

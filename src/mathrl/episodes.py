@@ -26,11 +26,20 @@ max_tokens; each later turn with those its feedback sets (`Feedback.stop`,
 `Feedback.max_tokens`), or those, and never more tokens than the episode's
 budget has left (`next_turn_params`). A feedback that sets invalid limits
 ends the run (`limits_error`), as a feedback that returns no `Feedback` does.
+
+Tools (`mathrl.tools`): an episode of a task with tools opens its tools
+(`Toolbox.open`, in the pool) when it starts and closes them when it ends. A
+turn that calls a tool is answered by the tools, not by `feedback`: each call
+runs on a worker thread within its time limit (`Workers.run`'s `seconds`), in
+order, and the results are the reply, one message each in the chat template
+(`message_tokens`), environment tokens like any reply; the calls go on the
+`Turn` (`calls`), and the running counts on the episode's metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -38,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from mathrl.adapter import Feedback, Prompt, Response
+from mathrl.adapter import Feedback, Message, Prompt, Response
 from mathrl.backend import Completion, Datum, SampleParams, Sampler, Tokenizer
 from mathrl.grpo import episode_datum
 from mathrl.resolved import Task
@@ -55,7 +64,8 @@ from mathrl.rewards import (
     text_tokens,
 )
 from mathrl.text import shown
-from mathrl.workers import Workers, in_process
+from mathrl.tools import FAILED_TOOL_CALLS, TOOL_CALLS, Call, Session, ToolCall, refused
+from mathrl.workers import Late, Workers, in_process
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -70,6 +80,8 @@ class Turn:
     response: Response
     reply: str | None = None
     reply_T: tuple[int, ...] = ()
+    calls: tuple[ToolCall, ...] = ()
+    """The tool calls the turn made, each with its result (a task with tools)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +159,19 @@ def reply_tokens(
     assert said.reply is not None
     if isinstance(prompt, str):
         return text_tokens(tokenizer, said.reply)
+    return message_tokens(tokenizer, task, after_T, [{"role": said.role, "content": said.reply}])
+
+
+def message_tokens(
+    tokenizer: Tokenizer, task: Task[Any], after_T: Sequence[int], messages: Sequence[Message]
+) -> list[int]:
+    """The tokens of `messages` in the chat template after the model's turn `after_T`: an
+    end-of-turn first if the turn was cut off, then what the template writes for them."""
     opening = (
         [] if after_T and after_T[-1] == tokenizer.end_of_turn_id else [tokenizer.end_of_turn_id]
     )
-    message = {"role": said.role, "content": said.reply}
-    return opening + tokenizer.render_reply(message, task.chat_template_options)
+    one = messages[0] if len(messages) == 1 else messages  # one as one: any tokenizer takes it
+    return opening + tokenizer.render_reply(one, task.chat_template_options)
 
 
 async def all_or_none(awaitables: Sequence[Awaitable[T]]) -> list[T]:
@@ -208,12 +228,19 @@ class Player(Generic[P]):
         if not self.task.plays_episodes:
             return await self._one_turn(problem, prompt, firsts, params)
         shared: dict[tuple[object, ...], asyncio.Future[Any]] = {}
-        played = await all_or_none(
-            [
-                self._episode(problem, prompt, prompt_T, params, g, completion, shared)
-                for g, completion in enumerate(firsts)
-            ]
-        )
+        opened: list[Session] = []  # each episode's tools, until the episode closes them
+        try:
+            played = await all_or_none(
+                [
+                    self._episode(problem, prompt, prompt_T, params, g, completion, shared, opened)
+                    for g, completion in enumerate(firsts)
+                ]
+            )
+        except BaseException:
+            for session in opened:  # of episodes that failed or were cancelled
+                with contextlib.suppress(Exception):
+                    session.close()
+            raise
         if self.task.rewards_groups:
             ends = await self._group_rewards(problem, [e.final for e, _, _ in played])
         else:
@@ -262,6 +289,7 @@ class Player(Generic[P]):
         member: int,
         completion: Completion,
         shared: dict[tuple[object, ...], asyncio.Future[Any]],
+        opened: list[Session],
     ) -> tuple[Episode, list[Score], Score]:
         task, tokenizer = self.task, self.tokenizer
         chat = not isinstance(prompt, str)
@@ -270,26 +298,47 @@ class Player(Generic[P]):
         turns: list[Turn] = []
         scores: list[Score] = []
         said_metrics: list[dict[str, float]] = []
+        made, failures, ran = 0, 0, 0  # tool calls answered, with an error, and run
+        if task.toolbox is not None:
+            said_metrics.append({TOOL_CALLS: 0.0, FAILED_TOOL_CALLS: 0.0})
+        session = await self._open_tools(problem, prompt, opened)
         while True:
             turn = len(turns) + 1
             response = response_of(tokenizer, completion.tokens, stop, chat, turn)
             used += len(completion.tokens)
             history = (*(t.response for t in turns), response)
-            said = await self._feedback(problem, history, shared)
-            scores.append(checked_reward(task, "feedback", said.reward, response))
-            said_metrics.append(checked_metrics(task, "feedback", said.metrics, response))
+            calls = task.toolbox.parse(response) if task.toolbox is not None else []
+            answered: list[ToolCall] = []
+            if session is not None and calls:  # the tools answer; the last turn's, never
+                if turn < task.max_turns:
+                    answered, ran = await self._answer(session, calls, ran, response)
+                    made += len(answered)
+                    failures += sum(c.failed for c in answered)
+                    said_metrics.append({TOOL_CALLS: made, FAILED_TOOL_CALLS: failures})
+                said = Feedback("\n".join(c.result for c in answered) if answered else None)
+            elif task.feedback is not None:
+                said = await self._feedback(problem, history, shared)
+                scores.append(checked_reward(task, "feedback", said.reward, response))
+                said_metrics.append(checked_metrics(task, "feedback", said.metrics, response))
+            else:  # a task with tools alone: a turn that calls none is its answer
+                said = Feedback(None)
             goes_on = said.reply is not None and turn < task.max_turns
-            reply_T = self._reply(prompt, completion, said, response) if goes_on else []
+            reply_T: list[int] = []
+            if goes_on:
+                reply_T = self._reply(prompt, completion, said, response, answered)
             if not goes_on or used + len(reply_T) >= budget:
-                turns.append(Turn(completion, response))
+                turns.append(Turn(completion, response, calls=tuple(answered)))
                 break
-            turns.append(Turn(completion, response, said.reply, tuple(reply_T)))
+            turns.append(Turn(completion, response, said.reply, tuple(reply_T), tuple(answered)))
             used += len(reply_T)
             context_T += [*completion.tokens, *reply_T]
             seed = turn_seed(params.seed or 0, member, turn + 1)
             later = next_turn_params(params, said, budget - used, seed)
             stop = later.stop
             (completion,) = await self.sampler.sample(context_T, 1, later)
+        if session is not None:
+            opened.remove(session)
+            await self._on_thread("tools", problem, session.close)
         end: Score = (0.0, {})
         if not task.rewards_groups:
             end = await self._shared(
@@ -305,15 +354,73 @@ class Player(Generic[P]):
         metrics = episode_metrics(said_metrics, reported)
         return Episode(tuple(turns), metrics=metrics), scores, end
 
-    def _reply(
-        self, prompt: Prompt, completion: Completion, said: Feedback, response: Response
-    ) -> list[int]:
-        """The reply's tokens; TaskError if the chat template cannot render it (a role it
-        refuses, say)."""
+    async def _open_tools(
+        self, problem: P, prompt: Prompt, opened: list[Session]
+    ) -> Session | None:
+        """The episode's tools (None for a task without), opened in the pool and kept in
+        `opened` until the episode closes them (the group closes those of an episode that
+        fails); TaskError if they fail to open, or the prompt is not a conversation (whose chat
+        template shows the model its tools)."""
+        toolbox = self.task.toolbox
+        if toolbox is None:
+            return None
+        if isinstance(prompt, str):
+            wrong = ValueError("a task with tools must prompt with a conversation, whose chat "
+                               "template shows the model its tools")  # fmt: skip
+            raise TaskError(self.task, "make_prompt", wrong, prompt)
+        session = await self._on_thread("tools", problem, partial(toolbox.open, problem))
+        opened.append(session)
+        return session
+
+    async def _answer(
+        self, session: Session, calls: Sequence[Call], ran: int, response: Response
+    ) -> tuple[list[ToolCall], int]:
+        """A turn's calls answered in order, after `ran` run in the episode: each run on a
+        worker thread within the tools' time limit, or refused past a cap; and how many have
+        run now. TaskError if a tool finds the machine cannot run it (`Unavailable`)."""
+        toolbox = session.toolbox
+        answered = []
+        for call, refusal in zip(calls, toolbox.refusals(calls, ran), strict=True):
+            if refusal is not None:
+                answered.append(refused(call, refusal))
+                continue
+            ran += 1
+            try:
+                answered.append(
+                    await self.workers.run(partial(session.run, call), 1, toolbox.seconds)
+                )
+            except Late:
+                answered.append(toolbox.late(call))
+            except Exception as exc:
+                raise TaskError(self.task, "tools", exc, response) from None
+        return answered, ran
+
+    async def _on_thread(self, method: str, given: object, fn: Callable[[], T]) -> T:
+        """`fn()` on a worker thread (never in a process: what it makes lives in this one);
+        TaskError if it fails or is late."""
         try:
+            return await self.workers.run(fn)
+        except Exception as exc:
+            raise TaskError(self.task, method, exc, given) from None
+
+    def _reply(
+        self,
+        prompt: Prompt,
+        completion: Completion,
+        said: Feedback,
+        response: Response,
+        answered: Sequence[ToolCall] = (),
+    ) -> list[int]:
+        """The reply's tokens (the tools' results, one message each, if the turn made calls);
+        TaskError if the chat template cannot render it (a role it refuses, say)."""
+        toolbox = self.task.toolbox
+        try:
+            if answered and toolbox is not None:
+                messages = toolbox.messages(answered)
+                return message_tokens(self.tokenizer, self.task, completion.tokens, messages)
             return reply_tokens(self.tokenizer, self.task, prompt, completion.tokens, said)
         except Exception as exc:
-            raise TaskError(self.task, "feedback", exc, response) from None
+            raise TaskError(self.task, "tools" if answered else "feedback", exc, response) from None
 
     async def _feedback(
         self, problem: P, history: tuple[Response, ...], shared: dict[tuple[object, ...], Any]

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mathrl.losses import Loss
+from mathrl.tools import ToolCall
 
 
 class Advice(str):
@@ -174,6 +175,8 @@ class Sample:
     """An episode's turns before the last: the model's text and the environment's reply."""
     metrics: Mapping[str, float] = field(default_factory=dict)
     """What the task reported beside the reward (`Adapter`'s `metrics`); none by default."""
+    calls: tuple[tuple[ToolCall, ...], ...] = ()
+    """The tool calls of each of `earlier`'s turns, and their results (a task with tools)."""
 
 
 @dataclass(frozen=True, slots=True)

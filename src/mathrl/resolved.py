@@ -30,6 +30,7 @@ from mathrl.backend import Tokenizer
 from mathrl.problem_keys import problem_key
 from mathrl.problem_keys import prompt_key as prompt_key
 from mathrl.text import shown
+from mathrl.tools import TOOL_TURNS, Toolbox, toolbox_of
 
 P = TypeVar("P")
 OptionValue: TypeAlias = str | int | float | bool
@@ -85,6 +86,8 @@ class Task(Generic[P]):
     """The digest of each source of data the task reads, by name (see `Adapter`'s `data`)."""
     cut_off_graded: str | None = None
     """Why a completion cut off at the token limit still earns its reward, if it does."""
+    toolbox: Toolbox | None = None
+    """The task's tools and their settings (`mathrl.tools`), or None: it has none."""
 
     @property
     def declares_heldout(self) -> bool:
@@ -126,8 +129,8 @@ class Task(Generic[P]):
 
     @property
     def plays_episodes(self) -> bool:
-        """True when the adapter's environment answers the model (`feedback`)."""
-        return self.feedback is not None
+        """True when the adapter's environment answers the model (`feedback`, or its tools)."""
+        return self.feedback is not None or self.toolbox is not None
 
     def episode_budget(self, max_tokens: int) -> int:
         """The tokens an episode may add after its prompt, at `max_tokens` a turn."""
@@ -232,17 +235,25 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
             f"{label}.chat_template_options must map option names to values, e.g. "
             f"{{'enable_thinking': False}} (got {shown(template)})"
         )
+    if "tools" in template:
+        raise AdapterError(
+            f"{label}.chat_template_options must not set tools: declare them as {label}.tools, "
+            "which also reads and answers the model's calls"
+        )
+    toolbox = toolbox_of(adapter, label)
+    if toolbox is not None:  # the chat template renders them, as the model was trained on
+        template = {**template, "tools": toolbox.schemas}
     mask = getattr(adapter, "mask_truncated", False)
     if not isinstance(mask, bool):
         raise AdapterError(f"{label}.mask_truncated must be True or False (got {shown(mask)})")
-    max_turns = getattr(adapter, "max_turns", 1)
+    max_turns = getattr(adapter, "max_turns", 1 if toolbox is None else TOOL_TURNS)
     if not (_is_int(max_turns) and 1 <= max_turns <= MAX_TURNS):
         raise AdapterError(
             f"{label}.max_turns must be an integer from 1 to {MAX_TURNS} (got {shown(max_turns)})"
         )
-    if max_turns > 1 and not callable(getattr(adapter, "feedback", None)):
+    if max_turns > 1 and toolbox is None and not callable(getattr(adapter, "feedback", None)):
         raise AdapterError(
-            f"{label}.max_turns is {max_turns} but {label} has no feedback method: "
+            f"{label}.max_turns is {max_turns} but {label} has no feedback method nor tools: "
             "an episode of several turns needs the environment's feedback after each"
         )
     episode_tokens = getattr(adapter, "episode_tokens", None)
@@ -297,6 +308,7 @@ def as_task(adapter: Adapter[P] | Task[P]) -> Task[P]:
         dict(options),
         dict(data),
         cut_off,
+        toolbox,
     )
 
 

@@ -253,6 +253,7 @@ def logged_groups(step: int, batch: Rollout) -> list[SampleGroup]:
             Sample(
                 str(e.final), e.final.ended, e.final.stop, e.reward, e.parts, advantage, kept,
                 tuple((str(t.response), t.reply or "") for t in e.turns[:-1]), e.metrics,
+                tuple(t.calls for t in e.turns[:-1]),
             )
             for e, advantage, kept in zip(
                 batch.episodes_P_G[p], batch.advantages_P_G[p], batch.trained_P_G[p], strict=True

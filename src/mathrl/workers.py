@@ -130,8 +130,9 @@ def current() -> Workers | None:
     return pool
 
 
-_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]", int]
-"""A call, the loop awaiting it, its future there, and how many of a task's calls it makes."""
+_Job = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]", int, float]
+"""A call, the loop awaiting it, its future there, how many of a task's calls it makes, and
+the seconds each may take."""
 
 
 def borrowed(workers: Workers | None) -> contextlib.AbstractContextManager[Workers]:
@@ -177,9 +178,10 @@ class Workers:
         self._idle = threading.Condition(self._lock)
         self._kept: dict[str, Closable] = {}
 
-    async def run(self, fn: Callable[[], T], calls: int = 1) -> T:
+    async def run(self, fn: Callable[[], T], calls: int = 1, seconds: float | None = None) -> T:
         """`fn()` on a worker thread; `Late` (a TimeoutError) if it runs longer than `calls`
-        times the pool's timeout (`fn` making that many of a task's calls)."""
+        times the pool's timeout (`fn` making that many of a task's calls), or than `seconds`
+        each instead, if given (a tool call's own limit)."""
         if self.size == 0:
             return fn()
         loop = asyncio.get_running_loop()
@@ -187,7 +189,7 @@ class Workers:
         self._start()
         with self._lock:
             self._busy += 1
-        self._jobs.put((fn, loop, future, calls))
+        self._jobs.put((fn, loop, future, calls, self.timeout if seconds is None else seconds))
         return await future
 
     def wait_idle(self, timeout: float) -> bool:
@@ -249,12 +251,12 @@ class Workers:
                     return
                 wait = self._deadlines[0][0] - time.monotonic() if self._deadlines else None
                 if wait is not None and wait <= 0:
-                    _, ident, (_, loop, future, calls) = heapq.heappop(self._deadlines)
+                    _, ident, (_, loop, future, calls, each) = heapq.heappop(self._deadlines)
                     hung = self._running.pop(ident)
                     self._finished()  # for the pool: its thread is not the pool's any more
                     if hung in self._threads:  # it is not the pool's any more
                         self._threads.remove(hung)
-                    _hand_over(loop, future, None, Late(self.timeout, calls))
+                    _hand_over(loop, future, None, Late(each, calls))
                     self._due.release()
                     try:
                         self._spawn()  # the hung call keeps its thread: another takes its place
@@ -277,13 +279,13 @@ class Workers:
 
     def _one(self, job: _Job) -> bool:
         """Run one call; False if the watchdog gave up on it."""
-        fn, loop, future, calls = job
+        fn, loop, future, calls, each = job
         if future.done():  # given up on before it started
             with self._lock:
                 self._finished()
             return True
         ident = next(self._ids)
-        deadline = time.monotonic() + self.timeout * calls
+        deadline = time.monotonic() + each * calls
         with self._due:
             self._running[ident] = threading.current_thread()
             heapq.heappush(self._deadlines, (deadline, ident, job))

@@ -65,7 +65,10 @@ A samples.jsonl line (`sample_record`) is one group of a step: `step`,
 `parts`, its `advantage`, and whether it was `trained` on, and, for a task
 that reports metrics, its `metrics` (names to numbers). For an episode of
 several turns, `text` is its last turn and `earlier` lists the turns before
-it, each the `model`'s text and the `reply` it got. Texts are cut at
+it, each the `model`'s text and the `reply` it got, and, for a turn that
+called tools, its `calls`: each one's `name`, `arguments`, `result` (the
+text the model got back) and whether it `failed` (an error); an episode's
+metrics then hold `tool_calls` and `failed_tool_calls`. Texts are cut at
 SAMPLE_TEXT characters.
 """
 
@@ -75,7 +78,8 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from mathrl.report import EvalMetrics, SampleGroup, StepMetrics
+from mathrl.report import EvalMetrics, Sample, SampleGroup, StepMetrics
+from mathrl.tools import ToolCall
 
 SAMPLE_TEXT = 2_000
 """Characters of a prompt or completion kept in samples.jsonl."""
@@ -134,16 +138,33 @@ def sample_record(group: SampleGroup) -> dict[str, Any]:
                 "parts": dict(s.parts),
                 "advantage": s.advantage,
                 "trained": s.trained,
-                **(
-                    {"earlier": [{"model": _cut(m), "reply": _cut(r)} for m, r in s.earlier]}
-                    if s.earlier
-                    else {}
-                ),
+                **({"earlier": _earlier(s)} if s.earlier else {}),
                 **({"metrics": dict(s.metrics)} if s.metrics else {}),
             }
             for s in group.samples
         ],
     }
+
+
+def _earlier(sample: Sample) -> list[dict[str, Any]]:
+    """An episode's turns before its last: each the model's text and the reply, and a turn
+    that called tools its `calls`, each with its `name`, `arguments`, `result` and whether
+    it `failed`."""
+    calls = sample.calls or ((),) * len(sample.earlier)
+    return [
+        {
+            "model": _cut(model),
+            "reply": _cut(reply),
+            **({"calls": [_call(c) for c in made]} if made else {}),
+        }
+        for (model, reply), made in zip(sample.earlier, calls, strict=True)
+    ]
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    arguments = {k: _cut(v) if isinstance(v, str) else v for k, v in call.arguments.items()}
+    return {"name": call.name, "arguments": arguments, "result": _cut(call.result),
+            "failed": call.failed}  # fmt: skip
 
 
 def _cut(text: str) -> str:

@@ -3,8 +3,9 @@
 For: looking at what a checkpoint does, greedily by default, on problems
 training never drew: one line a problem, or, for a task that plays episodes,
 its whole episode (each of the model's turns and the environment's reply to
-it, numbered). It refuses weights trained for another task, wherever
-the checkpoint's name or file says which task that was.
+it, numbered; a tool's reply as each call, its arguments and its result). It
+refuses weights trained for another task, wherever the checkpoint's name or
+file says which task that was.
 """
 
 from __future__ import annotations
@@ -202,7 +203,13 @@ def _episode_lines(
         lines.append(f"{question} -> {turns}: {_verdict(task, episode.reward)}")
         for number, turn in enumerate(episode.turns, 1):
             lines.append(f"  turn {number}: {shown_completion(str(turn.response))}")
-            if turn.reply is not None:
+            for call in turn.calls:  # a tool's reply: each call, its arguments, its result
+                arguments = ", ".join(f"{k}={v!r}" for k, v in call.arguments.items())
+                failed = " (failed)" * call.failed
+                lines.append(
+                    f"  call: {call.name or '?'}({arguments}) -> {quoted(call.result)}{failed}"
+                )
+            if turn.reply is not None and not turn.calls:
                 lines.append(f"  reply {number}: {quoted(turn.reply)}")
     return lines
 

@@ -114,22 +114,30 @@ class HFTokenizer:
                 "cannot be rendered: use a chat model, or text prompts"
             )
 
-    def render_reply(self, message: Mapping[str, str], options: Mapping[str, Any]) -> list[int]:
-        """What the template writes after an assistant's end-of-turn: separator, message, opening.
+    def render_reply(
+        self,
+        message: Mapping[str, str] | Sequence[Mapping[str, str]],
+        options: Mapping[str, Any],
+    ) -> list[int]:
+        """What the template writes after an assistant's end-of-turn: separator, message (or
+        messages), opening.
 
         Read off a short conversation ending with an assistant's turn, then
         `message`: everything after that turn's end-of-turn token. Only the
         reply is taken from the rendering; the turns before it stay as they
         were sampled, so a template that renders an earlier turn differently
-        (Qwen3 drops its thinking) changes nothing here.
+        (Qwen3 drops its thinking) changes nothing here. Several messages (a
+        turn's tool results) render together, as the template groups them
+        (Qwen3: one user turn of `<tool_response>` blocks).
         """
+        messages = [message] if isinstance(message, Mapping) else list(message)
         self._require_template()
         history = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]
         key = repr(sorted(options.items()))  # every reply renders; the history once per options
         if key not in self._history_ends:
             self._history_ends[key] = self._chat(history, **options).count(self.end_of_turn_id)
         before = self._history_ends[key]
-        rendered = self._chat([*history, message], add_generation_prompt=True, **options)
+        rendered = self._chat([*history, *messages], add_generation_prompt=True, **options)
         ends = [i for i, t in enumerate(rendered) if t == self.end_of_turn_id]
         if before == 0 or len(ends) < before:
             raise BackendError(

@@ -26,6 +26,10 @@ BUILT_IN: dict[str, tuple[str, str]] = {
         "mathrl.tasks.math:MathDatasetAdapter",
         "math problems from a dataset file (GSM8K, MATH); reward: an equivalent final answer",
     ),
+    "math-python": (
+        "mathrl.tasks.math_python:MathPython",
+        "the math task with a python tool run in the sandbox; reward: a correct final answer",
+    ),
     "preference": (
         "mathrl.tasks.preference:PreferenceChat",
         "answer a question in a chat; reward: win rate against the group and a baseline",

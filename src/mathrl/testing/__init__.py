@@ -52,6 +52,15 @@ others': `...'Q: What is 12 + 30?'...`, not a few-shot header they share):
   turn fits `max_tokens`, and the episodes that end in the reference's turns
   `episode_tokens`; a warning when the reference episode cut off at the token
   limit at every turn earns as much;
+- tools, for a task with tools (`tool_checks.py`; its episodes are played
+  through them): every schema (JSON, described, rendered by the chat
+  template), malformed calls (no such tool, an argument it does not take, one
+  missing, one of the wrong type) each answered with an error, each tool
+  called with hostile arguments of its types answering text or JSON within
+  its time limit (raising is answered with an error), the reference
+  episode's calls naming only the task's tools and none answered with an
+  error, and the same answers when it is played again after all of these:
+  no state kept across episodes;
 - `final_answer`, if the task names its answers (`answer_checks.py`): the
   reference, ended as asked, names a str, the same each time; hostile
   completions name a str or None and never make it raise;

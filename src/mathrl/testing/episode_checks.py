@@ -21,6 +21,12 @@ the episode's budget; each of the reference's later turns must fit its own
 turn's limits, those its feedback set or else the task's: contain none of
 the turn's stop sequences, and take, ended as the turn asks, no more than
 the turn's max_tokens.
+
+Tools: for a task with tools every episode is played as a run plays it, its
+tools opened, each turn's calls answered by them (a turn without calls goes to
+`feedback`, or ends the episode) and closed; the reference episode's calls
+must all be answered without an error, and the same when it is played again
+after every other episode and the tools' own checks (`tool_checks`).
 """
 
 from __future__ import annotations
@@ -39,7 +45,9 @@ from mathrl.testing.checker import Checker
 from mathrl.testing.inputs import ADVERSARIAL, WRONG
 from mathrl.testing.metric_checks import SHAPE
 from mathrl.testing.reward_checks import RewardChecks, ended_as_asked, sampled
+from mathrl.testing.tool_checks import ToolSessions
 from mathrl.text import shown
+from mathrl.tools import Session, ToolCall
 
 RECOVERING_FROM = WRONG[1]
 """The recovery episode's first turn: wrong, so the environment answers it."""
@@ -54,6 +62,8 @@ class _Played:
     """The feedback's reward at each turn."""
     finished: bool
     """True when feedback ended the episode (a reply of None) within `max_turns`."""
+    calls: tuple[tuple[int, ToolCall], ...] = ()
+    """Each tool call the episode made, with its turn, and its answer."""
 
 
 class EpisodeChecks:
@@ -63,6 +73,10 @@ class EpisodeChecks:
         self.c, self.rewards, self.tokenizer = checker, rewards, tokenizer
         self.task = checker.task
         self.adapter = checker.task.adapter
+        toolbox = self.task.toolbox
+        self.tools = ToolSessions(checker, tokenizer, toolbox) if toolbox is not None else None
+        if self.tools is not None:
+            self.tools.schemas()
 
     def run(self, problems: Sequence[Any]) -> None:
         for problem in problems:
@@ -79,13 +93,20 @@ class EpisodeChecks:
         wrong = self.play(problem, prompt, where, "the wrong episode", RECOVERING_FROM, True)
         if reference is None or recovery is None or wrong is None:
             return
+        said = (
+            "feedback gave a reply after each of its {} turns; once the episode is won, "
+            "feedback must end it with Feedback(reply=None)"
+            if self.tools is None
+            else "its turns were answered up to the last of its {} turns (max_turns); the "
+            "reference's answer is a turn without a tool call, which feedback, if the task "
+            "has one, ends with Feedback(reply=None)"
+        )
         self.c.expect(
             reference.finished,
-            f"the reference episode of {where} never ends: feedback gave a reply after each of "
-            f"its {self.task.max_turns} turns; once the episode is won, feedback must end it "
-            "with Feedback(reply=None)",
+            f"the reference episode of {where} never ends: {said.format(self.task.max_turns)}",
             key="never-ends",
         )
+        self.reference_calls(reference, where)
         ok, own = self.c.call(
             f"wrong_completions({where})", lambda: self.task.wrong_completions(problem)
         )
@@ -98,6 +119,19 @@ class EpisodeChecks:
             self.play(problem, prompt, where, f"an episode of {label}", text, True, "length")
             for label, text in ADVERSARIAL
         ]
+        if self.tools is not None:
+            self.tools.probe(problem, where)
+            again = self.play(problem, prompt, where, "the reference episode, played again")
+            self.c.expect(
+                again is None or again.calls == reference.calls,
+                f"the tools answered the reference episode of {where} "
+                f"{shown([c.result for _, c in reference.calls], 60)} at first, then "
+                f"{shown([c.result for _, c in again.calls] if again else [], 60)} when it was "
+                "played again: a tool must keep no state across episodes (in its module, its "
+                "class or the task), only on the episode's own tools object, and answer the "
+                "same calls alike",
+                key="tools-state",
+            )
         played = [reference, recovery, wrong, *(o for o in [cut, *own_played, *others] if o)]
         # The episodes' last turns scored together (one group, for a task that scores groups).
         ends = self.rewards.score(
@@ -173,11 +207,34 @@ class EpisodeChecks:
         Turn 1 is `first` (default: the reference's), later turns `first` again if
         `repeat`, else the reference's; each ends as the task asks unless `ended`.
         """
+        session = None
+        if self.tools is not None:
+            session = self.tools.open(problem, where)
+            if session is None:
+                return None
+        try:
+            return self._played(problem, prompt, where, label, first, repeat, ended, session)
+        finally:
+            if self.tools is not None and session is not None:
+                self.tools.close(session, where)
+
+    def _played(
+        self,
+        problem: Any,
+        prompt: Prompt,
+        where: str,
+        label: str,
+        first: str | None,
+        repeat: bool,
+        ended: Ending | None,
+        session: Session | None,
+    ) -> _Played | None:
         chat = not isinstance(prompt, str)
         stops = self.task.stop_for(prompt)
         set_by: tuple[Feedback, str] | None = None  # the feedback that set the turn's limits
         history: list[Response] = []
         used, said, finished = 0, list[float](), False
+        calls: list[tuple[int, ToolCall]] = []
         for turn in range(1, self.task.max_turns + 1):
             text = first if first is not None and (turn == 1 or repeat) else None
             if text is None:
@@ -201,6 +258,23 @@ class EpisodeChecks:
             }
             turn_T += closing.get(response.ended, [])
             used += len(turn_T)
+            toolbox = self.task.toolbox
+            made = toolbox.parse(str(response)) if toolbox is not None and session else []
+            if self.tools is not None and session is not None and made:
+                if turn == self.task.max_turns:  # the last turn's calls are never run
+                    break
+                what = f"turn {turn} of {label} of {where}"
+                ran = sum(not c.result.startswith("Error: not run:") for _, c in calls)
+                answered = self.tools.answer(session, made, ran, what)
+                if answered is None:
+                    return None
+                calls += [(turn, a) for a in answered]
+                used += self.tools.reply_tokens(turn_T, answered, what)
+                set_by, stops = None, self.task.stop_for(prompt)
+                continue
+            if self.task.feedback is None:  # a task with tools alone: no call, the answer
+                finished = True
+                break
             answer = self.feedback(problem, history, label)
             if answer is None:
                 return None
@@ -219,7 +293,20 @@ class EpisodeChecks:
             f"more than the episode's budget of {budget}: raise the task's episode_tokens",
             key="episode-budget",
         )
-        return _Played(label, history[-1], tuple(said), finished)
+        return _Played(label, history[-1], tuple(said), finished, tuple(calls))
+
+    def reference_calls(self, reference: _Played, where: str) -> None:
+        """The reference episode's calls name the task's tools, with arguments that fit."""
+        wrong = [(turn, c) for turn, c in reference.calls if c.failed]
+        turn, call = wrong[0] if wrong else (0, None)
+        self.c.expect(
+            call is None,
+            f"the reference episode of {where} makes a tool call answered with an error (turn "
+            f"{turn}: {shown(call.result if call else '', 80)}): its calls must name the task's "
+            f"tools ({', '.join(self.task.toolbox.tools) if self.task.toolbox else ''}), with "
+            "arguments that fit, in its tool_format",
+            key="reference-calls",
+        )
 
     def fits(
         self,

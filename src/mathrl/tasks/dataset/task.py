@@ -160,6 +160,17 @@ class DatasetTask:
         _need("heldout", heldout, "a number above 0 and at most 0.5", _share(heldout, 0.5))
         _need("split_seed", split_seed, "an integer", _is_int(split_seed))
         _need("skip_bad_rows", skip_bad_rows, "true or false", isinstance(skip_bad_rows, bool))
+        if test and (heldout, split_seed) != (_DEFAULT_HELDOUT, 0):
+            option = "heldout" if heldout != _DEFAULT_HELDOUT else "split_seed"
+            raise OptionError(
+                option, f"{option} splits train only when test is empty (got test={test})"
+            )
+        if (chat or system) and stop not in ("", _DEFAULT_STOP):
+            raise OptionError(
+                "stop",
+                f"stop ends a text prompt's completion; a conversation's ends with its "
+                f"turn (got stop={stop!r} with {'system' if system else 'chat=true'})",
+            )
         self.templates = {"prompt": _fields_of(prompt, "prompt")}
         if system:
             self.templates["system"] = _fields_of(system, "system")
@@ -292,6 +303,7 @@ _DEFAULTS: dict[str, object] = {
     if name != "self"
 }
 """Each option's default, from the constructor: the one place they are written."""
+_DEFAULT_HELDOUT, _DEFAULT_STOP = _DEFAULTS["heldout"], _DEFAULTS["stop"]
 
 
 def task_name(train: str) -> str:

@@ -12,6 +12,7 @@ The shipped data (`data/`) was written for this project by `tests/math_fixtures.
 """
 
 from mathrl.tasks.math.problems import MathProblem
+from mathrl.tasks.math.prompts import calculation
 from mathrl.tasks.math.task import MathDatasetAdapter
 
-__all__ = ["MathDatasetAdapter", "MathProblem"]
+__all__ = ["MathDatasetAdapter", "MathProblem", "calculation"]

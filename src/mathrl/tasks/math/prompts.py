@@ -32,7 +32,7 @@ import re
 from collections.abc import Sequence
 
 from mathrl.adapter import Message
-from mathrl.tasks.math.answers import BOXED, GSM_MARK, boxed_span
+from mathrl.tasks.math.answers import BOXED, GSM_MARK, boxed_span, exact_number
 from mathrl.tasks.math.problems import MathProblem
 
 INSTRUCTION = "Solve the problem step by step, then write the final answer in \\boxed{}."
@@ -113,6 +113,24 @@ def worked(problem: MathProblem) -> str:
 def reference(problem: MathProblem) -> str:
     """The shortest completion that earns the most: the final answer alone, boxed."""
     return f"{BOXED}{{{problem.answer}}}"
+
+
+_STEP = re.compile(r"<<([0-9+\-*/(). ]+)=([^<>\n]*)>>")
+"""A GSM8K calculator step whose left side is plain arithmetic (digits, + - * /, brackets)."""
+
+
+def calculation(problem: MathProblem) -> str:
+    """Arithmetic that computes `problem`'s answer, for a reference that calls a calculator
+    or Python: its solution's last calculator step (GSM8K's `<<247-2=245>>`: `247-2`) when
+    that gives the gold answer, else the gold answer itself."""
+    gold = exact_number(problem.answer)
+    steps = _STEP.findall(problem.solution)
+    if steps and gold is not None:
+        expression, value = steps[-1]
+        got = exact_number(value)
+        if got is not None and got.value == gold.value:
+            return str(expression).strip()
+    return problem.answer
 
 
 def user_turn(question: str, instruction: str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, TypeGuard
@@ -128,7 +129,7 @@ class MathDatasetAdapter:
         self.options = self._data.recorded(chosen)
         self.data = self._data.digests
         """Each source's content digest: a changed file gives the run new checkpoint names."""
-        self.version = _version()
+        self.version = _version(type(self))
 
     @property
     def training(self) -> tuple[MathProblem, ...]:
@@ -318,12 +319,20 @@ def _is_number(value: object, high: float) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= high
 
 
-def _version() -> str:
+def _version(cls: type) -> str:
     """A hash of the source of this package and of the data package it reads with: the code
-    that makes problems and grades them (the data is the task's `data`)."""
+    that makes problems and grades them (the data is the task's `data`); and of the modules
+    that define a subclass, so editing one (the README's calculator) renames its checkpoints."""
     digest = hashlib.blake2b(digest_size=8)
     for package in (__package__, Data.__module__.rpartition(".")[0]):
         files = resources.files(package)
         for module in sorted(p.name for p in files.iterdir() if p.name.endswith(".py")):
             digest.update(files.joinpath(module).read_bytes())
+    for klass in cls.__mro__:
+        if klass.__module__.startswith(("mathrl.tasks.math", "builtins")):  # (and math_python)
+            continue
+        try:
+            digest.update(inspect.getsource(sys.modules[klass.__module__]).encode())
+        except (KeyError, OSError, TypeError):  # made in a REPL: its name stands in
+            digest.update(klass.__module__.encode())
     return digest.hexdigest()
