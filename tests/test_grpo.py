@@ -569,6 +569,11 @@ def test_worked_example_of_combining_minibatches() -> None:
     assert total.metrics == pytest.approx({"loss:sum": -1.0, "clipped:frac": 0.15, "optim:lr": 0.7})
     # Minibatches of no model token at all (not a datum a backend takes): the plain mean.
     assert combined([first, second], [0, 0]).metrics["clipped:frac"] == pytest.approx(0.2)
+    # One model token in all: it is the first minibatch's, so its 0.1 is the step's share.
+    assert combined([first, second], [1, 0]).metrics["clipped:frac"] == pytest.approx(0.1)
+    # One token count per minibatch.
+    with pytest.raises(ValueError, match="zip"):
+        combined([first, second], [30])
 
 
 # -- the sampler against the learner ---------------------------------------------------

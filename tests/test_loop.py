@@ -17,12 +17,21 @@ import strategies as st_
 from cli_process import fresh_interpreters
 from conftest import examples
 from mathrl.adapter import EVAL_STEP
+from mathrl.backend import BackendError, TrainResult
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
+from mathrl.grpo import build_datum
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
 from mathrl.rollout import Rollout, request_seed, run_problems, sample_params
-from mathrl.step import StepOutcome, Update, grpo_step, sample_and_score, train_and_save
+from mathrl.step import (
+    StepOutcome,
+    Update,
+    grpo_step,
+    sample_and_score,
+    submit_update,
+    train_and_save,
+)
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.workers import Workers
 from mathrl_fakes import FakeBackend, RecordingBackend
@@ -411,3 +420,34 @@ def test_grpo_step_runs_the_tasks_work_in_the_pool_it_is_given(
 
     asyncio.run(go())
     assert threads == {threading.current_thread().name}
+
+
+def test_a_failed_minibatch_is_raised_only_once_every_other_one_is_done() -> None:
+    # Two minibatches, each an update the test finishes by hand: the first fails at once,
+    # the second is still training. Their combined outcome waits for the second.
+    class Held:
+        def __init__(self) -> None:
+            self.updates: list[asyncio.Future[TrainResult]] = []
+
+        async def submit_train_step(
+            self, datums: Any, lr: float, loss_fn: Any
+        ) -> asyncio.Future[TrainResult]:
+            self.updates.append(asyncio.get_running_loop().create_future())
+            return self.updates[-1]
+
+    datum = build_datum([1, 2], [3], [-0.5], 1.0)
+    assert datum is not None
+
+    async def go() -> None:
+        backend = Held()
+        outcome = await submit_update(backend, [datum, datum], TrainConfig(substeps=2))  # type: ignore[arg-type]  # the one call it makes
+        first, second = backend.updates
+        first.set_exception(BackendError("the first minibatch failed"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not asyncio.ensure_future(outcome).done()  # the second is still training
+        second.set_result(TrainResult(1.0, {"loss:sum": 1.0}))
+        with pytest.raises(BackendError, match="the first minibatch failed"):
+            await outcome
+
+    asyncio.run(go())
