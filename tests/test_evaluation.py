@@ -113,8 +113,13 @@ def test_eval_k_adds_pass_at_k_to_each_evaluation_and_changes_nothing_else(
 ) -> None:
     plain, sampled = Everything(), Everything()
     config = small_run(off_policy)
-    run_grpo(fake_backend_factory(), MathAdapter(), config, plain)
-    run_grpo(fake_backend_factory(), MathAdapter(), replace(config, eval_k=(4, 1)), sampled)
+    plain_backend, sampled_backend = fake_backend_factory(), fake_backend_factory()
+    run_grpo(plain_backend, MathAdapter(), config, plain)
+    run_grpo(sampled_backend, MathAdapter(), replace(config, eval_k=(4, 1)), sampled)
+    # The samples cost one more request per held-out problem (5 evaluations of 4), and
+    # none without eval_k.
+    requests = sampled_backend.log.count("sample") - plain_backend.log.count("sample")
+    assert requests == 5 * 4
     # Training is the same, step by step, and so are the checkpoints' names.
     assert list(map(without_times, sampled.steps)) == list(map(without_times, plain.steps))
     assert [c.path.rsplit("/", 1)[1] for c in sampled.checkpoints] == [

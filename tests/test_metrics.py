@@ -56,6 +56,8 @@ def test_metric_means_worked_example() -> None:
     assert metric_means([]) == metric_means([{}, {}]) == {}
     # Two of the largest finite float: their sum is not finite, their mean is.
     assert metric_means([{"x": BIGGEST}, {"x": BIGGEST}]) == {"x": BIGGEST}
+    # 1.7e308 and 1.0e308: their sum overflows, their mean is 1.35e308, halfway between.
+    assert metric_means([{"x": 1.7e308}, {"x": 1.0e308}]) == {"x": pytest.approx(1.35e308)}
 
 
 @given(st_.completion_metrics)
