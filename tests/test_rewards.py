@@ -21,7 +21,15 @@ from mathrl.adapter import Response, Reward
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo_async
 from mathrl.resolved import as_task
-from mathrl.rewards import TaskError, group_rewards, response_of, reward_total, rewards_of
+from mathrl.rewards import (
+    TaskError,
+    group_rewards,
+    metrics_of,
+    response_of,
+    reward_total,
+    rewards_of,
+    text_tokens,
+)
 from mathrl.rollout import run_problems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.text import elided
@@ -388,3 +396,101 @@ def test_from_a_worker_threads_start_to_an_episodes_end_reward_is_a_few_calls(
     asyncio.run(run_grpo_async(backend, game, config))
     between = frames_between(game.stacks["compute_reward"], "run")
     assert between == ["workers:_work", "workers:_one", "episodes:<lambda>", "rewards:rewards_of"]
+
+
+# -- where a task's call runs, and what its errors name -------------------------------------------
+
+
+@pytest.mark.parametrize(("adapter", "pooled"), [(Ranking(), True), (AsyncRanking(), False)])
+def test_a_plain_group_judge_runs_in_the_pool_and_an_async_one_on_the_event_loop(
+    adapter: MathAdapter, pooled: bool
+) -> None:
+    asked: list[tuple[str, object]] = []
+
+    async def recording(method: str, given: object, fn: Callable[[], Any]) -> Any:
+        asked.append((method, given))
+        return fn()
+
+    responses = [Response(" 4"), Response(" 42")]
+    task = as_task(adapter)
+    scored = asyncio.run(group_rewards(task, AdditionProblem(40, 2), responses, recording, None))
+    assert [total for total, _ in scored] == [0.0, 1.0]
+    # The pool is told the call and its input, to name them if the call fails or is late.
+    assert asked == ([("compute_group_rewards", responses)] if pooled else [])
+
+
+class NoProblem(Ranking):
+    async def compute_group_rewards(  # type: ignore[override]  # the problem left out
+        self, responses: Sequence[Response]
+    ) -> list[float]:
+        return [0.0] * len(responses)
+
+
+class BadMetrics(MathAdapter):
+    def metrics(self, response: Response, problem: AdditionProblem) -> Any:
+        if "bad" in response:
+            return {"tokens": "many"}
+        if "raise" in response:
+            raise ValueError("no metric")
+        return {}
+
+
+@pytest.mark.parametrize(
+    ("responses", "message"),
+    [
+        ([" 1", " bad"], r"metrics raised ValueError: metrics must be a mapping of names to "
+                         r"finite numbers \(got \{'tokens': 'many'\}\) \(on ' bad'\)$"),
+        ([" 1", " raise"], r"metrics raised ValueError: no metric \(on ' raise'\)$"),
+    ],
+)  # fmt: skip
+def test_a_task_error_names_the_response_its_metrics_failed_on(
+    responses: list[str], message: str
+) -> None:
+    with pytest.raises(TaskError, match=r"^task 'addition' failed: " + message):
+        metrics_of(as_task(BadMetrics()), AdditionProblem(1, 2), list(map(Response, responses)))
+
+
+def test_an_async_judge_that_cannot_be_called_is_named_with_the_group() -> None:
+    with pytest.raises(
+        TaskError, match=r"^task 'addition' failed: compute_group_rewards raised TypeError: .*"
+        r"\(on \[' 4'\]\)$",
+    ):  # fmt: skip
+        scores(NoProblem(), AdditionProblem(40, 2), [Response(" 4")])
+
+
+def test_a_task_errors_line_worked_examples() -> None:
+    task = as_task(MathAdapter())
+    # An error with no message is named by its type.
+    assert str(TaskError(task, "compute_reward", ValueError(), Response(" 4"))) == (
+        "task 'addition' failed: compute_reward raised ValueError: ValueError (on ' 4')"
+    )
+    # A one-turn task's response past its first turn (after a tool's result): the turn named.
+    later = Response(" 4", turn=2)
+    assert str(TaskError(task, "compute_reward", ValueError("no"), later)) == (
+        "task 'addition' failed: compute_reward raised ValueError: no (on the model's turn 2: ' 4')"
+    )
+    # A sandbox's allowed_by is the name of an option; anything else is none.
+    odd = ValueError("no")
+    odd.allowed_by = 3  # type: ignore[attr-defined]
+    assert TaskError(task, "compute_reward", odd, later).allowed_by is None
+
+
+def test_a_response_ended_by_the_end_of_turn_keeps_its_turn() -> None:
+    tokenizer = ByteTokenizer()
+    tokens = [*tokenizer.encode(" 42"), tokenizer.end_of_turn_id]
+    response = response_of(tokenizer, tokens, (), chat=True, turn=3)
+    assert (response, response.ended, response.turn, response.tokens) == (
+        " 42", "end_of_turn", 3, 4
+    )  # fmt: skip
+
+
+class MarksEmptyText:
+    """A tokenizer whose empty text is a marker its other texts do not start with."""
+
+    def encode(self, text: str) -> list[int]:
+        return [1, *text.encode()] if text else [7]
+
+
+def test_text_tokens_strip_only_what_the_tokenizer_adds_to_every_text() -> None:
+    assert text_tokens(MarksEmptyText(), "hi") == [1, 104, 105]  # type: ignore[arg-type]  # encode alone
+    assert text_tokens(ByteTokenizer(), "hi") == ByteTokenizer().encode("hi")
