@@ -89,13 +89,18 @@ def test_the_one_file_is_at_most_200_lines_and_marks_its_algorithm() -> None:
     assert sum("# ALGO LOGIC" in line for line in source) >= 6
 
 
-def test_the_one_file_leaves_episodes_to_the_full_loop() -> None:
+@pytest.mark.parametrize("kind", ["feedback", "tools", "group rewards"])
+def test_the_one_file_leaves_episodes_tools_and_group_rewards_to_the_full_loop(kind: str) -> None:
     from mathrl.resolved import as_task
     from mathrl.tasks.code.feedback import CodeFeedbackAdapter
+    from mathrl.tasks.math_python import MathPython
+    from mathrl.tasks.preference import PreferenceChat
 
+    adapter = {"feedback": CodeFeedbackAdapter, "tools": MathPython,
+               "group rewards": PreferenceChat}[kind]()  # fmt: skip
     backend: Any = None
     with pytest.raises(ValueError, match="the one-file GRPO plays one-turn tasks"):
-        asyncio.run(train(backend, as_task(CodeFeedbackAdapter()), TrainConfig()))
+        asyncio.run(train(backend, as_task(adapter), TrainConfig()))
 
 
 SEEDS = [0, pytest.param(7, marks=pytest.mark.slow)]

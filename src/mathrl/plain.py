@@ -11,8 +11,9 @@ minibatch (tests/test_plain.py). What the full loop adds, and where:
 - every step's sampling in flight while the last one trains, and the
   off-policy lag (`mathrl.loop`);
 - episodes of several turns, environments and chat templates' turns
-  (`mathrl.episodes`), group rewards (`mathrl.rewards`), rewards and
-  environments in a pool of workers or processes (`mathrl.workers`);
+  (`mathrl.episodes`), tools (`mathrl.tools`), group rewards
+  (`mathrl.rewards`), rewards and environments in a pool of workers or
+  processes (`mathrl.workers`);
 - held-out evaluation and pass@k (`mathrl.evaluation`, `mathrl.passk`),
   state saves, stopping and resuming (`mathrl.loop`), retries and
   deadlines (`mathrl.service`), the run folder and progress (`mathrl.cli`).
