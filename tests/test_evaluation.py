@@ -179,7 +179,7 @@ class InProcesses(ProcessNames):
 
 class Slow(ProcessNames):
     def final_answer(self, response: str) -> str | None:
-        time.sleep(0.3)  # under the pool's 0.5 s a call; two calls are 0.6 s, under 1.0 s
+        time.sleep(0.2)  # under the pool's 0.3 s a call; two calls are 0.4 s, under 0.6 s
         return None
 
 
@@ -219,10 +219,10 @@ def test_a_task_that_works_in_processes_names_its_answers_in_another_process() -
 def test_naming_answers_has_the_pools_timeout_for_each_distinct_response(
     adapter: MathAdapter,
 ) -> None:
-    assert answers(adapter, TWO, Workers(1, timeout=0.5)) == [None] * 3
-    late = r"^task 'addition' failed: final_answer did not return within 0\.75 s \(3 calls"
+    assert answers(adapter, TWO, Workers(1, timeout=0.3)) == [None] * 3
+    late = r"^task 'addition' failed: final_answer did not return within 0\.3 s \(3 calls"
     with pytest.raises(TaskError, match=late):
-        answers(adapter, TWO * 2 + [Response(" 14")], Workers(1, timeout=0.25))
+        answers(adapter, TWO * 2 + [Response(" 14")], Workers(1, timeout=0.1))
 
 
 def test_a_task_whose_answers_fail_is_named_with_the_response_it_failed_on() -> None:
