@@ -252,3 +252,19 @@ def test_a_step_reports_the_samplers_entropy_and_its_divergence_from_the_learner
     # Every step sampled: 2 to 4 nats a token on the fake, whose rare noise tokens (one of
     # 255, each at logprob about -10) weigh most of it; at most log 257 = 5.5 in expectation.
     assert all(m.entropy is not None and 1.0 < m.entropy < 8.0 for m in steps)
+
+
+@pytest.mark.slow
+def test_the_readmes_divergence_figures_hold(
+    fake_backend_factory: Callable[..., FakeBackend],
+) -> None:
+    # "on the fake 0 on-policy, 7e-4 a step one step off-policy, 0.02 at --temperature 0.7":
+    # the mean over 20 steps of addition (mathrl.grpo.approx_kl's docstring has the ranges).
+    def mean_kl(**setting: Any) -> float:
+        steps = run_grpo(fake_backend_factory(), MathAdapter(), TrainConfig(steps=20, **setting))
+        kls = [m.approx_kl for m in steps.steps if m.approx_kl is not None]
+        return sum(kls) / len(kls)
+
+    assert mean_kl() < 1e-12
+    assert 5e-4 <= mean_kl(max_steps_off_policy=1) <= 9e-4
+    assert 0.015 <= mean_kl(temperature=0.7) <= 0.03

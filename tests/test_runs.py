@@ -415,12 +415,16 @@ def test_plot_draws_the_held_out_mean_reward_and_a_panel_for_each_metric(tmp_pat
     assert (data(entropy.get_xdata()), data(entropy.get_ydata())) == ([1, 2], [0.5, 0.25])
     [divergence] = kl.lines  # a step that trained nothing has none
     assert (data(divergence.get_xdata()), data(divergence.get_ydata())) == ([2], [0.01])
+    assert kl.get_ylim() == pytest.approx((0.0, 0.011))  # from 0, to a tenth past the top
     pyplot.close(figure)
-    # Without metrics: accuracy, reward, the sampler (and its KL axis), datums.
+    # Without metrics: accuracy, reward, the sampler (and its KL axis), datums. On-policy
+    # rounding (1e-32) is drawn on an axis to 1e-4: a flat line at 0.
     unmeasured = [{k: v for k, v in row.items() if k != "metric/tokens"} for row in steps]
-    plain = RunRecord(tmp_path / "B", record.config, unmeasured, [], [])
+    on_policy = [{**row, "approx_kl": 1e-32} for row in unmeasured]
+    plain = RunRecord(tmp_path / "B", record.config, on_policy, [], [])
     figure = figure_of([plain])
     assert len(figure.axes) == 5
+    assert figure.axes[-1].get_ylim() == (0.0, 1e-4)
     pyplot.close(figure)
 
 

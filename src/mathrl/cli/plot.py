@@ -23,6 +23,10 @@ from mathrl.cli.records import METRIC
 from mathrl.cli.run_folder import RunRecord
 from mathrl.text import shown
 
+KL_FLOOR = 1e-4
+"""The approximate KL's axis reaches at least this high: a run whose sampler is the learner
+(its KL 0 but for rounding) draws a flat line at 0, not noise magnified."""
+
 
 def label_of(record: RunRecord, several: bool) -> str:
     """The legend label (several runs) or title (one run): task, base model, seed."""
@@ -148,10 +152,13 @@ def figure_of(records: Sequence[RunRecord]) -> Figure:
     sampler_ax.set_ylabel("entropy (nats)")
     kl_ax.set_ylabel("approx KL (dashed)")
     sampler_ax.set_title(
-        "the sampler: its entropy per token, and how far the learner's logprobs were",
+        "the sampler: its entropy per token, and its approximate KL to the learner",
         fontsize="small",
         loc="left",
     )
+    # From 0, and at least to KL_FLOOR: on-policy rounding (1e-32) draws as the 0 it is.
+    drawn = [float(y) for line in kl_ax.lines for y in line.get_ydata()]
+    kl_ax.set_ylim(0.0, max([KL_FLOOR, *(1.1 * y for y in drawn)]))
     sampler_ax.grid(alpha=0.3)
     datums_ax.set_ylabel("datums trained on")
     datums_ax.set_xlabel("step")
