@@ -197,6 +197,18 @@ class Raises(ProcessNames):
         raise ValueError("no answer here")
 
 
+class Hangs(InProcesses):
+    """Writes its process's id to `where`, then never answers."""
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+
+    def final_answer(self, response: str) -> str | None:
+        self.where.write_text(str(os.getpid()))
+        time.sleep(60)
+        return None
+
+
 TWO = [Response(" 12"), Response(" 13"), Response(" 12")]
 """Three responses, two distinct: two calls of final_answer."""
 
@@ -272,3 +284,14 @@ def test_an_evaluation_keeps_each_greedy_episode(fake_backend_factory: FakeFacto
     done = asyncio.run(go())
     assert len(done.episodes_P) == 3
     assert [e.final for e in done.episodes_P] == done.responses_P
+
+
+def test_a_late_answer_ends_the_process_it_was_named_in(tmp_path: Path) -> None:
+    four = [Response(f" {n}") for n in range(4)]
+    with pytest.raises(TaskError, match=r"final_answer did not return within 0\.8 s \(4 calls"):
+        answers(Hangs(tmp_path / "pid"), four, Workers(1, timeout=0.2))
+    # Its process is killed at the call's budget (4 x 0.2 s), not left to sleep on.
+    pid, deadline = int((tmp_path / "pid").read_text()), time.monotonic() + 1.5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()
