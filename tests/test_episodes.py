@@ -7,6 +7,7 @@ import os
 import random
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -261,7 +262,12 @@ class Broken(Guess):
 
 
 def test_a_feedback_that_fails_or_returns_the_wrong_thing_is_a_task_error() -> None:
-    with pytest.raises(TaskError, match=r"feedback.*must return a Feedback\(reply=text or None"):
+    with pytest.raises(
+        TaskError,
+        match=r"^task 'guess' failed: feedback raised ValueError: it must return a "
+        r"Feedback\(reply=text or None, reward=\.\.\.\) \(got 'try again'\) "
+        r"\(on the model's turn 1: '3\\n'\)$",
+    ):
         play(as_task(Rude()), Scripted("3\n"), 5)
     with pytest.raises(TaskError, match="KeyError"):
         play(as_task(Broken()), Scripted("3\n"), 5)
@@ -610,6 +616,35 @@ def test_an_async_judge_has_the_pools_time_and_its_own_timeouts_are_its_errors()
             play(as_task(JudgeTimesOut()), Scripted("5\n"), 5, workers=workers)
 
 
+class BriefJudge(Guess):
+    async def compute_group_rewards(
+        self, responses: Sequence[Response], problem: int
+    ) -> list[float]:
+        await asyncio.sleep(0.2)
+        return [1.0] * len(responses)
+
+
+def test_an_async_judge_without_a_pool_has_no_time_limit() -> None:
+    # With no worker threads (every call on the event loop), the pool's timeout is not the
+    # judge's: a judge that takes 0.2 s answers, though the pool would give it 0.05 s.
+    (episode,) = play(as_task(BriefJudge()), Scripted("5\n"), 5, workers=Workers(0, timeout=0.05))
+    assert episode.reward == 1.0 + 0.5  # its reward, and the feedback's "found"
+
+
+class SlowFeedback(Guess):
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        time.sleep(0.2)
+        return super().feedback(problem, responses)
+
+
+def test_a_late_feedback_is_named_with_the_turn_it_answers() -> None:
+    with Workers(size=1, timeout=0.05) as workers, pytest.raises(TaskError) as excinfo:
+        play(as_task(SlowFeedback()), Scripted("3\n"), 5, workers=workers)
+    assert str(excinfo.value) == (
+        "task 'guess' failed: feedback did not return within 0.05 s (on the model's turn 1: '3\\n')"
+    )
+
+
 class Relay(Guess):
     """After a miss, the next guess ends with ";" and has 3 tokens; then the task's again."""
 
@@ -712,6 +747,7 @@ def test_a_feedback_that_sets_invalid_limits_ends_the_run_naming_the_task_and_tu
         play(as_task(SetsLimits(**limits)), Scripted("3\n"), 5)
     message = str(excinfo.value)
     assert message.startswith("task 'guess' failed: feedback raised ValueError: after turn 1, ")
+    assert message.endswith(" (on the model's turn 1: '3\\n')")
     assert re.search(expected, message), message
     assert "\n" not in message
 
