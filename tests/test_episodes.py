@@ -413,6 +413,13 @@ def test_turn_seeds_are_stable_and_vary_with_member_and_turn(
     assert {value, turn_seed(seed, member + 1, turn), turn_seed(seed, member, turn + 1)} != {value}
 
 
+def test_turn_seeds_worked_example() -> None:
+    # The first 4 bytes of blake2b("0/0/2"), little-endian, less the top bit. A run's later
+    # turns are sampled with these: another rule would change every multi-turn run's samples.
+    assert turn_seed(0, 0, 2) == 2077799758
+    assert turn_seed(12345, 3, 4) == 742787193
+
+
 @given(st.lists(st.tuples(st_.rewards, st_.reward_parts), max_size=5))
 def test_add_scores_adds_totals_and_parts(scores: list[tuple[float, dict[str, float]]]) -> None:
     total, parts = add_scores(scores)

@@ -173,6 +173,7 @@ def test_the_tool_messages_carry_no_gradient() -> None:
         (call("double", n="five"), "Error: double's argument 'n' must be an integer (got 'five')"),
         (call("boom"), "Error: RuntimeError: boom"),
         (call("slow", seconds=5), "Error: slow did not return within 0.5 s"),
+        (call("slow", seconds=0.8), "Error: slow did not return within 0.5 s"),  # a call's 0.5
     ],
 )  # fmt: skip
 def test_nothing_a_model_writes_crashes_an_episode(turn: str, answer: str) -> None:
@@ -202,6 +203,15 @@ def test_calls_past_a_cap_are_refused_and_the_last_turns_never_run() -> None:
     assert len(sampler.requests) == 3
     assert episode.metrics == {"tool_calls": 5, "failed_tool_calls": 2}
     assert episode.reward == 0.0  # it never answered
+
+
+def test_every_call_past_a_cap_is_answered_with_its_refusal() -> None:
+    adapter = Doubling()
+    adapter.calls_per_turn = 1
+    three = HERMES.write([("double", {"n": 1}), ("double", {"n": 2}), ("double", {"n": 3})])
+    (episode,), _, _ = play(adapter, 5, three, "10")
+    refusal = "Error: not run: at most 1 tool call a turn"
+    assert [c.result for c in episode.turns[0].calls] == ["2", refusal, refusal]
 
 
 class Tally:
@@ -269,8 +279,15 @@ def test_a_turn_without_calls_goes_to_the_tasks_feedback() -> None:
             right = responses[-1].strip() == str(2 * problem)
             return Feedback(None if right else "Try the tool.", {"tries": -0.1})
 
-    (episode,), _, _ = play(Hinted(), 5, "9", call("double", n=5), "10")
+    (episode,), _, task = play(Hinted(), 5, "9", call("double", n=5), "10")
     assert [t.reply for t in episode.turns] == ["Try the tool.", "10", None]
+    # The model reads the feedback as the user's message, the tool's result as the tool's.
+    user = {"role": "user", "content": "Try the tool."}
+    tool = {"role": "tool", "content": "10", "name": "double"}
+    assert [list(t.reply_T) for t in episode.turns[:2]] == [
+        TOK.render_reply(user, task.chat_template_options),
+        TOK.render_reply(tool, task.chat_template_options),
+    ]
     assert episode.reward == pytest.approx(1.0 - 0.2)  # two feedbacks; the tool turn had none
 
 
@@ -297,9 +314,44 @@ def test_a_tool_task_with_a_text_prompt_or_a_machine_without_its_tool_stops_the_
 
     lacking = Doubling()
     lacking.tools = (sandboxed,)
-    with pytest.raises(TaskError, match="no Landlock here") as stopped:
+    with pytest.raises(TaskError) as stopped:
         play(lacking, 5, call("sandboxed"), "10")
+    assert str(stopped.value).startswith(
+        "task 'doubling' failed: tools raised Missing: sandbox: no Landlock here (on the "
+        "model's turn 1: '<tool_call>"
+    )
     assert stopped.value.allowed_by == "allow_missing_layers"
+
+
+class NoToolRole(ByteTokenizer):
+    def render_reply(self, message: Any, options: Any) -> list[int]:
+        roles = [m["role"] for m in ([message] if isinstance(message, dict) else message)]
+        if "tool" in roles:
+            raise ValueError("this template has no 'tool' role")
+        return super().render_reply(message, options)
+
+
+def test_tools_that_cannot_open_or_a_result_the_template_refuses_is_named() -> None:
+    with pytest.raises(TaskError) as unopened:
+        play(with_tools(Unopened), 5, call("tally"), "10")
+    assert str(unopened.value) == (
+        "task 'doubling' failed: tools raised OSError: no tools today (on 5)"
+    )
+    task = as_task(Doubling())
+    prompt = Doubling().make_prompt(5)
+
+    async def go() -> Any:
+        tokenizer = NoToolRole()
+        player = Player(tokenizer, Scripted(call("double", n=5)), task, Workers(size=0))
+        prompt_T = tokenizer.render_chat(prompt, task.chat_template_options)
+        return await player.group(5, prompt, prompt_T, 1, CHAT)
+
+    with pytest.raises(TaskError) as refused:
+        asyncio.run(go())
+    assert str(refused.value).startswith(
+        "task 'doubling' failed: tools raised ValueError: this template has no 'tool' role "
+        "(on the model's turn 1: '<tool_call>"
+    )
 
 
 # -- check_adapter on a task's tools ----------------------------------------------------
