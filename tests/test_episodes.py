@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import re
@@ -192,6 +193,50 @@ def test_the_episode_token_budget_ends_an_episode_and_caps_later_turns() -> None
     assert [str(t.response) for t in episode.turns] == ["1\n", "2222"]
     assert episode.final.ended == "length"
     assert len(sampler.requests) == 2
+
+
+@pytest.mark.parametrize(("budget", "turns"), [(10, 1), (11, 2)])
+def test_a_reply_that_fills_the_budget_ends_the_episode(budget: int, turns: int) -> None:
+    # Turn 1: 2 tokens and the reply's 8 make 10: with 10 in all, no token is left for a
+    # turn 2, and the episode ends; with 11, turn 2 has 1.
+    guess = Guess()
+    guess.episode_tokens = budget  # type: ignore[attr-defined]  # declared on this instance only
+    (episode,) = play(as_task(guess), Scripted("1\n", "5\n"), 5)
+    assert len(episode.turns) == turns
+
+
+def test_later_turns_of_an_unseeded_request_are_seeded_as_of_seed_0() -> None:
+    sampler = Scripted("3\n", "5\n")
+    play(as_task(Guess()), sampler, 5, params=replace(PARAMS, seed=None))
+    assert [p.seed for _, _, p in sampler.requests] == [None, turn_seed(0, 0, 2)]
+
+
+class Unpaid(Guess):
+    def __init__(self, **said: Any) -> None:
+        super().__init__()
+        self.said = said
+
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        return replace(super().feedback(problem, responses), **self.said)
+
+
+@pytest.mark.parametrize(
+    ("said", "message"),
+    [
+        ({"reward": math.nan}, "a reward must be finite: a number or named numbers (got nan)"),
+        ({"metrics": {"tries": "one"}}, "metrics must be a mapping of names to finite numbers "
+                                        "(got {'tries': 'one'})"),
+    ],
+)  # fmt: skip
+def test_a_feedbacks_reward_or_metrics_that_are_not_numbers_are_named_with_the_turn(
+    said: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(TaskError) as excinfo:
+        play(as_task(Unpaid(**said)), Scripted("3\n"), 5)
+    assert str(excinfo.value) == (
+        f"task 'guess' failed: feedback raised ValueError: {message} (on the model's turn 1: "
+        "'3\\n')"
+    )
 
 
 def test_the_default_budget_is_two_turns_of_tokens_a_turn() -> None:

@@ -202,7 +202,20 @@ def test_calls_past_a_cap_are_refused_and_the_last_turns_never_run() -> None:
     ]
     assert len(sampler.requests) == 3
     assert episode.metrics == {"tool_calls": 5, "failed_tool_calls": 2}
+    # A turn's reply, as records show it: its results, a line each.
+    assert episode.turns[0].reply == "2\n4\nError: not run: at most 2 tool calls a turn"
     assert episode.reward == 0.0  # it never answered
+
+
+def test_an_episode_without_calls_counts_none_and_a_reply_past_the_budget_keeps_its_calls() -> None:
+    (episode,), _, _ = play(Doubling(), 5, "10")
+    assert episode.metrics == {"tool_calls": 0, "failed_tool_calls": 0}
+    # The call's result does not fit the episode's tokens: the episode ends, the call made.
+    adapter = Doubling()
+    adapter.episode_tokens = len(TOK.encode(call("double", n=5))) + 3
+    (episode,), sampler, _ = play(adapter, 5, call("double", n=5), "10")
+    assert len(sampler.requests) == 1
+    assert episode.turns[-1].calls == (ToolCall("double", {"n": 5}, "10", False),)
 
 
 def test_every_call_past_a_cap_is_answered_with_its_refusal() -> None:
@@ -220,7 +233,7 @@ class Tally:
     made: list[Tally] = []  # noqa: RUF012  (what the test reads)
 
     def __init__(self, problem: int) -> None:
-        self.count, self.closed = 0, 0
+        self.count, self.closed, self.problem = 0, 0, problem
         Tally.made.append(self)
 
     def tally(self) -> int:
@@ -247,6 +260,7 @@ def test_each_episode_has_its_own_tools_made_at_its_start_and_closed_at_its_end(
     for episode in episodes:
         assert [c.result for c in episode.turns[0].calls] == ["1", "2"]  # its own count
     assert [t.closed for t in Tally.made] == [1, 1, 1]
+    assert [t.problem for t in Tally.made] == [5, 5, 5]  # made for the episode's problem
 
 
 def test_the_tools_close_when_an_episode_fails() -> None:
@@ -345,6 +359,10 @@ def test_tools_that_cannot_open_or_a_result_the_template_refuses_is_named() -> N
         player = Player(tokenizer, Scripted(call("double", n=5)), task, Workers(size=0))
         prompt_T = tokenizer.render_chat(prompt, task.chat_template_options)
         return await player.group(5, prompt, prompt_T, 1, CHAT)
+
+    with pytest.raises(TaskError) as closing:
+        play(with_tools(Closing), 5, call("tally"), "10")
+    assert str(closing.value) == "task 'doubling' failed: tools raised OSError: cannot close (on 5)"
 
     with pytest.raises(TaskError) as refused:
         asyncio.run(go())
