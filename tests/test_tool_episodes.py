@@ -193,7 +193,7 @@ def test_calls_past_a_cap_are_refused_and_the_last_turns_never_run() -> None:
     adapter.max_turns = 3  # type: ignore[attr-defined]
     three = HERMES.write([("double", {"n": 1}), ("double", {"n": 2}), ("double", {"n": 3})])
     two = HERMES.write([("double", {"n": 4}), ("double", {"n": 5})])
-    (episode,), sampler, _ = play(adapter, 5, three, two, call("double", n=6))
+    (episode,), sampler, task = play(adapter, 5, three, two, call("double", n=6))
     results = [[c.result for c in t.calls] for t in episode.turns]
     assert results == [
         ["2", "4", "Error: not run: at most 2 tool calls a turn"],
@@ -202,8 +202,15 @@ def test_calls_past_a_cap_are_refused_and_the_last_turns_never_run() -> None:
     ]
     assert len(sampler.requests) == 3
     assert episode.metrics == {"tool_calls": 5, "failed_tool_calls": 2}
-    # A turn's reply, as records show it: its results, a line each.
+    # A turn's reply, as records show it: its results, a line each; as the model reads it,
+    # a tool message each, rendered together with the task's template options.
     assert episode.turns[0].reply == "2\n4\nError: not run: at most 2 tool calls a turn"
+    messages = [
+        {"role": "tool", "content": c.result, "name": c.name} for c in episode.turns[0].calls
+    ]
+    rendered = TOK.render_reply(messages, task.chat_template_options)
+    cut = episode.turns[0].response.ended == "length"  # 200 tokens: its end-of-turn comes first
+    assert list(episode.turns[0].reply_T) == [TOK.end_of_turn_id] * cut + rendered
     assert episode.reward == 0.0  # it never answered
 
 
@@ -316,7 +323,12 @@ def test_a_tool_task_with_a_text_prompt_or_a_machine_without_its_tool_stops_the_
         player = Player(TOK, Scripted("1"), task, Workers(size=0))
         return await player.group(5, "Twice 5?", TOK.encode("Twice 5?"), 1, replace(CHAT, stop=()))
 
-    with pytest.raises(TaskError, match="a task with tools must prompt with a conversation"):
+    with pytest.raises(
+        TaskError,
+        match=r"^task 'doubling' failed: make_prompt raised ValueError: a task with tools must "
+        r"prompt with a conversation, whose chat template shows the model its tools "
+        r"\(on 'Twice 5\?'\)$",
+    ):
         asyncio.run(go())
 
     class Missing(Unavailable):
@@ -335,6 +347,32 @@ def test_a_tool_task_with_a_text_prompt_or_a_machine_without_its_tool_stops_the_
         "model's turn 1: '<tool_call>"
     )
     assert stopped.value.allowed_by == "allow_missing_layers"
+
+
+class Options(ByteTokenizer):
+    """Keeps the options each reply was rendered with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.options: list[Any] = []
+
+    def render_reply(self, message: Any, options: Any) -> list[int]:
+        self.options.append(options)
+        return super().render_reply(message, options)
+
+
+def test_a_tool_result_is_rendered_with_the_tasks_template_options() -> None:
+    task = as_task(Doubling())
+    tokenizer, prompt = Options(), Doubling().make_prompt(5)
+
+    async def go() -> Any:
+        player = Player(tokenizer, Scripted(call("double", n=5), "10"), task, Workers(size=0))
+        prompt_T = tokenizer.render_chat(prompt, task.chat_template_options)
+        return await player.group(5, prompt, prompt_T, 1, CHAT)
+
+    asyncio.run(go())
+    assert tokenizer.options == [task.chat_template_options]  # the tools' schemas among them
+    assert "tools" in task.chat_template_options
 
 
 class NoToolRole(ByteTokenizer):
