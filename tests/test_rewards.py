@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,7 +19,9 @@ import mathrl
 import strategies as st_
 from doubles.secret_game import Game, SecretGame
 from mathrl.adapter import Response, Reward
+from mathrl.backend import Completion, SampleParams
 from mathrl.config import TrainConfig
+from mathrl.episodes import Player
 from mathrl.loop import run_grpo_async
 from mathrl.resolved import as_task
 from mathrl.rewards import (
@@ -494,3 +497,66 @@ class MarksEmptyText:
 def test_text_tokens_strip_only_what_the_tokenizer_adds_to_every_text() -> None:
     assert text_tokens(MarksEmptyText(), "hi") == [1, 104, 105]  # type: ignore[arg-type]  # encode alone
     assert text_tokens(ByteTokenizer(), "hi") == ByteTokenizer().encode("hi")
+
+
+# -- a one-turn group's rewards and metrics in the pool ---------------------------------------
+
+
+class Two:
+    """Samples " 4" and " 5" for a request of two: two distinct responses."""
+
+    tokenizer = ByteTokenizer()
+
+    async def sample(self, prompt_T: Sequence[int], n: int, params: SampleParams) -> list[Any]:
+        return [Completion((*self.tokenizer.encode(t), EOS), (-0.5,) * 3) for t in (" 4", " 5")]
+
+    async def logprobs(self, tokens_T: Sequence[int]) -> list[float]:
+        return [-0.5] * (len(tokens_T) - 1)
+
+
+class SlowSums(MathAdapter):
+    """Addition whose reward and metric each take 0.3 s a response; the metric is the
+    problem's first operand."""
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        time.sleep(0.3)
+        return super().compute_reward(completion, problem)
+
+    def metrics(self, completion: Response, problem: AdditionProblem) -> dict[str, float]:
+        time.sleep(0.3)
+        return {"a": problem.a}
+
+
+def one_turn(adapter: MathAdapter, workers: Workers) -> list[Any]:
+    task = as_task(adapter)
+    player = Player(Two.tokenizer, Two(), task, workers)
+    prompt = adapter.make_prompt(AdditionProblem(2, 2))
+    params = SampleParams(max_tokens=8, temperature=1.0, stop=("\n",), seed=0)
+    prompt_T = Two.tokenizer.encode(prompt)
+    return asyncio.run(player.group(AdditionProblem(2, 2), prompt, prompt_T, 2, params))
+
+
+def test_a_groups_rewards_and_metrics_have_the_pools_time_for_each_distinct_response() -> None:
+    # Two responses, 0.3 s each: 0.6 s, within 2 x 0.5 s, though not within one call's 0.5 s.
+    with Workers(1, timeout=0.5) as workers:
+        episodes = one_turn(SlowSums(), workers)
+    assert [(e.reward, e.metrics) for e in episodes] == [(1.0, {"a": 2}), (0.0, {"a": 2})]
+
+
+@pytest.mark.parametrize("method", ["compute_reward", "metrics"])
+def test_a_late_reward_or_metric_names_the_group(method: str) -> None:
+    class Late(MathAdapter):
+        def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+            time.sleep(0.3 if method == "compute_reward" else 0.0)
+            return super().compute_reward(completion, problem)
+
+        def metrics(self, completion: Response, problem: AdditionProblem) -> dict[str, float]:
+            time.sleep(0.3)
+            return {}
+
+    with Workers(1, timeout=0.1) as workers, pytest.raises(TaskError) as late:
+        one_turn(Late(), workers)
+    assert str(late.value) == (
+        f"task 'addition' failed: {method} did not return within 0.2 s (2 calls of up to 0.1 s "
+        "each) (on [' 4', ' 5'])"
+    )
