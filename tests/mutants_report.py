@@ -12,7 +12,8 @@ it (`..._mutmut_12`, which shifts as the code around it changes): one line each,
     module.function | the line as written | the line as mutated | why no test can tell
 
 with the lines stripped of their indentation (a change of several lines: each side's lines
-joined by " / "). Where the line is a zip whose lengths are equal by a check just before it
+joined by " / "; a line that holds " | " itself, as `Sampler | None` does, holds it on both
+sides alike). Where the line is a zip whose lengths are equal by a check just before it
 or by construction, the mutated side may be `STRICT`'s words: that entry stands for the
 three mutants of its `strict=True` (False, None, left out). An entry that no mutant matches
 any more is reported, to be removed.
@@ -76,11 +77,16 @@ def listed() -> dict[Change, str]:
     for number, line in enumerate(EQUIVALENT.read_text().splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
+        # A line of code may hold " | " itself (`Sampler | None`): the two lines between the
+        # function and the reason hold it alike, so the middle splits in two equal halves.
         parts = [part.strip() for part in line.split(" | ")]
-        if len(parts) != 4 or not all(parts):
+        middle = parts[1:-1]
+        if len(parts) < 4 or len(middle) % 2 or not all(parts):
             raise SystemExit(f"{EQUIVALENT.name}:{number}: not 'function | as written | mutated "
                              f"| why' (got {line!r})")  # fmt: skip
-        function, written, mutated, why = parts
+        half = len(middle) // 2
+        function, why = parts[0], parts[-1]
+        written, mutated = " | ".join(middle[:half]), " | ".join(middle[half:])
         if mutated != STRICT:
             entries[function, written, mutated] = why
             continue
