@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
 import time
 import traceback
@@ -538,9 +539,42 @@ def one_turn(adapter: MathAdapter, workers: Workers) -> list[Any]:
 
 def test_a_groups_rewards_and_metrics_have_the_pools_time_for_each_distinct_response() -> None:
     # Two responses, 0.3 s each: 0.6 s, within 2 x 0.5 s, though not within one call's 0.5 s.
-    with Workers(1, timeout=0.5) as workers:
-        episodes = one_turn(SlowSums(), workers)
-    assert [(e.reward, e.metrics) for e in episodes] == [(1.0, {"a": 2}), (0.0, {"a": 2})]
+    for adapter in (SlowSums(), SlowSumsInProcesses()):
+        with Workers(1, timeout=0.5) as workers:
+            episodes = one_turn(adapter, workers)
+        assert [(e.reward, e.metrics) for e in episodes] == [(1.0, {"a": 2}), (0.0, {"a": 2})]
+        # A text prompt's completion ends at the end of the sequence, never of a turn.
+        assert [e.final.ended for e in episodes] == ["end_of_sequence"] * 2
+
+
+class SlowSumsInProcesses(SlowSums):
+    work_in_processes = True
+
+
+class HangsInAProcess(MathAdapter):
+    """Writes its process's id to `where`, then never scores."""
+
+    work_in_processes = True
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+
+    def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+        self.where.write_text(str(os.getpid()))
+        time.sleep(60)
+        return 0.0
+
+
+def test_a_late_reward_in_a_process_ends_that_process_at_the_groups_budget(
+    tmp_path: Path,
+) -> None:
+    with Workers(1, timeout=0.2) as workers, pytest.raises(TaskError, match=r"within 0\.4 s"):
+        one_turn(HangsInAProcess(tmp_path / "pid"), workers)
+    # Killed at the group's budget (2 responses x 0.2 s), not left to sleep on.
+    pid, deadline = int((tmp_path / "pid").read_text()), time.monotonic() + 1.5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()
 
 
 @pytest.mark.parametrize("method", ["compute_reward", "metrics"])
