@@ -417,8 +417,9 @@ def test_sample_refuses_weights_trained_for_another_task(tmp_path: Path) -> None
     assert "trained on task 'code', not on task 'addition'" in mint.stderr
 
 
-SLOW_TO_CHECK = ("code", "code-feedback", "reasoning-gym")
-"""Built-in tasks whose check runs sandboxed code or a library's scorers: the slow suite's."""
+SLOW_TO_CHECK = ("code", "code-feedback", "reasoning-gym", "math-python")
+"""Built-in tasks whose check runs sandboxed code or a library's scorers: the slow suite's (a
+tool task's checks run fast in test_tool_episodes and on the README's calculator)."""
 
 
 @pytest.mark.parametrize(

@@ -179,7 +179,7 @@ class InProcesses(ProcessNames):
 
 class Slow(ProcessNames):
     def final_answer(self, response: str) -> str | None:
-        time.sleep(0.2)  # under the pool's 0.3 s a call; two calls are 0.4 s, under 0.6 s
+        time.sleep(0.25)  # under the pool's 0.45 s a call; two calls are 0.5 s, under 0.9 s
         return None
 
 
@@ -231,7 +231,7 @@ def test_a_task_that_works_in_processes_names_its_answers_in_another_process() -
 def test_naming_answers_has_the_pools_timeout_for_each_distinct_response(
     adapter: MathAdapter,
 ) -> None:
-    assert answers(adapter, TWO, Workers(1, timeout=0.3)) == [None] * 3
+    assert answers(adapter, TWO, Workers(1, timeout=0.45)) == [None] * 3
     late = r"^task 'addition' failed: final_answer did not return within 0\.3 s \(3 calls"
     with pytest.raises(TaskError, match=late):
         answers(adapter, TWO * 2 + [Response(" 14")], Workers(1, timeout=0.1))

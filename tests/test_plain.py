@@ -41,7 +41,7 @@ FakeFactory = Callable[..., FakeBackend]
 TASKS = ["addition", "math", "dataset"]
 
 
-@pytest.mark.parametrize("seed", [0, 1, pytest.param(7, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 7))])
 @pytest.mark.parametrize("name", TASKS)
 def test_run_grpo_trains_on_the_datums_of_the_one_file(
     tmp_path: Path, name: str, seed: int, capsys: pytest.CaptureFixture[str]

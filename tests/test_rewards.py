@@ -538,7 +538,7 @@ def one_turn(adapter: MathAdapter, workers: Workers) -> list[Any]:
 
 
 def test_a_groups_rewards_and_metrics_have_the_pools_time_for_each_distinct_response() -> None:
-    # Two responses, 0.3 s each: 0.6 s, within 2 x 0.5 s, though not within one call's 0.5 s.
+    # Two responses, 0.3 s each: 0.6 s, within 2 x 0.5 s, though not within one call's.
     for adapter in (SlowSums(), SlowSumsInProcesses()):
         with Workers(1, timeout=0.5) as workers:
             episodes = one_turn(adapter, workers)
