@@ -7,9 +7,6 @@ machine with any one of them.
 
 from __future__ import annotations
 
-import re
-from collections import Counter, defaultdict
-
 import nox
 
 nox.options.sessions = ["tests", "slow", "lint", "typecheck"]
@@ -116,28 +113,25 @@ def smoke(session: nox.Session) -> None:
     session.run("pytest", "-m", "smoke", "-p", "no:cacheprovider", *session.posargs)
 
 
+TRIAGED = (
+    "mathrl.step", "mathrl.loop", "mathrl.rollout", "mathrl.episodes", "mathrl.rewards",
+    "mathrl.grpo", "mathrl.losses", "mathrl.evaluation", "mathrl.passk",
+)  # fmt: skip
+"""The modules whose every surviving mutant is killed or listed as equivalent, with why, in
+tests/mutants_equivalent.txt: `nox -s mutants` fails on any other survivor of theirs."""
+
+
 @nox.session(python=PYTHON)
 def mutants(session: nox.Session) -> None:
-    """Mutation testing of the core ([tool.mutmut] in pyproject.toml) by its fast tests.
+    """Mutation testing of the core ([tool.mutmut] in pyproject.toml) by its fast tests, then
+    each module's mutants by outcome: killed, survived (not listed as equivalent, each shown
+    with its diff) and equivalent (tests/mutants_equivalent.txt, each with why), by
+    tests/mutants_report.py. It fails on a survivor of the TRIAGED modules.
 
-    Results are cached in mutants/; `mutmut show <name>` shows a mutant. The
-    last run (the core as of issue 28, 2 children, 39 minutes on 2 loaded
-    cores): 2,917 of 3,217 mutants killed or timed out (90.7%), 299 survived
-    and 1 had no test. The survivors are not all triaged: most are in
-    `resolved.as_task` (37, its error messages' wording), `evaluation._answers`
-    (21), `episodes.Player._one_turn` (17), `resolved.prompt_key` (15),
-    `grpo.kl_penalized` (13) and `episodes.Player._episode` (13).
+    Results are cached in mutants/; `mutmut show <name>` shows a mutant, and `nox -s mutants
+    -- 'mathrl.grpo*'` runs one module's again (its names: mutmut's own). A full run takes
+    hours on two cores (about 15 mutants a minute): run a module at a time while you work.
     """
-    session.install("-e", ".[plot]", "mutmut>=3.8,<4", *TEST_TOOLS)
-    session.run("mutmut", "run", *(session.posargs or ["--max-children", "2"]))
-    listing = session.run("mutmut", "results", "--all", "true", silent=True)
-    by_module: dict[str, Counter[str]] = defaultdict(Counter)
-    for line in str(listing).splitlines():
-        name, _, status = line.strip().rpartition(": ")
-        if name:
-            by_module[re.sub(r"\.(x_|xǁ).*", "", name)][status] += 1
-            if status != "killed":
-                session.log(f"{status}: {name}")
-    total = sum(by_module.values(), Counter())
-    for module, counts in [*sorted(by_module.items()), ("total", total)]:
-        session.log(f"{module}: {dict(sorted(counts.items()))}")
+    session.install("-e", WITH_EXTRAS, "mutmut>=3.8,<4", "pytest-timeout>=2.3", *TEST_TOOLS)
+    session.run("mutmut", "run", "--max-children", "2", *session.posargs)
+    session.run("python", "tests/mutants_report.py", *TRIAGED)

@@ -26,7 +26,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from mathrl.resolved import as_task
 from mathrl.tasks.addition import MathAdapter, all_problems
 from mathrl.testing import check_adapter
-from mathrl_fakes import FakeBackend, PromptKey, Reference, references_for
+from mathrl_fakes import FakeBackend, FakeModel, PromptKey, Reference, references_for
 
 # Nothing of hypothesis's in the checkout (no example database, no caches):
 # tests write only to temporary folders, and remove them. One folder for the session: xdist's
@@ -72,6 +72,17 @@ def examples(fast: int, thorough: int) -> int:
     """`max_examples` for a property whose single example is expensive (a training run, a
     sandbox or a process each): `fast` in the fast suite, `thorough` in `nox -s slow`."""
     return thorough if THOROUGH else fast
+
+
+if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+    # Mutation testing (`nox -s mutants`): mutmut runs this suite in its own process, the
+    # mutant under test named in MUTANT_UNDER_TEST and in its memory. While it records which
+    # tests reach which functions ("stats"), an interpreter a test starts (check-adapter's
+    # PYTHONHASHSEED check, a `python -m mathrl`) would inherit the name and try to record
+    # too, reading mutmut's configuration from its own working folder, where there is none:
+    # it fails. Its hits could not reach mutmut anyway, so that phase keeps the name in
+    # mutmut's memory alone; a mutant's own run passes it on, so a child runs the mutant too.
+    del os.environ["MUTANT_UNDER_TEST"]
 
 
 REQUIRE_EXTRAS = os.environ.get("MATHRL_REQUIRE_EXTRAS") == "1"
@@ -125,7 +136,7 @@ def fake_backend_factory(tmp_path: Path) -> Callable[..., FakeBackend]:
 
     def make(**kwargs: Any) -> FakeBackend:
         kwargs.setdefault("checkpoint_dir", tmp_path / f"ckpt{next(counter)}")
-        return FakeBackend(math_references(), task_name="addition", **kwargs)
+        return FakeBackend(FakeModel(math_references()), task_name="addition", **kwargs)
 
     return make
 

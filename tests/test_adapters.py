@@ -27,6 +27,7 @@ from mathrl.resolved import as_task
 from mathrl.tasks import BUILT_IN
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
 from mathrl.testing import check_adapter
+from observing import moves_toward_its_references
 
 STEP_LINE = re.compile(r"Step (\d+): accuracy=(\d+\.\d)%, datums=(\d+)")
 
@@ -175,6 +176,15 @@ def test_an_adapter_with_only_the_five_methods_gets_documented_defaults() -> Non
     # The default held-out set is build_dataset's step 0, which training never draws.
     assert task.heldout(3, 5) == FiveMethods().build_dataset(3, 0, 5)
     assert task.options == {}
+    checks_passed(FiveMethods())
+
+
+def test_a_task_of_five_methods_moves_toward_its_references(tmp_path: Path) -> None:
+    moves_toward_its_references(FiveMethods(), tmp_path)
+
+
+@pytest.mark.slow  # a 20-step learning run; the fast suite's representative is above
+def test_a_task_of_five_methods_passes_the_learning_check() -> None:
     # One check more with learns=True: a 20-step run on the fake, which learned.
     assert checks_passed(FiveMethods(), learns=True) == checks_passed(FiveMethods()) + 1
 
@@ -353,15 +363,17 @@ def accuracies(stdout: str) -> list[float]:
         ("letters_file", COUNT_LETTERS_TASK, "tasks/letters_file.py:CountLetters"),
     ],
 )
+@pytest.mark.parametrize("steps", [3, pytest.param(20, marks=pytest.mark.slow)])  # 20: learns
 def test_a_task_from_a_file_outside_the_repo_trains_on_the_fake_and_learns(
-    tmp_path: Path, module: str, source: str, spec: str
+    tmp_path: Path, module: str, source: str, spec: str, steps: int
 ) -> None:
     write_task(tmp_path / ("tasks" if "/" in spec else ""), module, source)
-    done = run_main(tmp_path, "--backend", "fake", "--adapter", spec, "--steps", "20")
+    done = run_main(tmp_path, "--backend", "fake", "--adapter", spec, "--steps", str(steps))
     assert done.returncode == 0, done.stderr
     accuracy = accuracies(done.stdout)
-    assert len(accuracy) == 20
-    assert statistics.mean(accuracy[15:]) >= statistics.mean(accuracy[:5]) + 20
+    assert len(accuracy) == steps
+    if steps == 20:
+        assert statistics.mean(accuracy[15:]) >= statistics.mean(accuracy[:5]) + 20
     assert "Traceback" not in done.stderr
 
 
@@ -405,8 +417,9 @@ def test_sample_refuses_weights_trained_for_another_task(tmp_path: Path) -> None
     assert "trained on task 'code', not on task 'addition'" in mint.stderr
 
 
-SLOW_TO_CHECK = ("code", "code-feedback", "reasoning-gym")
-"""Built-in tasks whose check runs sandboxed code or a library's scorers: the slow suite's."""
+SLOW_TO_CHECK = ("code", "code-feedback", "reasoning-gym", "math-python")
+"""Built-in tasks whose check runs sandboxed code or a library's scorers: the slow suite's (a
+tool task's checks run fast in test_tool_episodes and on the README's calculator)."""
 
 
 @pytest.mark.parametrize(

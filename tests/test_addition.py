@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,11 @@ def test_the_held_out_order_is_fixed_by_the_seed_alone() -> None:
 
 
 def test_the_math_adapter_passes_check_adapter() -> None:
+    checks_passed(MathAdapter())
+
+
+@pytest.mark.slow  # a 20-step run; the fast suite's representative is test_loop's short one
+def test_the_math_adapter_passes_the_learning_check() -> None:
     # One check more with learns=True: a 20-step run on the fake, which learned.
     assert checks_passed(MathAdapter(), learns=True) == checks_passed(MathAdapter()) + 1
 

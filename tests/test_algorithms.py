@@ -41,7 +41,7 @@ from mathrl.service.mint_backend import MintBackend, to_mint_datum
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
-from mathrl_fakes import FakeBackend, RecordingBackend, references_for
+from mathrl_fakes import FakeBackend, FakeModel, RecordingBackend, references_for
 from observing import observed_run
 
 SOME_LOSSES = [
@@ -87,35 +87,66 @@ def mint_on(training: FakeTrainingClient) -> MintBackend:
 def fake(tmp_path: Path) -> FakeBackend:
     task = MathAdapter()
     references = references_for(task, task.build_dataset(0, 1, 6))
-    return FakeBackend(references, task_name="addition", checkpoint_dir=tmp_path)
+    return FakeBackend(FakeModel(references), task_name="addition", checkpoint_dir=tmp_path)
+
+
+def written_out(loss: Loss, lp: float, q: float, a: float) -> tuple[float, bool]:
+    """One token's loss under `loss`, and whether a clip bound it: `mathrl.losses`' table,
+    restated here apart from its code (`r = exp(lp - q)`), so a slip there shows here."""
+    settings, r = dict(loss.settings), math.exp(lp - q)
+    if loss.name == "importance_sampling":
+        return -r * a, False
+    if loss.name == "dro":
+        return -(lp * a - settings["dro_beta"] * (lp - q) ** 2 / 2), False
+    if loss.name == CAPPED:  # the toy loss a test adds to the table (below)
+        capped = capped_importance_sampling(lp, q, a, **settings)
+        return capped.loss, capped.clipped
+    c = min(max(r, settings["clip_low"]), settings["clip_high"])
+    if loss.name == "ppo":  # the clipped side counts where it is strictly the lower
+        return -min(r * a, c * a), c * a < r * a
+    assert loss.name == "cispo"
+    return -c * lp * a, c != r
+
+
+def summed(
+    loss: Loss, datums: Sequence[Datum], learner_D: Sequence[Sequence[float]]
+) -> tuple[float, float]:
+    """`written_out` summed over every position of every datum, as the service sums a loss,
+    and the share of the model's tokens (by the masks) a clip bound."""
+    total, clipped, scored = 0.0, 0, 0
+    for datum, lp_T in zip(datums, learner_D, strict=True):
+        for lp, q, a, mine in zip(lp_T, datum.logprobs, datum.advantages, datum.mask,
+                                  strict=True):  # fmt: skip
+            term, bound = written_out(loss, lp, q, a)
+            total += term
+            clipped += bound and mine
+            scored += mine
+    return total, clipped / scored
 
 
 @pytest.mark.parametrize("loss", SOME_LOSSES, ids=lambda loss: loss.name)
-def test_the_fake_trains_with_exactly_the_losses_of_the_core(tmp_path: Path, loss: Loss) -> None:
-    trains_as_the_core(tmp_path, loss)
+def test_the_fake_trains_with_each_loss_as_its_formula_says(tmp_path: Path, loss: Loss) -> None:
+    trains_as_the_formula_says(tmp_path, loss)
 
 
-def trains_as_the_core(tmp_path: Path, loss: Loss) -> None:
-    """The fake's loss and clip fraction for `loss` are the sum of `token_loss` over tokens."""
+def trains_as_the_formula_says(tmp_path: Path, loss: Loss) -> None:
+    """The fake's loss and clip fraction for `loss` are its formula's (`written_out`), summed
+    over every token, at the learner's logprobs before the step."""
     backend = fake(tmp_path)
     datums = datums_of(backend)
     model = backend.model
+    assert isinstance(model, FakeModel)
     # Change the weights first, so the ratios move away from 1 and the clips matter.
     asyncio.run(_train(backend, datums, 0.5))
-    expected, clipped, scored = 0.0, 0, 0
-    for datum in datums:
-        for lp, q, a, mine in zip(model.logprobs(datum), datum.logprobs, datum.advantages,
-                                  datum.mask, strict=True):  # fmt: skip
-            term = token_loss(loss, lp, q, a)
-            expected += term.loss  # every position, as the service sums it
-            clipped += term.clipped and mine  # of the model's tokens, by the mask
-            scored += mine
+    learner_D = [model.logprobs(datum) for datum in datums]
+    expected, clipped = summed(loss, datums, learner_D)
     result = asyncio.run(_train(backend, datums, 1e-3, loss))
     assert result.loss == pytest.approx(expected, rel=1e-9)
     assert result.metrics["loss:sum"] == result.loss
+    assert result.learner_logprobs_D == tuple(map(tuple, learner_D))
     if loss.clips:
-        assert result.metrics["clipped:frac"] == pytest.approx(clipped / scored)
-        assert 0 < clipped < scored  # these ratios do reach past the clips
+        assert result.metrics["clipped:frac"] == pytest.approx(clipped)
+        assert 0 < clipped < 1  # these ratios do reach past the clips
     else:
         assert "clipped:frac" not in result.metrics
 
@@ -127,29 +158,32 @@ async def _train(
 
 
 @pytest.mark.parametrize("loss", SOME_LOSSES, ids=lambda loss: loss.name)
-def test_the_mint_backend_sends_the_loss_and_its_config_and_gets_the_same_loss(
+def test_the_mint_backend_sends_the_loss_and_its_config_and_gets_its_formulas_loss(
     tmp_path: Path, loss: Loss
 ) -> None:
-    sends_its_config_and_gets_the_same_loss(tmp_path, loss)
+    sends_its_config_and_gets_the_formulas_loss(tmp_path, loss)
 
 
-def sends_its_config_and_gets_the_same_loss(tmp_path: Path, loss: Loss) -> None:
-    """Over the fake SDK, the mint backend sends `loss` with its config and gets the fake's
-    loss and clip fraction."""
+def sends_its_config_and_gets_the_formulas_loss(tmp_path: Path, loss: Loss) -> None:
+    """Over the fake SDK, the mint backend sends `loss` with its config, and gets the loss its
+    formula gives (`written_out`) at the learner's logprobs the service returns, with the
+    clip fraction it works out from them."""
     server, training = fake_sdk(tmp_path / "m", MathAdapter().build_dataset(0, 1, 6))
     mint = mint_on(training)
-    local = fake(tmp_path / "f")
-    datums = datums_of(local)
-    # Move both off the sampling weights first, so ratios leave 1 and the clips bind.
+    datums = datums_of(fake(tmp_path / "f"))
+    # Move off the sampling weights first, so ratios leave 1 and the clips bind.
     asyncio.run(_train(mint, datums, 0.5))
-    asyncio.run(_train(local, datums, 0.5))
     got = asyncio.run(_train(mint, datums, 1e-3, loss))
     assert server.loss_fn_configs[-1] == (loss.name, loss.config())
-    want = asyncio.run(_train(local, datums, 1e-3, loss))
-    # The SDK sends logprobs and advantages as float32: the same loss to about 1e-7.
-    assert got.loss == pytest.approx(want.loss, rel=1e-6)
-    # The clip fraction: the fake computes it; over the SDK, the client does, from the outputs.
-    assert got.metrics.get("clipped:frac") == want.metrics.get("clipped:frac")
+    assert got.learner_logprobs_D is not None
+    expected, clipped = summed(loss, datums, got.learner_logprobs_D)
+    # The SDK sends logprobs and advantages as float32: the same loss to about 1e-6.
+    assert got.loss == pytest.approx(expected, rel=1e-5)
+    if loss.clips:  # the client works it out from the learner's logprobs the service returns
+        assert got.metrics["clipped:frac"] == pytest.approx(clipped)
+        assert 0 < clipped < 1
+    else:
+        assert "clipped:frac" not in got.metrics
 
 
 def test_the_fake_sdk_refuses_a_config_the_loss_does_not_take(tmp_path: Path) -> None:
@@ -224,10 +258,10 @@ def test_a_loss_added_to_the_table_is_checked_configured_helped_and_trained(
     assert re.search(r"MINT_RL_CLIP_LOW\s+--clip-low\s+default the loss's: 0\.8 for ppo, "
                      r"0 for cispo\n", shown)  # fmt: skip
 
-    # The fake trains with it, as the core computes it; the fake SDK takes its config and
-    # nothing else, and gives the same loss.
-    trains_as_the_core(tmp_path / "fake", Loss(CAPPED, clip_high=1.1))
-    sends_its_config_and_gets_the_same_loss(tmp_path / "sdk", Loss(CAPPED, clip_high=1.1))
+    # The fake trains with it, as its formula says; the fake SDK takes its config and nothing
+    # else, and gives the same loss.
+    trains_as_the_formula_says(tmp_path / "fake", Loss(CAPPED, clip_high=1.1))
+    sends_its_config_and_gets_the_formulas_loss(tmp_path / "sdk", Loss(CAPPED, clip_high=1.1))
     _, training = fake_sdk(tmp_path / "refused", MathAdapter().build_dataset(0, 1, 6))
     data = [to_mint_datum(d) for d in datums_of(fake(tmp_path / "refused-fake"))]
     with pytest.raises(
@@ -397,6 +431,7 @@ def test_on_the_fake_dro_leaves_the_prompt_out_of_its_loss(tmp_path: Path) -> No
     assert backend.log.count("compute_logprobs") == len(datums) == step.datums
     on_mask = off_mask = 0.0
     for datum in datums:
+        assert isinstance(backend.model, FakeModel)
         lps = backend.model.logprobs(datum, before)  # as forward_backward saw them
         for lp, q, a, mine in zip(lps, datum.logprobs, datum.advantages, datum.mask,
                                   strict=True):  # fmt: skip
@@ -516,8 +551,8 @@ def test_every_choice_at_once_over_the_sdk_trains_as_on_the_fake(tmp_path: Path)
     server, training = fake_sdk(tmp_path / "m", problems)
     over_sdk = RecordingBackend(mint_on(training))
     on_fake = RecordingBackend(
-        FakeBackend(references_for(task, problems), task_name="addition",
-                    checkpoint_dir=tmp_path / "f", unknown_prompts="uniform")
+        FakeBackend(FakeModel(references_for(task, problems), "uniform"), task_name="addition",
+                    checkpoint_dir=tmp_path / "f")
     )  # fmt: skip
     sdk_steps = run_grpo(over_sdk, task, config).steps
     fake_steps = run_grpo(on_fake, task, config).steps

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from mathrl.resolved import as_task
 from mathrl.rollout import prompt_tokens, run_problems, sample_params
 from mathrl.service.hf_tokenizer import HFTokenizer, stop_sequences
 from mathrl_fakes import ByteTokenizer, FakeBackend
+from observing import moves_toward_its_references
 
 TOK = ByteTokenizer()
 EOS = TOK.eos_token_id
@@ -78,10 +80,20 @@ def test_a_chat_task_stops_at_the_end_of_its_turn_and_learns_on_the_fake() -> No
     params = sample_params(task, TrainConfig(), prompt, seed=1)
     assert (params.stop, params.end_of_turn) == ((), True)
     assert prompt_tokens(TOK, task, prompt) == TOK.render_chat(prompt, {})
+    checks_passed(ChatSum())
+
+
+def test_a_short_chat_run_moves_toward_its_references(tmp_path: Path) -> None:
+    moves_toward_its_references(ChatSum(), tmp_path)
+
+
+@pytest.mark.slow  # a 20-step learning run; the fast suite's representative is above
+def test_a_chat_task_passes_the_learning_check() -> None:
     # One check more with learns=True: a 20-step run on the fake, which learned.
     assert checks_passed(ChatSum(), learns=True) == checks_passed(ChatSum()) + 1
 
 
+@pytest.mark.slow  # a 20-step learning run; the fast suite's representative is above
 def test_a_chat_task_trains_through_the_loop(tmp_path: Any) -> None:
     config = TrainConfig(steps=20, batch=8, group=4)
     backend = FakeBackend.for_run(

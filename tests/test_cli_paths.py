@@ -264,11 +264,11 @@ def test_the_progress_bar_prints_lines_above_itself(tmp_path: Path) -> None:
 def test_closing_a_retrying_backend_stops_calls_nobody_waits_for(tmp_path: Path) -> None:
     from mathrl.service.recovery import RetryingBackend
     from mathrl.service.retry import RetryPolicy
-    from mathrl_fakes import FakeBackend
+    from mathrl_fakes import FakeBackend, FakeModel
 
     async def go() -> None:
         backend = RetryingBackend(
-            FakeBackend(math_references(), checkpoint_dir=tmp_path, latency=60.0),
+            FakeBackend(FakeModel(math_references()), checkpoint_dir=tmp_path, latency=60.0),
             RetryPolicy(retries=0, call_timeout=120.0),
         )
         pending = await backend.submit_save_for_sampler("never-waited-for")

@@ -290,3 +290,38 @@ def test_apart_shows_where_two_texts_differ(same: str, first: str, second: str) 
     assert ours != theirs  # the difference is in the window
     assert "A" in ours
     assert "B" in theirs
+
+
+def test_each_setting_is_described_once_and_help_and_docs_say_it() -> None:
+    # The description is the field's (`mathrl.config.setting`): --help shows it, and the class's
+    # docstring lists it with its default, so neither can say something else.
+    from mathrl.cli.parsers import train_parser
+    from mathrl.cli.settings import SETTINGS
+    from mathrl.config import description
+
+    shown = " ".join(train_parser().format_help().split())
+    for s in SETTINGS:
+        said = description(s.owner, s.field)
+        assert s.help_text == said
+        assert " ".join(said.split()) in shown, s.flag
+        if s.owner in (TrainConfig, Config):
+            assert f"    {s.field} (" in (s.owner.__doc__ or "")
+            assert said in (s.owner.__doc__ or "")
+
+
+def test_a_repeated_default_is_one_named_constant() -> None:
+    from mathrl.config import CALL_TIMEOUT, FILL_BATCH_CAP, RETRY_DELAY, RETRY_WINDOW
+    from mathrl.rollout import drawn_per_step
+    from mathrl.service.retry import RetryPolicy
+    from mathrl.workers import DEFAULT_TIMEOUT, Workers
+
+    config, policy = Config(), RetryPolicy()
+    assert (config.call_timeout, config.retry_delay, config.retry_window) == (
+        CALL_TIMEOUT, RETRY_DELAY, RETRY_WINDOW
+    )  # fmt: skip
+    assert (policy.call_timeout, policy.delay, policy.window) == (
+        CALL_TIMEOUT, RETRY_DELAY, RETRY_WINDOW
+    )  # fmt: skip
+    assert config.reward_timeout == Workers(1).timeout == DEFAULT_TIMEOUT
+    assert drawn_per_step(TrainConfig(batch=3, fill_batch=True)) == FILL_BATCH_CAP * 3
+    assert f"at most {FILL_BATCH_CAP} x batch" in TrainConfig.__doc__  # type: ignore[operator]

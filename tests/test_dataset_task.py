@@ -38,6 +38,7 @@ from mathrl.tasks.dataset.rows import BadRow, Keyed, checked, field_text, split_
 from mathrl.tasks.dataset.sources import Source, read_source
 from mathrl.testing import check_adapter
 from mathrl_fakes import ByteTokenizer, FakeBackend
+from observing import moves_toward_its_references
 
 UNITS = '''import math
 
@@ -93,15 +94,23 @@ def test_the_shipped_units_file_is_what_its_script_writes() -> None:
         assert (dataset_fixtures.DATA / name).read_text(encoding="utf-8") == text, name
 
 
-def test_the_units_task_is_15_lines_of_code_passes_its_check_and_learns(units: Path) -> None:
+@pytest.mark.parametrize("learns", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_the_units_task_is_15_lines_of_code_passes_its_check_and_learns(
+    units: Path, learns: bool
+) -> None:
+    # With --learns, a 20-step learning run (in the slow suite); the fast suite's stand-in is
+    # the check without it, then a short run that moves toward the references.
     code = [line for line in UNITS.splitlines() if line.strip()]
     assert len(code) <= 15  # the reward function, the metric and their import
     check = run_main(units, "check-adapter", "dataset", "--task-arg", "train=units.csv", *ARGS,
-                     "--task-arg", "metrics=units.py:digits", "--learns")  # fmt: skip
+                     "--task-arg", "metrics=units.py:digits", *["--learns"] * learns)  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
     assert "warning" not in check.stdout + check.stderr
     assert "240 rows read (units.csv): 216 training and 24 held-out problems" in check.stdout
-    assert "\nlearning on the fake backend: accuracy went from" in check.stdout
+    assert ("\nlearning on the fake backend: accuracy went from" in check.stdout) == learns
+    if not learns:
+        reward = f"{units / 'units.py'}:close"
+        moves_toward_its_references(task_in(units, reward=reward), units / "short")
 
 
 def test_a_run_says_what_became_of_the_rows_and_records_the_data(units: Path) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -193,6 +195,50 @@ def test_the_episode_token_budget_ends_an_episode_and_caps_later_turns() -> None
     assert len(sampler.requests) == 2
 
 
+@pytest.mark.parametrize(("budget", "turns"), [(10, 1), (11, 2)])
+def test_a_reply_that_fills_the_budget_ends_the_episode(budget: int, turns: int) -> None:
+    # Turn 1: 2 tokens and the reply's 8 make 10: with 10 in all, no token is left for a
+    # turn 2, and the episode ends; with 11, turn 2 has 1.
+    guess = Guess()
+    guess.episode_tokens = budget  # type: ignore[attr-defined]  # declared on this instance only
+    (episode,) = play(as_task(guess), Scripted("1\n", "5\n"), 5)
+    assert len(episode.turns) == turns
+
+
+def test_later_turns_of_an_unseeded_request_are_seeded_as_of_seed_0() -> None:
+    sampler = Scripted("3\n", "5\n")
+    play(as_task(Guess()), sampler, 5, params=replace(PARAMS, seed=None))
+    assert [p.seed for _, _, p in sampler.requests] == [None, turn_seed(0, 0, 2)]
+
+
+class Unpaid(Guess):
+    def __init__(self, **said: Any) -> None:
+        super().__init__()
+        self.said = said
+
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        return replace(super().feedback(problem, responses), **self.said)
+
+
+@pytest.mark.parametrize(
+    ("said", "message"),
+    [
+        ({"reward": math.nan}, "a reward must be finite: a number or named numbers (got nan)"),
+        ({"metrics": {"tries": "one"}}, "metrics must be a mapping of names to finite numbers "
+                                        "(got {'tries': 'one'})"),
+    ],
+)  # fmt: skip
+def test_a_feedbacks_reward_or_metrics_that_are_not_numbers_are_named_with_the_turn(
+    said: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(TaskError) as excinfo:
+        play(as_task(Unpaid(**said)), Scripted("3\n"), 5)
+    assert str(excinfo.value) == (
+        f"task 'guess' failed: feedback raised ValueError: {message} (on the model's turn 1: "
+        "'3\\n')"
+    )
+
+
 def test_the_default_budget_is_two_turns_of_tokens_a_turn() -> None:
     task = as_task(Guess())
     assert task.episode_budget(8) == 2 * 3 * 8
@@ -261,7 +307,12 @@ class Broken(Guess):
 
 
 def test_a_feedback_that_fails_or_returns_the_wrong_thing_is_a_task_error() -> None:
-    with pytest.raises(TaskError, match=r"feedback.*must return a Feedback\(reply=text or None"):
+    with pytest.raises(
+        TaskError,
+        match=r"^task 'guess' failed: feedback raised ValueError: it must return a "
+        r"Feedback\(reply=text or None, reward=\.\.\.\) \(got 'try again'\) "
+        r"\(on the model's turn 1: '3\\n'\)$",
+    ):
         play(as_task(Rude()), Scripted("3\n"), 5)
     with pytest.raises(TaskError, match="KeyError"):
         play(as_task(Broken()), Scripted("3\n"), 5)
@@ -405,6 +456,13 @@ def test_turn_seeds_are_stable_and_vary_with_member_and_turn(
     assert value == turn_seed(seed, member, turn)
     assert 0 <= value < 2**31
     assert {value, turn_seed(seed, member + 1, turn), turn_seed(seed, member, turn + 1)} != {value}
+
+
+def test_turn_seeds_worked_example() -> None:
+    # The first 4 bytes of blake2b("0/0/2"), little-endian, less the top bit. A run's later
+    # turns are sampled with these: another rule would change every multi-turn run's samples.
+    assert turn_seed(0, 0, 2) == 2077799758
+    assert turn_seed(12345, 3, 4) == 742787193
 
 
 @given(st.lists(st.tuples(st_.rewards, st_.reward_parts), max_size=5))
@@ -610,6 +668,35 @@ def test_an_async_judge_has_the_pools_time_and_its_own_timeouts_are_its_errors()
             play(as_task(JudgeTimesOut()), Scripted("5\n"), 5, workers=workers)
 
 
+class BriefJudge(Guess):
+    async def compute_group_rewards(
+        self, responses: Sequence[Response], problem: int
+    ) -> list[float]:
+        await asyncio.sleep(0.2)
+        return [1.0] * len(responses)
+
+
+def test_an_async_judge_without_a_pool_has_no_time_limit() -> None:
+    # With no worker threads (every call on the event loop), the pool's timeout is not the
+    # judge's: a judge that takes 0.2 s answers, though the pool would give it 0.05 s.
+    (episode,) = play(as_task(BriefJudge()), Scripted("5\n"), 5, workers=Workers(0, timeout=0.05))
+    assert episode.reward == 1.0 + 0.5  # its reward, and the feedback's "found"
+
+
+class SlowFeedback(Guess):
+    def feedback(self, problem: int, responses: Sequence[Response]) -> Feedback:
+        time.sleep(0.2)
+        return super().feedback(problem, responses)
+
+
+def test_a_late_feedback_is_named_with_the_turn_it_answers() -> None:
+    with Workers(size=1, timeout=0.05) as workers, pytest.raises(TaskError) as excinfo:
+        play(as_task(SlowFeedback()), Scripted("3\n"), 5, workers=workers)
+    assert str(excinfo.value) == (
+        "task 'guess' failed: feedback did not return within 0.05 s (on the model's turn 1: '3\\n')"
+    )
+
+
 class Relay(Guess):
     """After a miss, the next guess ends with ";" and has 3 tokens; then the task's again."""
 
@@ -712,6 +799,7 @@ def test_a_feedback_that_sets_invalid_limits_ends_the_run_naming_the_task_and_tu
         play(as_task(SetsLimits(**limits)), Scripted("3\n"), 5)
     message = str(excinfo.value)
     assert message.startswith("task 'guess' failed: feedback raised ValueError: after turn 1, ")
+    assert message.endswith(" (on the model's turn 1: '3\\n')")
     assert re.search(expected, message), message
     assert "\n" not in message
 

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mathrl.adapter import Response
+from mathrl.checkpoints import checkpoint_name
 from mathrl.config import TrainConfig
+from mathrl.evaluation import Evaluation, Samples, _answers, evaluate
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.report import Checkpoint, StepMetrics
+from mathrl.resolved import as_task
+from mathrl.rewards import TaskError
 from mathrl.rollout import run_problems
 from mathrl.tasks.addition import MathAdapter
+from mathrl.workers import Workers
 from mathrl_fakes import FakeBackend
 from observing import Everything
 from test_runs import OverlappingHeldout
@@ -113,8 +123,13 @@ def test_eval_k_adds_pass_at_k_to_each_evaluation_and_changes_nothing_else(
 ) -> None:
     plain, sampled = Everything(), Everything()
     config = small_run(off_policy)
-    run_grpo(fake_backend_factory(), MathAdapter(), config, plain)
-    run_grpo(fake_backend_factory(), MathAdapter(), replace(config, eval_k=(4, 1)), sampled)
+    plain_backend, sampled_backend = fake_backend_factory(), fake_backend_factory()
+    run_grpo(plain_backend, MathAdapter(), config, plain)
+    run_grpo(sampled_backend, MathAdapter(), replace(config, eval_k=(4, 1)), sampled)
+    # The samples cost one more request per held-out problem (5 evaluations of 4), and
+    # none without eval_k.
+    requests = sampled_backend.log.count("sample") - plain_backend.log.count("sample")
+    assert requests == 5 * 4
     # Training is the same, step by step, and so are the checkpoints' names.
     assert list(map(without_times, sampled.steps)) == list(map(without_times, plain.steps))
     assert [c.path.rsplit("/", 1)[1] for c in sampled.checkpoints] == [
@@ -144,3 +159,139 @@ def test_eval_k_still_costs_each_evaluation_one_round_trip(
         expected
     )
     assert [m.seconds for m in observer.evals] == [1.0] * 5
+
+
+# -- naming answers (maj@k) -----------------------------------------------------------------
+
+
+class ProcessNames(MathAdapter):
+    """Names each response's answer by the process it was named in."""
+
+    work_in_processes = False
+
+    def final_answer(self, response: str) -> str | None:
+        return str(os.getpid())
+
+
+class InProcesses(ProcessNames):
+    work_in_processes = True
+
+
+class Slow(ProcessNames):
+    def final_answer(self, response: str) -> str | None:
+        time.sleep(0.25)  # under the pool's 0.45 s a call; two calls are 0.5 s, under 0.9 s
+        return None
+
+
+class SlowInProcesses(Slow):
+    work_in_processes = True
+
+
+class Numbers(ProcessNames):
+    def final_answer(self, response: str) -> Any:
+        return 5 if "bad" in response else super().final_answer(response)
+
+
+class Raises(ProcessNames):
+    def final_answer(self, response: str) -> str | None:
+        raise ValueError("no answer here")
+
+
+class Hangs(InProcesses):
+    """Writes its process's id to `where`, then never answers."""
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+
+    def final_answer(self, response: str) -> str | None:
+        self.where.write_text(str(os.getpid()))
+        time.sleep(60)
+        return None
+
+
+TWO = [Response(" 12"), Response(" 13"), Response(" 12")]
+"""Three responses, two distinct: two calls of final_answer."""
+
+
+def answers(adapter: MathAdapter, responses: list[Response], pool: Workers) -> list[str | None]:
+    return asyncio.run(_answers(as_task(adapter), responses, pool))
+
+
+def test_a_task_that_works_in_processes_names_its_answers_in_another_process() -> None:
+    here = str(os.getpid())
+    assert answers(ProcessNames(), TWO, Workers(1)) == [here] * 3
+    named = answers(InProcesses(), TWO, Workers(1))
+    assert len(set(named)) == 1
+    assert named[0] != here
+    # With no worker threads, a task's work stays in this process.
+    assert answers(InProcesses(), TWO, Workers(0)) == [here] * 3
+
+
+@pytest.mark.parametrize("adapter", [Slow(), SlowInProcesses()], ids=["thread", "process"])
+def test_naming_answers_has_the_pools_timeout_for_each_distinct_response(
+    adapter: MathAdapter,
+) -> None:
+    assert answers(adapter, TWO, Workers(1, timeout=0.45)) == [None] * 3
+    late = r"^task 'addition' failed: final_answer did not return within 0\.3 s \(3 calls"
+    with pytest.raises(TaskError, match=late):
+        answers(adapter, TWO * 2 + [Response(" 14")], Workers(1, timeout=0.1))
+
+
+def test_a_task_whose_answers_fail_is_named_with_the_response_it_failed_on() -> None:
+    with pytest.raises(
+        TaskError,
+        match=r"^task 'addition' failed: final_answer raised TypeError: it must return a str or "
+        r"None \(got 5\) "
+        r"\(on ' bad'\)$",
+    ):
+        answers(Numbers(), [Response(" 12"), Response(" bad")], Workers(1))
+    with pytest.raises(
+        TaskError,
+        match=r"^task 'addition' failed: final_answer raised ValueError: no answer here "
+        r"\(on ' 12'\)$",
+    ):
+        answers(Raises(), TWO, Workers(1))
+    with pytest.raises(
+        TaskError,
+        match=r"^task 'addition' failed: final_answer did not return within 0\.2 s \(2 calls of up "
+        r"to 0\.1 s each\) \(on \[' 12', ' 13', ' 12'\]\)$",
+    ):
+        answers(SlowInProcesses(), TWO, Workers(1, timeout=0.1))
+
+
+def test_an_evaluation_reports_the_tasks_metrics_and_no_samples_of_no_problem() -> None:
+    # Tokens 4 and 6: their mean 5, with pass@k asked for or not.
+    greedy = Evaluation([Response(" 1"), Response(" 2")], [1.0, 0.0], [{}, {}], 0.5,
+                        metrics_P=[{"tokens": 4.0}, {"tokens": 6.0}])  # fmt: skip
+    assert greedy.metrics(3, "p", 0.0).metrics == {"tokens": 5.0}
+    sampled = replace(greedy, samples=Samples(2, [[1.0, 0.0]] * 2, [[True, False]] * 2))
+    assert sampled.metrics(3, "p", 0.0, ks=(1,)).metrics == {"tokens": 5.0}
+    # Samples of no problem score 0 (nothing was right).
+    none = Samples(4, [], [], [])
+    assert (none.pass_at(1), none.majority_at(1), none.mean_reward) == (0.0, 0.0, 0.0)
+
+
+def test_an_evaluation_keeps_each_greedy_episode(fake_backend_factory: FakeFactory) -> None:
+    backend = fake_backend_factory()
+    task, config = as_task(MathAdapter()), TrainConfig()
+    problems = task.heldout(0, 3)
+
+    async def go() -> Evaluation:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        sampler = await backend.create_sampler(path)
+        return await evaluate(backend.tokenizer, sampler, task, config, problems)
+
+    done = asyncio.run(go())
+    assert len(done.episodes_P) == 3
+    assert [e.final for e in done.episodes_P] == done.responses_P
+
+
+def test_a_late_answer_ends_the_process_it_was_named_in(tmp_path: Path) -> None:
+    four = [Response(f" {n}") for n in range(4)]
+    with pytest.raises(TaskError, match=r"final_answer did not return within 0\.8 s \(4 calls"):
+        answers(Hangs(tmp_path / "pid"), four, Workers(1, timeout=0.2))
+    # Its process is killed at the call's budget (4 x 0.2 s), not left to sleep on.
+    pid, deadline = int((tmp_path / "pid").read_text()), time.monotonic() + 1.5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()

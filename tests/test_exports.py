@@ -70,7 +70,7 @@ def test_the_fakes_and_the_conformance_kit_are_public_too() -> None:
 
     assert sorted(mathrl_fakes.__all__) == [
         "ByteTokenizer", "CallLog", "CallRecord", "FakeBackend", "FakeModel", "FakeSampler",
-        "PromptKey",
+        "Policy", "PromptKey",
         "RecordingBackend", "RecordingSampler", "Reference", "RunProblems", "SampleCall",
         "references_for",
     ]  # fmt: skip
@@ -113,3 +113,38 @@ def mathrl_fakes_folder() -> str:
 def test_the_pure_core_is_exported_under_its_issue_names() -> None:
     assert mathrl.parse_answer(" 42") == 42
     assert mathrl.group_advantages([1.0, 0.0]) == [0.5, -0.5]
+
+
+def imports_of(path: Path, *, top_level_only: bool = False) -> set[str]:
+    """The modules a source file imports (`from x import y` as x), at its top level or anywhere."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    imported: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    return imported
+
+
+def below(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_core_imports_no_task_and_no_command_line() -> None:
+    # cli -> core <- tasks: the command line resolves task names (`mathrl.tasks.BUILT_IN`), and
+    # no module directly in src/mathrl/ imports a task, anywhere in it. `__init__.py`, the
+    # package's face, re-exports the addition task; `__main__.py` is the command line's door;
+    # `plain.py`'s command (its `main`) loads a task as the command line does, inside the
+    # function, as `python -m mathrl.plain` runs it.
+    core = sorted(Path(mathrl.__file__).parent.glob("*.py"))
+    assert len(core) > 20
+    for path in core:
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        anywhere = imports_of(path)
+        assert not {m for m in anywhere if below(m, "mathrl.tasks")}, path.name
+        at_top = imports_of(path, top_level_only=True)
+        assert not {m for m in at_top if below(m, "mathrl.cli")}, path.name
+    assert "mathrl.tasks.addition" in imports_of(Path(mathrl.__file__))  # the scan reads imports

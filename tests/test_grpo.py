@@ -17,13 +17,17 @@ from mathrl.backend import Completion, Datum, TrainResult, check_datums, check_t
 from mathrl.config import TrainConfig
 from mathrl.episodes import Episode, Turn
 from mathrl.grpo import (
+    LOG_RATIO_CAP,
+    _sample_std,
     anchored,
+    approx_kl,
     build_datum,
     episode_datum,
     group_advantages,
     is_constant_group,
     kl_penalized,
     minibatches,
+    sampler_entropy,
     step_advantages,
 )
 from mathrl.resolved import as_task
@@ -359,6 +363,18 @@ def test_worked_example_of_minibatches() -> None:
     assert [len(run) for run in minibatches(datums, 3)] == [3, 2, 2]
     with pytest.raises(ValueError, match="count must be at least 1"):
         minibatches(datums, 0)
+    assert minibatches([], 3) == []  # no datums: no minibatch
+    assert minibatches(datums[:1], 3) == [datums[:1]]  # one datum: one minibatch of it
+
+
+def test_the_standard_deviation_worked_examples() -> None:
+    # [1, 2, 3]: mean 2, squares 1 + 0 + 1 = 2, over n - 1 = 2: 1.
+    assert _sample_std([1.0, 2.0, 3.0]) == 1.0
+    # One value has none; a constant group's is exactly 0, where the arithmetic would leave
+    # a trace (0.9 / 3 three times adds up to 0.8999999999999999).
+    assert _sample_std([5.0]) == 0.0
+    assert _sample_std([0.9, 0.9, 0.9]) == 0.0
+    assert _sample_std([]) == 0.0
 
 
 # --- the KL penalty, on the mask -------------------------------------------------------------
@@ -402,6 +418,35 @@ def test_worked_example_of_the_kl_penalty() -> None:
         kl_penalized([datum], [[-1.0]], 0.2)
     with pytest.raises(ValueError, match="one list of base logprobs per datum"):
         kl_penalized([datum], [], 0.2)
+    # coef 1: 1 + (0.25 - 0.5) = 0.75 and 1 + (0.25 - 0.0) = 1.25.
+    [whole], _ = kl_penalized([datum], [[-3.0, -1.0, -1.0]], 1.0)
+    assert whole.advantages == pytest.approx((0.0, 0.75, 1.25))
+    # coef 0: the datums as they are, and the estimate all the same.
+    assert kl_penalized([datum], [[-3.0, -1.0, -1.0]], 0.0) == ([datum], 0.25)
+    # No datum: nothing to shape, and an estimate of 0.
+    assert kl_penalized([], [], 0.2) == ([], 0.0)
+
+
+def test_a_datum_whose_fields_disagree_in_length_is_refused_not_cut_short() -> None:
+    # The mask, the sampler's logprobs or the advantages one short of the target tokens: a
+    # zip that stopped at the shortest would shape, anchor or compare the rest silently.
+    datum = build_datum([1, 2], [3, 4], [-0.5, -1.0], 1.0)
+    assert datum is not None
+    other = [-1.0, -1.0, -1.0]  # one per target token
+    for short in (
+        replace(datum, mask=datum.mask[:-1]),
+        replace(datum, logprobs=datum.logprobs[:-1]),
+        replace(datum, advantages=datum.advantages[:-1]),
+        replace(datum, mask=datum.mask[:-1], advantages=datum.advantages[:-1]),
+        replace(datum, logprobs=datum.logprobs[:-1], advantages=datum.advantages[:-1]),
+    ):
+        with pytest.raises(ValueError, match="zip"):
+            kl_penalized([short], [other], 0.2)
+        if len(short.advantages) == len(datum.advantages):
+            with pytest.raises(ValueError, match="zip"):
+                anchored([short], [other])
+            with pytest.raises(ValueError, match="zip"):
+                approx_kl([short], [other])
 
 
 def test_a_certain_token_of_a_member_at_its_groups_mean_is_still_the_models() -> None:
@@ -524,3 +569,66 @@ def test_worked_example_of_combining_minibatches() -> None:
     assert total.metrics == pytest.approx({"loss:sum": -1.0, "clipped:frac": 0.15, "optim:lr": 0.7})
     # Minibatches of no model token at all (not a datum a backend takes): the plain mean.
     assert combined([first, second], [0, 0]).metrics["clipped:frac"] == pytest.approx(0.2)
+    # One model token in all: it is the first minibatch's, so its 0.1 is the step's share.
+    assert combined([first, second], [1, 0]).metrics["clipped:frac"] == pytest.approx(0.1)
+    # One token count per minibatch.
+    with pytest.raises(ValueError, match="zip"):
+        combined([first, second], [30])
+
+
+# -- the sampler against the learner ---------------------------------------------------
+
+
+@given(st_.episode_datums(), st.floats(-3.0, 3.0))
+def test_the_approximate_kl_is_zero_on_policy_and_positive_apart(
+    datum: Datum, shift: float
+) -> None:
+    # lp = q on every model token: exactly 0. Moved by `shift` on them: (e^s - 1) - s each,
+    # never negative, and 0 only at s = 0. Off the mask, lp does not count.
+    same = [q if mine else -9.0 for q, mine in zip(datum.logprobs, datum.mask, strict=True)]
+    assert approx_kl([datum], [same]) == 0.0
+    moved = [lp + shift if mine else lp for lp, mine in zip(same, datum.mask, strict=True)]
+    kl = approx_kl([datum], [moved])
+    assert kl is not None
+    assert math.isclose(kl, math.expm1(shift) - shift, rel_tol=1e-9, abs_tol=1e-12)
+    assert kl >= 0.0
+
+
+def test_worked_example_of_the_approximate_kl_and_the_entropy() -> None:
+    # Prompt [1, 2], completion [3, 4] sampled at q = log 0.5 each; the learner gives
+    # log 0.25 and log 0.5: log r = -0.693 and 0, so (0.5 - 1 + 0.693) and 0, mean 0.0966.
+    datum = build_datum([1, 2], [3, 4], [math.log(0.5)] * 2, 1.0)
+    assert datum is not None
+    learner = [-5.0, math.log(0.25), math.log(0.5)]  # the prompt's -5.0 is off the mask
+    expected = ((0.5 - 1 + math.log(2)) + 0.0) / 2
+    assert approx_kl([datum], [learner]) == pytest.approx(expected)
+    assert approx_kl([datum], [learner]) == pytest.approx(0.0966, abs=1e-4)
+    # No model token: no figure.
+    off = replace(datum, mask=(False,) * 3, advantages=(0.0,) * 3)
+    assert approx_kl([off], [learner]) is None
+    assert approx_kl([], []) is None
+    # One list per datum, one logprob per target token.
+    with pytest.raises(
+        ValueError, match=r"^one list of learner logprobs per datum \(got 0 for 1\)"
+    ):
+        approx_kl([datum], [])
+    with pytest.raises(ValueError, match=r"^one learner logprob per target token \(got 2 for 3\)"):
+        approx_kl([datum], [learner[:2]])
+    # A ratio past e^700 counts as e^700: still a number.
+    far = approx_kl([datum], [[0.0, 0.0, 800.0]])
+    assert far is not None
+    assert math.isfinite(far)
+    assert far == pytest.approx((math.expm1(LOG_RATIO_CAP) - LOG_RATIO_CAP) / 2)
+    # Entropy: tokens sampled at log 0.5 and log 0.25: (0.693 + 1.386) / 2 = 1.040 nats.
+    assert sampler_entropy([math.log(0.5), math.log(0.25)]) == pytest.approx(1.0397, abs=1e-4)
+    assert sampler_entropy([0.0, 0.0]) == 0.0  # greedy: a point mass
+    assert sampler_entropy([]) is None
+
+
+def test_minibatch_results_carry_the_learners_logprobs_in_order() -> None:
+    first = TrainResult(1.0, {"loss:sum": 1.0}, ((-0.1, -0.2),))
+    second = TrainResult(2.0, {"loss:sum": 2.0}, ((-0.3,), (-0.4, -0.5)))
+    assert combined([first, second], [2, 3]).learner_logprobs_D == (
+        (-0.1, -0.2), (-0.3,), (-0.4, -0.5)
+    )  # fmt: skip
+    assert combined([first, TrainResult(2.0, {"loss:sum": 2.0})], [2, 3]).learner_logprobs_D is None

@@ -20,11 +20,11 @@ import pytest
 from cli_process import run_main
 from mathrl.adapter import AdapterError, Response
 from mathrl.checkpoints import run_fingerprint
-from mathrl.config import TrainConfig
+from mathrl.config import FILL_BATCH_CAP, TrainConfig
 from mathrl.evaluation import distinct, evaluation_set
 from mathrl.problem_keys import problem_key
 from mathrl.resolved import as_task
-from mathrl.rollout import FILL_BATCH_CAP, drawn_per_step
+from mathrl.rollout import drawn_per_step
 from mathrl.testing import check_adapter
 from mathrl.testing.checker import problem_name, shared_lines
 
@@ -157,3 +157,29 @@ def test_a_class_task_names_its_data_and_new_data_gives_new_checkpoint_names() -
     assert run_fingerprint(as_task(OwnData("ffffffffffffffff")), config) != before
     with pytest.raises(AdapterError, match=r"data must map each source's name to a digest"):
         as_task(OwnData(""))
+
+
+def hint() -> int:
+    return 0
+
+
+class Hinted(Products):
+    """Products whose problems carry a function, which has no fingerprint: each is told apart
+    by its prompt."""
+
+    def build_dataset(self, seed: int, step: int, size: int) -> list[Any]:
+        return [(a, b, hint) for a, b in super().build_dataset(seed, step, size)]
+
+
+def test_problems_without_a_fingerprint_are_told_apart_by_their_prompts() -> None:
+    task = as_task(Hinted())
+    kept, note = distinct(task, [(1, 2, hint), (3, 4, hint), (1, 2, hint)])
+    assert kept == [(1, 2, hint), (3, 4, hint)]
+    assert note is not None
+    config = TrainConfig(steps=20, batch=10, eval_problems=95)
+    heldout, warnings = evaluation_set(task, config)
+    drawn = task.training_problems(config.seed, config.steps, config.batch)
+    assert 0 < len(heldout) < 95  # some left out, as training problems
+    assert warnings
+    assert not {problem_key(task.adapter, p) for p in heldout} & drawn
+    assert all(problem_key(task.adapter, p).startswith("prompt:") for p in heldout)

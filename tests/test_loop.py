@@ -1,8 +1,9 @@
-"""The GRPO loop on the fake: skipping, learning, counting, and a serial twin."""
+"""The GRPO loop on the fake: skipping, learning, counting (its one-file twin: test_plain.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -16,18 +17,25 @@ import strategies as st_
 from cli_process import fresh_interpreters
 from conftest import examples
 from mathrl.adapter import EVAL_STEP
-from mathrl.backend import Datum
+from mathrl.backend import BackendError, TrainResult
 from mathrl.checkpoints import checkpoint_name, task_of_checkpoint
 from mathrl.config import TrainConfig
-from mathrl.grpo import is_constant_group
+from mathrl.grpo import build_datum
 from mathrl.loop import run_grpo, run_grpo_async
 from mathrl.resolved import as_task
-from mathrl.rollout import FILL_BATCH_CAP, Rollout, request_seed, run_problems, sample_params
-from mathrl.step import StepOutcome, grpo_step, sample_and_score, train_and_save
+from mathrl.rollout import Rollout, request_seed, run_problems, sample_params
+from mathrl.step import (
+    StepOutcome,
+    Update,
+    grpo_step,
+    sample_and_score,
+    submit_update,
+    train_and_save,
+)
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
+from mathrl.workers import Workers
 from mathrl_fakes import FakeBackend, RecordingBackend
-from observing import Everything
-from reference_loop import reference_run
+from observing import SHORT, Everything, moves_toward_its_references
 from test_rollout import ChatAddition
 from test_task_failures import Masked
 from virtual_clock import INLINE, run_virtual
@@ -55,8 +63,12 @@ def test_constant_rewards_give_no_datums_and_no_training(fake_backend_factory: F
     assert result.saved_path.endswith(checkpoint_name(task, TrainConfig(), 0) + ".json")
 
 
-# Seeds 1 and 2: two more 20-step learning runs, in the slow suite.
-@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2))])
+def test_a_short_run_at_the_cli_defaults_moves_toward_the_references(tmp_path: Path) -> None:
+    moves_toward_its_references(MathAdapter(), tmp_path, replace(SHORT, batch=10))
+
+
+@pytest.mark.slow  # 20-step learning runs; the fast suite's representative is above
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_run_learns_at_the_cli_defaults(fake_backend_factory: FakeFactory, seed: int) -> None:
     config = TrainConfig(steps=20, seed=seed)
     result = run_grpo(fake_backend_factory(seed=seed), MathAdapter(), config)
@@ -95,88 +107,6 @@ def test_datums_are_the_non_empty_completions_of_non_constant_groups(
         assert m.groups == batch
         if expected:
             assert len(next(trained)) == expected
-
-
-SEEDS = [0, pytest.param(7, marks=pytest.mark.slow)]
-"""A differential test's seeds: the second, the same comparison again, in the slow suite."""
-
-
-ALGORITHMS: dict[str, dict[str, Any]] = {
-    "default": {},
-    "fill-batch": {"fill_batch": True},
-    "ppo, group scaling, 3 substeps": {"loss": "ppo", "scale_rewards": "group", "substeps": 3},
-    "cispo, fill-batch": {"loss": "cispo", "clip_high": 2.0, "fill_batch": True},
-    "dro, 2 substeps": {"loss": "dro", "dro_beta": 0.1, "substeps": 2},
-    "KL 0.1, 2 substeps": {"kl_coef": 0.1, "substeps": 2},
-}
-
-
-FAST_ALGORITHMS = ("default", "dro, 2 substeps", "KL 0.1, 2 substeps")
-"""The settings the fast suite compares (every branch of the step); `nox -s slow` all of them."""
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(
-    "algorithm",
-    [
-        pytest.param(name, marks=[] if name in FAST_ALGORITHMS else [pytest.mark.slow])
-        for name in ALGORITHMS
-    ],
-)
-def test_the_loop_matches_the_reference_loop(
-    fake_backend_factory: FakeFactory, seed: int, algorithm: str
-) -> None:
-    # 4 steps: the first, and three that carry what the steps before them left.
-    config = TrainConfig(steps=4, seed=seed, batch=8, group=4, **ALGORITHMS[algorithm])
-    recorder = RecordingBackend(fake_backend_factory(seed=seed))
-    run_grpo(recorder, MathAdapter(), config)
-    reference = RecordingBackend(fake_backend_factory(seed=seed))
-    by_step = asyncio.run(reference_run(reference, MathAdapter(), config))
-    assert reference.trained == recorder.trained  # every minibatch, in order
-    assert reference.losses == recorder.losses == [config.loss_fn] * len(recorder.trained)
-    assert sum(map(len, by_step)) > 0
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(("fill_batch", "kl_coef"), [(False, 0.0), (True, 0.0), (False, 0.1)])
-def test_grpo_step_is_the_reference_step(
-    fake_backend_factory: FakeFactory, seed: int, fill_batch: bool, kl_coef: float
-) -> None:
-    config = TrainConfig(
-        steps=4, seed=seed, batch=8, group=4, fill_batch=fill_batch, kl_coef=kl_coef
-    )
-    task = as_task(MathAdapter())
-
-    async def by_grpo_step(backend: FakeBackend) -> list[list[Datum]]:
-        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
-        base = await backend.create_sampler(path) if kl_coef else None
-        datums_by_step = []
-        for step in range(1, config.steps + 1):
-            outcome = await grpo_step(
-                backend, await backend.create_sampler(path), task, config, step, base=base
-            )
-            datums_by_step.append(outcome.datums_D)
-            # Exact-match rewards, one list per problem, one reward per sample; with fill_batch
-            # as many problems as it took to find `batch` groups that teach something.
-            informative = sum(not is_constant_group(r) for r in outcome.rewards_P_G)
-            drawn = len(outcome.rewards_P_G)
-            assert {len(r) for r in outcome.rewards_P_G} == {config.group}
-            if fill_batch:
-                assert informative == config.batch or drawn == FILL_BATCH_CAP * config.batch
-                assert drawn >= config.batch
-            else:
-                assert drawn == config.batch
-            assert {r for rewards_G in outcome.rewards_P_G for r in rewards_G} <= {0.0, 1.0}
-            assert (
-                (outcome.result is None) == (outcome.sampler_path is None) == (not outcome.datums_D)
-            )
-            path = outcome.sampler_path or path
-        return datums_by_step
-
-    stepped = asyncio.run(by_grpo_step(fake_backend_factory(seed=seed)))
-    reference = asyncio.run(reference_run(fake_backend_factory(seed=seed), MathAdapter(), config))
-    assert stepped == reference
-    assert sum(map(len, reference)) > 0
 
 
 @pytest.mark.parametrize("adapter", [Masked(), ChatAddition()])
@@ -285,7 +215,7 @@ def test_a_step_with_a_kl_penalty_refuses_to_run_without_the_base_model(
         path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
         return await grpo_step(backend, await backend.create_sampler(path), task, config, 1)
 
-    with pytest.raises(ValueError, match=r"kl_coef > 0 needs the base model's sampler"):
+    with pytest.raises(ValueError, match=r"^kl_coef > 0 needs the base model's sampler \(base=\)$"):
         asyncio.run(go())
     assert backend.log.kinds() == ["save_weights_for_sampler", "create_sampler"]  # none sampled
 
@@ -438,3 +368,86 @@ def test_a_run_reports_each_steps_phases_and_sampling_progress(
     for step in (1, 2, 3):
         assert [(n, total) for s, n, total in observer.sampled if s == step] == [(3, 6), (6, 6)]
     assert len(observer.sampled) == 6
+
+
+def test_train_and_save_asks_the_base_model_only_with_a_kl_penalty(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    # Given the base model's sampler but no kl_coef: no logprobs asked, no KL reported.
+    backend = fake_backend_factory()
+    task, config = as_task(MathAdapter()), TrainConfig()
+
+    async def go() -> tuple[Update, Update, Update]:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        sampler = await backend.create_sampler(path)
+        batch = await sample_and_score(backend.tokenizer, sampler, task, config, 1)
+        assert batch.datums_D
+        update = await train_and_save(backend, task, config, 1, batch.datums_D, sampler, sampler)
+        await update.training  # type: ignore[misc]
+        empty = await train_and_save(backend, task, config, 2, [], sampler, sampler)
+        penalized = await train_and_save(
+            backend, task, replace(config, kl_coef=0.1), 3, batch.datums_D, sampler, sampler
+        )
+        await penalized.training  # type: ignore[misc]
+        return update, empty, penalized
+
+    update, empty, penalized = asyncio.run(go())
+    assert update.kl is None
+    assert (empty.datums_D, empty.training, empty.saving, empty.kl) == ([], None, None, None)
+    assert penalized.kl is not None
+    # The base model's logprobs: asked once per datum, by the step with the penalty alone.
+    assert backend.log.count("compute_logprobs") == len(penalized.datums_D)
+
+
+def test_grpo_step_runs_the_tasks_work_in_the_pool_it_is_given(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    # A pool of none: every reward on the event loop's own thread, none in another's.
+    threads: set[str] = set()
+
+    class Where(MathAdapter):
+        def compute_reward(self, completion: str, problem: AdditionProblem) -> float:
+            threads.add(threading.current_thread().name)
+            return super().compute_reward(completion, problem)
+
+    backend = fake_backend_factory()
+    task, config = as_task(Where()), TrainConfig()
+
+    async def go() -> StepOutcome:
+        path = await (await backend.submit_save_for_sampler(checkpoint_name(task, config, 0)))
+        sampler = await backend.create_sampler(path)
+        return await grpo_step(backend, sampler, task, config, 1, workers=Workers(0))
+
+    asyncio.run(go())
+    assert threads == {threading.current_thread().name}
+
+
+def test_a_failed_minibatch_is_raised_only_once_every_other_one_is_done() -> None:
+    # Two minibatches, each an update the test finishes by hand: the first fails at once,
+    # the second is still training. Their combined outcome waits for the second.
+    class Held:
+        def __init__(self) -> None:
+            self.updates: list[asyncio.Future[TrainResult]] = []
+
+        async def submit_train_step(
+            self, datums: Any, lr: float, loss_fn: Any
+        ) -> asyncio.Future[TrainResult]:
+            self.updates.append(asyncio.get_running_loop().create_future())
+            return self.updates[-1]
+
+    datum = build_datum([1, 2], [3], [-0.5], 1.0)
+    assert datum is not None
+
+    async def go() -> None:
+        backend = Held()
+        outcome = await submit_update(backend, [datum, datum], TrainConfig(substeps=2))  # type: ignore[arg-type]  # the one call it makes
+        first, second = backend.updates
+        first.set_exception(BackendError("the first minibatch failed"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not asyncio.ensure_future(outcome).done()  # the second is still training
+        second.set_result(TrainResult(1.0, {"loss:sum": 1.0}))
+        with pytest.raises(BackendError, match="the first minibatch failed"):
+            await outcome
+
+    asyncio.run(go())

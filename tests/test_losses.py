@@ -239,6 +239,9 @@ def test_the_config_the_service_gets_spells_out_every_setting() -> None:
          "clip_high must be a number from 1 to 100 (got 0.9)"),
         ({"name": "cispo", "clip_high": math.inf},
          "clip_high must be a number from 1 to 100 (got inf)"),
+        # A setting left unset (None) before one that is wrong: the wrong one is still seen.
+        ({"name": "ppo", "clip_low": None, "clip_high": 500.0},
+         "clip_high must be a number from 1 to 100 (got 500.0)"),
     ],
 )  # fmt: skip
 def test_a_loss_that_makes_no_sense_is_refused(kwargs: dict[str, object], message: str) -> None:

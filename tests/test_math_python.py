@@ -82,6 +82,10 @@ def test_the_code_runs_in_the_sandbox_never_in_the_trainer(tmp_path: Path) -> No
     if os.geteuid() == 0:  # never real root: the sandbox's own user
         assert PYTHON("import os\nprint(os.getuid())") == "65534\n"
     assert PYTHON("import os\nprint(os.getpid())") != f"{os.getpid()}\n"  # its own pid space
+
+
+@pytest.mark.slow  # the sandbox's own limits are test_sandbox's, in the fast suite
+def test_the_codes_time_is_limited() -> None:
     started = time.monotonic()
     with pytest.raises(ToolFailed, match=r"^the code ran past its time limit \(cpu limit"):
         python_tool(1.0, 100)("while True:\n    pass")

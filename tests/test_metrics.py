@@ -29,7 +29,7 @@ from mathrl.rewards import TaskError, metric_values
 from mathrl.rollout import metric_means, run_problems
 from mathrl.tasks.addition import AdditionProblem, MathAdapter, parse_answer
 from mathrl_fakes import FakeBackend
-from observing import observed_run
+from observing import Everything, observed_run
 
 BIGGEST = sys.float_info.max
 
@@ -56,6 +56,8 @@ def test_metric_means_worked_example() -> None:
     assert metric_means([]) == metric_means([{}, {}]) == {}
     # Two of the largest finite float: their sum is not finite, their mean is.
     assert metric_means([{"x": BIGGEST}, {"x": BIGGEST}]) == {"x": BIGGEST}
+    # 1.7e308 and 1.0e308: their sum overflows, their mean is 1.35e308, halfway between.
+    assert metric_means([{"x": 1.7e308}, {"x": 1.0e308}]) == {"x": pytest.approx(1.35e308)}
 
 
 @given(st_.completion_metrics)
@@ -126,11 +128,32 @@ def test_a_run_reports_each_completions_metrics_and_their_means(tmp_path: Path) 
         assert 1.0 <= evaluation.metrics["tokens"] <= as_task(Counted()).max_tokens
 
 
-def test_a_task_without_metrics_reports_none(tmp_path: Path) -> None:
-    config = TrainConfig(steps=1, batch=2, group=2, eval_every=1, eval_problems=3)
-    seen = observed_run(MathAdapter(), config, tmp_path)
-    assert [m.metrics for m in seen.steps] + [m.metrics for m in seen.evals] == [{}, {}, {}]
-    assert all(not s.metrics for g in seen.samples for s in g.samples)
+def test_metrics_are_reported_only_by_a_task_that_has_them_and_change_no_training(
+    tmp_path: Path,
+) -> None:
+    config = TrainConfig(steps=2, batch=2, group=2, eval_every=1, eval_problems=3)
+    plain = observed_run(MathAdapter(), config, tmp_path / "plain")
+    # The same class, given Counted's metrics: the same run name, so the same samples.
+    measured = MathAdapter()
+    setattr(measured, "metrics", Counted().metrics)  # noqa: B010  # an instance's, for mypy
+    counted = observed_run(measured, config, tmp_path / "counted")
+    # Without metrics: none, on any step, evaluation or sample.
+    assert [m.metrics for m in plain.steps] + [m.metrics for m in plain.evals] == [{}] * 5
+    assert all(not s.metrics for g in plain.samples for s in g.samples)
+    # With them: on every step, evaluation and sample...
+    assert all({"tokens", "answered"} <= set(m.metrics) for m in counted.steps)
+    assert all({"tokens", "answered"} <= set(e.metrics) for e in counted.evals)
+    assert all({"tokens", "answered"} <= set(s.metrics) for g in counted.samples for s in g.samples)
+
+    # ...and the same run otherwise, sample for sample: metrics train nothing.
+    def trained(seen: Everything) -> list[tuple[object, ...]]:
+        return [
+            *[(m.accuracy, m.mean_reward, m.datums, m.loss, m.approx_kl) for m in seen.steps],
+            *[(m.accuracy, m.mean_reward) for m in seen.evals],
+            *[(s.text, s.reward, s.advantage, s.trained) for g in seen.samples for s in g.samples],
+        ]
+
+    assert trained(counted) == trained(plain)
 
 
 def test_an_evaluations_metrics_worked_example() -> None:

@@ -48,6 +48,7 @@ from mathrl.service.mint_backend import (
     MintBackend,
     MintSampler,
     clipped_fraction,
+    learner_logprobs,
     open_backend,
     open_sampler,
     to_mint_datum,
@@ -322,7 +323,7 @@ def test_train_step_sends_mint_datums_and_reports_the_loss(make_server: ServerFa
         (lambda d: Datum((), (), (), (), ()), "datum 0: inputs must not be empty"),
         (
             lambda d: replace(d, model_input=(*d.model_input[:-1], -1)),
-            "token id -1 is outside >= 0",
+            "token id -1 is outside the vocabulary",
         ),
         (
             lambda d: replace(d, mask=(True,) * len(d.mask[:-1])),
@@ -340,20 +341,47 @@ def test_train_step_refuses_before_calling_mint(
     assert server.log.count("forward_backward") == 0
 
 
-def test_the_service_not_the_tokenizer_bounds_token_ids(make_server: ServerFactory) -> None:
-    # A model may emit ids past len(tokenizer); only the service knows its bound,
-    # so MintBackend submits them and reports the service's refusal.
+class ShortTokenizer(FakeHFTokenizer):
+    """The double's tokenizer, listing only ids 0..127 (ASCII): the model it serves samples
+    ids past its list, as Qwen3 may (151,936 embedding rows, 151,669 tokenizer entries)."""
+
+    def __len__(self) -> int:
+        return 128
+
+
+def test_the_vocabulary_bound_is_the_tokenizers_ids_and_those_the_model_sampled(
+    make_server: ServerFactory,
+) -> None:
     server = make_server()
-    backend = backend_on(server)
-    d = datums(backend)[0]
-    beyond = replace(d, model_input=(*d.model_input[:-1], 500))
+    training = server.connect(api_key=KEY).create_lora_training_client("fake/base", rank=4)
+    backend = MintBackend(training, ShortTokenizer(), secret=KEY)
+    prompt_T = backend.tokenizer.encode(PROMPT)
+    params = SampleParams(max_tokens=8, temperature=50.0, seed=3)  # near uniform: ids >= 128
 
-    async def go() -> None:
-        await (await backend.submit_train_step([beyond], 1e-4))
+    async def go() -> tuple[set[int], int]:
+        sampler = await backend.create_sampler(await (await backend.submit_save_for_sampler("a")))
+        completions = await sampler.sample(prompt_T, 4, params)
+        past = {t for c in completions for t in c.tokens if t >= 128}
+        sampled = [
+            d
+            for c in completions
+            if (d := build_datum(prompt_T, c.tokens, c.logprobs, 1.0)) is not None
+        ]
+        await (await backend.submit_train_step(sampled, 1e-4))  # the model's own ids: sent
+        d = sampled[0]
+        never = min(set(range(128, 257)) - past)  # past the tokenizer, and never sampled
+        unsampled = replace(d, target_tokens=(*d.target_tokens[:-1], never))
+        with pytest.raises(ValueError, match=rf"^datum 0: token id {never} is outside the voc"):
+            await backend.submit_train_step([unsampled], 1e-4)
+        with pytest.raises(ValueError, match=r"token id 257 is outside the vocabulary \(0\.\.127,"):
+            await backend.submit_train_step(
+                [replace(d, model_input=(257, *d.model_input[1:]))], 1e-4
+            )
+        return past, never
 
-    with pytest.raises(BackendError, match=r"outside 0\.\.256"):
-        asyncio.run(go())
-    assert server.log.count("forward_backward") == 1
+    past, _ = asyncio.run(go())
+    assert past  # the completions held ids the tokenizer does not list
+    assert server.log.count("forward_backward") == 1  # the refused ones were never sent
 
 
 class NoLossTraining:
@@ -780,7 +808,15 @@ def test_the_clip_fraction_comes_from_the_learners_logprobs_or_not_at_all() -> N
     output = types.ForwardBackwardOutput(
         "ArrayRecord", [{"logprobs": types.TensorData(learner, "float32")}], {}
     )
-    assert clipped_fraction(Loss("ppo"), [datum], output) == 0.5
-    assert clipped_fraction(Loss("ppo"), [datum, datum], output) is None  # one output short
+    learner_D = learner_logprobs([datum], output)
+    assert learner_D is not None
+    assert list(learner_D[0]) == pytest.approx(learner)  # to float32's rounding
+    assert clipped_fraction(Loss("ppo"), [datum], learner_D) == 0.5
+    assert learner_logprobs([datum, datum], output) is None  # one output short
+    assert clipped_fraction(Loss("ppo"), [datum], None) is None
     empty = types.ForwardBackwardOutput("ArrayRecord", [{}], {})
-    assert clipped_fraction(Loss("ppo"), [datum], empty) is None  # no logprobs returned
+    assert learner_logprobs([datum], empty) is None  # no logprobs returned
+    short = types.ForwardBackwardOutput(
+        "ArrayRecord", [{"logprobs": types.TensorData(learner[:2], "float32")}], {}
+    )
+    assert learner_logprobs([datum], short) is None  # not one per target token

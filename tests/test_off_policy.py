@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from mathrl.resolved import as_task
 from mathrl.rollout import request_seed
 from mathrl.tasks.addition import MathAdapter
 from mathrl_fakes import CallRecord, FakeBackend, RecordingBackend
+from observing import SHORT, moves_toward_its_references
 from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
@@ -40,8 +43,12 @@ def accuracies(result: RunResult) -> list[float]:
 # -- learning ----------------------------------------------------------------------
 
 
-# Seeds 1 and 2: four more 20-step runs, in the slow suite.
-@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=pytest.mark.slow) for s in (1, 2))])
+def test_a_short_off_policy_run_moves_toward_the_references(tmp_path: Path) -> None:
+    moves_toward_its_references(MathAdapter(), tmp_path, replace(SHORT, max_steps_off_policy=1))
+
+
+@pytest.mark.slow  # 20-step learning runs; the fast suite's representative is above
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_off_policy_learns_and_ends_near_on_policy(
     fake_backend_factory: FakeFactory, seed: int
 ) -> None:
@@ -211,3 +218,53 @@ def test_the_algorithm_choices_cost_what_they_say_in_round_trips(
     if extra:
         asked = 2 if "kl_coef" in choice and "loss" in choice else 1  # the base and the policy
         assert [len(w) for w in waves.values()] == [asked * m.datums for m in result.steps]
+
+
+# -- the sampler against the learner ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "divergent"),
+    [
+        ({}, False),  # on-policy at temperature 1: the learner scores what the sampler drew
+        ({"max_steps_off_policy": 1}, True),  # step k+1 drawn by the weights before step k
+        ({"temperature": 0.7}, True),  # q is the tempered distribution's, lp is not
+        ({"substeps": 2}, True),  # the second minibatch meets weights the first moved
+    ],
+)
+def test_a_step_reports_the_samplers_entropy_and_its_divergence_from_the_learner(
+    fake_backend_factory: Callable[..., FakeBackend], setting: dict[str, Any], divergent: bool
+) -> None:
+    config = TrainConfig(steps=4, **setting)
+    steps = run_grpo(fake_backend_factory(), MathAdapter(), config).steps
+    trained = [m for m in steps if m.datums]
+    assert trained
+    assert all(m.approx_kl is not None for m in trained)
+    assert all(m.approx_kl is None for m in steps if not m.datums)
+    kls = [m.approx_kl or 0.0 for m in trained]
+    if not divergent:  # the same weights' logprobs, computed apart: equal to rounding
+        assert max(kls) < 1e-12
+    elif setting.get("max_steps_off_policy"):  # step 1 is on-policy; the others lag
+        assert kls[0] < 1e-12
+        assert min(kls[1:]) > 1e-6
+    else:
+        assert min(kls) > 1e-6
+    # Every step sampled: 2 to 4 nats a token on the fake, whose rare noise tokens (one of
+    # 255, each at logprob about -10) weigh most of it; at most log 257 = 5.5 in expectation.
+    assert all(m.entropy is not None and 1.0 < m.entropy < 8.0 for m in steps)
+
+
+@pytest.mark.slow
+def test_the_readmes_divergence_figures_hold(
+    fake_backend_factory: Callable[..., FakeBackend],
+) -> None:
+    # "on the fake 0 on-policy, 7e-4 a step one step off-policy, 0.02 at --temperature 0.7":
+    # the mean over 20 steps of addition (mathrl.grpo.approx_kl's docstring has the ranges).
+    def mean_kl(**setting: Any) -> float:
+        steps = run_grpo(fake_backend_factory(), MathAdapter(), TrainConfig(steps=20, **setting))
+        kls = [m.approx_kl for m in steps.steps if m.approx_kl is not None]
+        return sum(kls) / len(kls)
+
+    assert mean_kl() < 1e-12
+    assert 5e-4 <= mean_kl(max_steps_off_policy=1) <= 9e-4
+    assert 0.015 <= mean_kl(temperature=0.7) <= 0.03

@@ -156,6 +156,18 @@ def test_maj_at_k_worked_examples() -> None:
     assert majority_at_k(["7", "7", "5"], [True, False, False], 3) == 1.0
 
 
+@pytest.mark.parametrize("k", [3, 5, 6, 8])
+def test_maj_at_k_with_several_rivals_as_strong_is_every_subsets_vote(k: int) -> None:
+    # Three answers named three times each and one sample naming none: a subset's rivals
+    # reach the right answer's count by several draws at once (two of b and one of c, or one
+    # of b and two of c), which the count must add up, not keep the last of.
+    answers = [*"aaabbbccc", None]
+    correct = [a == "a" for a in answers]
+    assert math.isclose(
+        majority_at_k(answers, correct, k), subsets_voting(answers, correct, k), abs_tol=1e-12
+    )
+
+
 @pytest.mark.slow
 def test_maj_at_k_on_many_samples_is_quick_enough_to_be_exact() -> None:
     # 256 samples over 30 answers, k = 128: the count takes well under a second.

@@ -57,29 +57,49 @@ def test_the_readme_shows_the_real_output_of_an_offline_run(tmp_path: Path) -> N
     assert saved.parent.parent.parent == tmp_path / "runs"
 
 
-def test_the_readme_task_passes_its_check_and_learns(task_folder: Path) -> None:
+QUICK = [True, pytest.param(False, marks=pytest.mark.slow)]
+"""Each README example with 20 steps: as written, a learning run, in the slow suite; quick,
+in the fast suite, the same commands with 3 steps (and check-adapter without --learns)."""
+
+
+def quickly(command: str, quick: bool) -> str:
+    """A README command as the fast suite runs it (`QUICK`)."""
+    if not quick:
+        return command
+    return command.replace(" --learns", "").replace("--steps 20", "--steps 3")
+
+
+@pytest.mark.parametrize("quick", QUICK)
+def test_the_readme_task_passes_its_check_and_learns(task_folder: Path, quick: bool) -> None:
     commands = block_after("Then check it, train it offline", "console").splitlines()
     assert commands[0] == "python -m mathrl check-adapter subtraction:Subtraction --learns"
-    check = run_main(task_folder, *commands[0].split()[3:])
+    check = run_main(task_folder, *quickly(commands[0], quick).split()[3:])
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.startswith("check-adapter: task 'subtraction' (subtraction:Subtraction)")
     assert "warning" not in check.stdout + check.stderr  # the example is one to copy
-    train = run_main(task_folder, *commands[1].split()[3:])
+    train = run_main(task_folder, *quickly(commands[1], quick).split()[3:])
     assert train.returncode == 0, train.stderr
     (folder_line,) = train.stderr.splitlines()  # no warning or advice, just where it is
     assert folder_line.startswith("mathrl: run folder: ")
     accuracy = [float(m[2]) for m in map(STEP_LINE.fullmatch, train.stdout.splitlines()) if m]
-    assert sum(accuracy[15:]) / 5 >= sum(accuracy[:5]) / 5 + 20
+    assert len(accuracy) == (3 if quick else 20)
+    if not quick:
+        assert sum(accuracy[15:]) / 5 >= sum(accuracy[:5]) / 5 + 20
     # The worked example stays about 30 lines long.
     assert 25 <= len((task_folder / "subtraction.py").read_text().splitlines()) <= 40
 
 
-def test_the_readme_data_task_is_a_few_lines_that_check_and_learn(tmp_path: Path) -> None:
+@pytest.mark.parametrize("quick", QUICK)
+def test_the_readme_data_task_is_a_few_lines_that_check_and_learn(
+    tmp_path: Path, quick: bool
+) -> None:
     code = block_after("here in `units.py`:", "python")
     (tmp_path / "units.py").write_text(code)
     assert len([line for line in code.splitlines() if line.strip()]) <= 15
     commands = block_after("In 20 steps greedy held-out accuracy", "console")
-    check, train = (shlex.split(c) for c in commands.replace("\\\n", " ").splitlines())
+    check, train = (
+        shlex.split(quickly(c, quick)) for c in commands.replace("\\\n", " ").splitlines()
+    )
     checked = run_main(tmp_path, *check[3:])
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.startswith("check-adapter: task 'dataset.units' (mathrl.tasks.dataset:")
@@ -91,10 +111,15 @@ def test_the_readme_data_task_is_a_few_lines_that_check_and_learn(tmp_path: Path
     )
     evals = [float(m[1]) for m in re.finditer(r"Eval step \d+: accuracy=(\d+\.\d)%", done.stdout)]
     assert 35 <= evals[0] <= 55  # "from about 45%"
-    assert evals[-1] == 100.0  # "to 100%"
+    assert len(evals) == (2 if quick else 5)
+    if not quick:
+        assert evals[-1] == 100.0  # "to 100%"
 
 
-def test_the_readme_tool_task_is_a_few_lines_that_check_and_learn(tmp_path: Path) -> None:
+@pytest.mark.parametrize("quick", QUICK)
+def test_the_readme_tool_task_is_a_few_lines_that_check_and_learn(
+    tmp_path: Path, quick: bool
+) -> None:
     marker = "`calculator.py`, on the bundled"
     code = block_after(" ".join(marker.split()), "python") if marker in README else ""
     assert code, "the README's calculator"
@@ -103,22 +128,28 @@ def test_the_readme_tool_task_is_a_few_lines_that_check_and_learn(tmp_path: Path
     said = " ".join(README.split())
     command = "check-adapter calculator:Calculator --learns"
     assert f"passes `{command}`" in said
-    checked = run_main(tmp_path, *command.split())
+    checked = run_main(tmp_path, *quickly(command, quick).split())
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.startswith("check-adapter: task 'calculator' (calculator:Calculator)")
     assert "warning" not in checked.stdout + checked.stderr  # an example to copy
-    done = run_main(tmp_path, "--backend", "fake", "--adapter", "calculator:Calculator",
-                    "--steps", "20", "--eval-every", "5", "--eval-problems", "50",
+    train = "--backend fake --adapter calculator:Calculator --steps 20 --eval-every 5"
+    done = run_main(tmp_path, *quickly(train, quick).split(), "--eval-problems", "50",
                     "--log-dir", "run")  # fmt: skip
     assert done.returncode == 0, done.stderr
     evals = [float(m[1]) for m in re.finditer(r"Eval step \d+: accuracy=(\d+\.\d)%", done.stdout)]
-    assert evals[-1] >= evals[0] + 20
+    assert len(evals) == (2 if quick else 5)
+    if not quick:
+        assert evals[-1] >= evals[0] + 20
     records = (tmp_path / "run/samples.jsonl").read_text()
     assert '"calls": [{"name": "calculate", "arguments": {"expression": ' in records
 
 
+@pytest.mark.parametrize("quick", QUICK)
 def test_the_python_snippets_run(
-    task_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    task_folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    quick: bool,
 ) -> None:
     monkeypatch.chdir(task_folder)
     monkeypatch.syspath_prepend(str(task_folder))
@@ -127,7 +158,8 @@ def test_the_python_snippets_run(
     call = re.search(r"From a test suite, `(check_adapter\(.*?\))`", README, re.DOTALL)
     assert call is not None
     imports = "from mathrl.testing import check_adapter\nfrom subtraction import Subtraction\n"
-    exec(compile(imports + call[1], "README.md", "exec"), {})
+    checking = call[1].replace("learns=True", "learns=False") if quick else call[1]
+    exec(compile(imports + checking, "README.md", "exec"), {})
     assert capsys.readouterr().out == ""
 
     # The README points at mathrl's docstring for a run from Python.
@@ -135,17 +167,18 @@ def test_the_python_snippets_run(
     doc = mathrl.__doc__ or ""
     code = doc.split("(`Subtraction` is the README's task):\n", 1)[1]
     snippet = textwrap.dedent(code.split("\nThe fake's checkpoints", 1)[0])
-    exec(compile(snippet, "mathrl/__init__.py", "exec"), {})
+    steps = 3 if quick else 20
+    exec(compile(snippet.replace("steps=20", f"steps={steps}"), "mathrl/__init__.py", "exec"), {})
     printed = capsys.readouterr().out
     # The same run, made here: its 20 accuracies, then the step-20 checkpoint in the temp folder.
     from subtraction import Subtraction  # type: ignore[import-not-found]
 
-    config = TrainConfig(steps=20, eval_every=5)
+    config = TrainConfig(steps=steps, eval_every=5)
     again = FakeBackend.for_run(
         Subtraction(), run_problems(Subtraction(), config), checkpoint_dir=task_folder / "again"
     )
     result = run_grpo(again, Subtraction(), config)
-    name = checkpoint_name(as_task(Subtraction()), config, 20)
+    name = checkpoint_name(as_task(Subtraction()), config, steps)
     saved = task_folder / "mathrl-fake" / f"{name}.json"
     assert Path(result.saved_path).name == saved.name
     assert printed == f"{[m.accuracy for m in result.steps]} {saved}\n"
@@ -242,7 +275,3 @@ def test_resolves_tells_a_missing_name() -> None:
     assert resolves("mathrl.pairwise.win_rates")
     assert not resolves("mathrl.pairwise.no_such_function")
     assert not resolves("mathrl.no_such_module")
-
-
-def test_the_readme_names_no_shared_notes() -> None:
-    assert "../shared" not in README

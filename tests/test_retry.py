@@ -29,7 +29,7 @@ from mathrl.rollout import run_problems
 from mathrl.service.recovery import RetryingBackend
 from mathrl.service.retry import RetriesExhausted, RetryPolicy
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
-from mathrl_fakes import FakeBackend
+from mathrl_fakes import FakeBackend, FakeModel
 from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
@@ -71,12 +71,13 @@ MATRIX_CONFIG = TrainConfig(steps=8, save_every=3)
 def clean_run(config: TrainConfig) -> Clean:
     """The fault-free reference run at `config`, made once per session and compared against."""
     with tempfile.TemporaryDirectory(prefix="mathrl-clean-") as folder:
-        backend = FakeBackend(math_references(), task_name="addition", checkpoint_dir=Path(folder))
+        model = FakeModel(math_references())
+        backend = FakeBackend(model, task_name="addition", checkpoint_dir=Path(folder))
         result = run_grpo(backend, MathAdapter(), config)
         return Clean(
             outcome(result),
             list(backend.theta),
-            copy.deepcopy(backend.model.adam),
+            copy.deepcopy(model.adam),
             Path(result.saved_path).name,
         )
 
@@ -107,6 +108,7 @@ def test_a_training_side_fault_is_retried_without_applying_anything_twice(
     )
     assert outcome(result) == clean.outcome
     assert faulty.theta == clean.theta  # the same weights: nothing applied twice
+    assert isinstance(faulty.model, FakeModel)
     assert faulty.model.adam == clean.adam
     assert Path(result.saved_path).name == clean.saved_name
     (line,) = lines

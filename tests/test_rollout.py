@@ -22,6 +22,7 @@ from mathrl.resolved import as_task
 from mathrl.rewards import TaskError, response_of
 from mathrl.rollout import (
     Rollout,
+    RunProblems,
     datums_of,
     logged_groups,
     prompt_tokens,
@@ -32,8 +33,10 @@ from mathrl.rollout import (
 )
 from mathrl.step import sample_and_score
 from mathrl.tasks.addition import AdditionProblem, MathAdapter, heldout_problems, named_answer
+from mathrl.tools import ToolCall
 from mathrl.workers import Workers
 from mathrl_fakes import ByteTokenizer, FakeBackend, RecordingBackend
+from test_heldout import Hinted, hint
 from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
@@ -251,9 +254,27 @@ def test_a_steps_metrics_worked_example() -> None:
     assert (m.truncated, m.sampled_tokens, m.groups, m.constant_groups) == (1, 13, 2, 1)
     # Nothing trained: no loss and no training time.
     assert (m.datums, m.loss, m.training_seconds, m.sampling_seconds) == (0, None, 0.0, 2.0)
+    # Trained on: " 42" (advantage 2/3) and " 7" (-1/3): mean |advantage| 1/2.
+    assert m.mean_abs_advantage == pytest.approx(0.5)
     empty = Rollout([], [], [], [], [], [], 0.0, 0)
     m = step_metrics(TrainConfig(), 1, empty, None, 0.0)
-    assert (m.mean_reward, m.reward_parts, m.truncated) == (0.0, {}, 0)
+    assert (m.mean_reward, m.reward_parts, m.truncated, m.mean_abs_advantage) == (0.0, {}, 0, 0.0)
+
+
+def test_a_logged_episode_shows_its_earlier_turns_their_replies_and_calls() -> None:
+    call = ToolCall("calculate", {"expression": "6 * 7"}, "42", False)
+    turns = (
+        Turn(sampled(b" a"), Response(" a"), "reply to a", calls=(call,)),
+        Turn(sampled(b" b"), Response(" b")),  # no reply: the episode went on regardless
+        Turn(sampled(b" c"), Response(" c")),
+    )
+    batch = replace(known_batch(), prompts_P=["Q"], episodes_P_G=[[Episode(turns, 1.0)]],
+                    advantages_P_G=[[0.0]], trained_P_G=[[False]])  # fmt: skip
+    (group,) = logged_groups(1, batch)
+    (sample,) = group.samples
+    assert (sample.text, sample.earlier, sample.calls) == (
+        " c", ((" a", "reply to a"), (" b", "")), ((call,), ())
+    )  # fmt: skip
 
 
 def test_an_evaluations_metrics_worked_example() -> None:
@@ -445,3 +466,12 @@ def test_a_final_answer_whose_process_dies_is_a_task_error(
     problems = heldout_problems(0, 6)
     with pytest.raises(TaskError, match=r"final_answer raised WorkerDied: its process ended"):
         asyncio.run(go(problems))
+
+
+def test_a_run_draws_problems_without_a_fingerprint_by_their_prompts() -> None:
+    # Problems holding a function: told apart by their prompts, each step's drawn as before.
+    run = RunProblems(as_task(Hinted()), TrainConfig(batch=4))
+    problems = run.step(1)
+    assert len(problems) == 4
+    assert all(p[2] is hint for p in problems)
+    assert run.step(1) == problems

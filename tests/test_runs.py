@@ -84,7 +84,7 @@ def test_a_run_with_evaluation_leaves_a_folder_that_matches_its_output(tmp_path:
         "step", "accuracy", "mean_reward", "datums", "groups", "groups_kept", "groups_dropped",
         "sampled_tokens", "mean_completion_tokens", "loss", "backend_metrics", "seconds",
         "sampling_seconds", "training_seconds", "sampler_path", "reward_parts", "truncated",
-        "mean_abs_advantage", "kl",
+        "mean_abs_advantage", "kl", "approx_kl", "entropy",
     }  # fmt: skip
     assert first["groups_kept"] + first["groups_dropped"] == first["groups"] == 10
     assert first["reward_parts"] == {}  # the addition task's reward is a number
@@ -155,10 +155,9 @@ def test_a_log_dir_that_holds_a_run_or_cannot_be_made_is_refused(tmp_path: Path)
 # -- held-out evaluation --------------------------------------------------------------
 
 
-# Seed 0 here; seeds 1-9, nine more 20-step learning runs, in the slow suite.
-@pytest.mark.parametrize(
-    "seed", [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 10))]
-)
+# Ten 20-step learning runs; the fast suite's representative is test_loop's short run.
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(10))
 def test_greedy_held_out_accuracy_starts_low_and_rises(
     fake_backend_factory: FakeFactory, seed: int
 ) -> None:
@@ -396,26 +395,36 @@ def test_plot_draws_the_held_out_mean_reward_and_a_panel_for_each_metric(tmp_pat
 
     steps: list[dict[str, object]] = [
         {"step": k, "accuracy": 0.5, "mean_reward": 0.6, "datums": 8, "reward_parts": {},
-         "metric/tokens": 10.0 - k} for k in (1, 2)
+         "metric/tokens": 10.0 - k, "entropy": 0.5 / k, "approx_kl": None if k == 1 else 0.01}
+        for k in (1, 2)
     ]  # fmt: skip
     evals = [{"eval": True, "step": k, "accuracy": 0.5, "mean_reward": r, "metric/tokens": 9.0}
              for k, r in ((0, 0.25), (2, 0.75))]  # fmt: skip
     settings = {"base_model": "m", "seed": 0, "backend": "fake"}
     record = RunRecord(tmp_path / "A", {"task": "t", "settings": settings}, steps, evals, [])
     figure = figure_of([record])
-    _, reward, tokens, _ = figure.axes  # accuracy, reward, a panel for "tokens", datums
+    # Accuracy, reward, a panel for "tokens", the sampler, datums; the sampler's KL axis.
+    _, reward, tokens, sampler, _, kl = figure.axes
     [held_out] = [line for line in reward.lines if str(line.get_label()).startswith("held-out")]
     assert held_out.get_label() == "held-out mean reward, greedy"
     assert (data(held_out.get_xdata()), data(held_out.get_ydata())) == ([0, 2], [0.25, 0.75])
     assert tokens.get_title(loc="left") == "the task's metric 'tokens' (held-out, greedy: points)"
     curve, points = tokens.lines
     assert (data(curve.get_ydata()), data(points.get_ydata())) == ([9.0, 8.0], [9.0, 9.0])
+    [entropy] = sampler.lines
+    assert (data(entropy.get_xdata()), data(entropy.get_ydata())) == ([1, 2], [0.5, 0.25])
+    [divergence] = kl.lines  # a step that trained nothing has none
+    assert (data(divergence.get_xdata()), data(divergence.get_ydata())) == ([2], [0.01])
+    assert kl.get_ylim() == pytest.approx((0.0, 0.011))  # from 0, to a tenth past the top
     pyplot.close(figure)
-    # Without metrics: the three panels of old.
+    # Without metrics: accuracy, reward, the sampler (and its KL axis), datums. On-policy
+    # rounding (1e-32) is drawn on an axis to 1e-4: a flat line at 0.
     unmeasured = [{k: v for k, v in row.items() if k != "metric/tokens"} for row in steps]
-    plain = RunRecord(tmp_path / "B", record.config, unmeasured, [], [])
+    on_policy = [{**row, "approx_kl": 1e-32} for row in unmeasured]
+    plain = RunRecord(tmp_path / "B", record.config, on_policy, [], [])
     figure = figure_of([plain])
-    assert len(figure.axes) == 3
+    assert len(figure.axes) == 5
+    assert figure.axes[-1].get_ylim() == (0.0, 1e-4)
     pyplot.close(figure)
 
 

@@ -39,7 +39,7 @@ import mathrl_fakes
 from cli_process import run_main
 from mathrl.tasks.code import sandbox
 from mathrl.tasks.code.feedback import CodeFeedbackAdapter
-from mathrl.tasks.code.kernel import kernel_layers
+from mathrl.tasks.code.kernel import ALL_LAYERS, bit, kernel_layers
 from mathrl.tasks.code.sandbox import (
     ALLOW_MISSING_LAYERS,
     SandboxError,
@@ -93,12 +93,27 @@ def without_landlock(monkeypatch: pytest.MonkeyPatch) -> None:
     run.cache_clear()
 
 
-def test_this_machine_has_every_layer() -> None:
-    line = check_layers().describe()
-    who = "uid 65534" if os.geteuid() == 0 else "user+pid+net+ipc+mount namespaces"
-    assert line.startswith(f"sandbox: {who}"), line
-    assert "pid+net+ipc+mount namespaces, tmpfs 1 MiB, no capabilities, Landlock ABI " in line
-    assert line.endswith(", seccomp x86-64" if X86_64 else ""), line
+def test_the_layers_line_names_each_layer_a_child_got_and_warns_of_the_rest() -> None:
+    # Worked examples, whatever this machine has (the run's own line, from this machine's
+    # check, is test_a_run_records_its_layers_on_stderr_and_in_its_folder's). Every layer: as
+    # root, uid 65534 and no user namespace; as a user, the user namespace is the identity.
+    every = sandbox.Setup(ALL_LAYERS)
+    rest = "pid+net+ipc+mount namespaces, tmpfs 1 MiB, no capabilities, Landlock ABI 6"
+    root = sandbox.Layers(every, root=True, landlock_abi=6, file_bytes=2**20)
+    assert root.describe() == f"sandbox: uid 65534, {rest}, seccomp x86-64"
+    user = sandbox.Layers(every, root=False, landlock_abi=6, file_bytes=2**20)
+    assert user.describe() == f"sandbox: user+{rest}, seccomp x86-64"
+    assert root.complete
+    # Without Landlock and seccomp, and a tmpfs of 64 KiB: a warning naming what is missing.
+    lacking = every.mask & ~bit("landlock") & ~bit("seccomp")
+    partial = sandbox.Layers(sandbox.Setup(lacking), False, 0, 64 * 2**10)
+    assert not partial.complete
+    assert partial.describe() == (
+        "warning: sandbox without landlock, seccomp (missing layers allowed): "
+        "user+pid+net+ipc+mount namespaces, tmpfs 64 KiB, no capabilities"
+    )
+    none = sandbox.Layers(sandbox.Setup(0), True, 0, 2**20)
+    assert none.describe().endswith("(missing layers allowed): no kernel layers")
 
 
 def test_a_missing_layer_stops_every_call_unless_missing_layers_are_allowed(

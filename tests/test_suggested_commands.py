@@ -180,9 +180,9 @@ def test_the_help_a_usage_error_points_at_runs(tmp_path: Path, command: str) -> 
     assert helped.stdout.startswith(f"usage: python -m mathrl {command}".rstrip())
 
 
-@pytest.mark.parametrize("presses", [1, 2])
+@pytest.mark.parametrize("presses", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_stopped_runs_resume_command_runs(tmp_path: Path, presses: int) -> None:
-    args = ["--backend", "fake", "--steps", "8", "--fake-latency", "0.1", "--log-dir", "X"]
+    args = ["--backend", "fake", "--steps", "3", "--fake-latency", "0.1", "--log-dir", "X"]
     child = subprocess.Popen(
         [sys.executable, "-m", "mathrl", *args], cwd=tmp_path, env=user_env(tmp_path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

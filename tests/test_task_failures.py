@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from cli_process import Result, run_main
+from conftest import math_references
 from mathrl.adapter import Response
+from mathrl.backend import BackendError
+from mathrl.checkpoints import Resume
 from mathrl.cli.settings import advised
 from mathrl.config import TrainConfig
 from mathrl.evaluation import evaluation_set
-from mathrl.loop import run_grpo
+from mathrl.loop import LAST_SAVE_SECONDS, run_grpo, run_grpo_async
 from mathrl.resolved import as_task
 from mathrl.rewards import TaskError
 from mathrl.rollout import trained
 from mathrl.tasks.addition import AdditionProblem, MathAdapter
-from mathrl_fakes import FakeBackend
+from mathrl_fakes import FakeBackend, FakeModel
 from observing import Everything
+from virtual_clock import INLINE, run_virtual
 
 FakeFactory = Callable[..., FakeBackend]
 
@@ -231,6 +236,9 @@ def test_masking_trains_on_no_completion_cut_off_at_the_limit() -> None:
 
     masking = replace(config, mask_truncated=True)
     assert trained(as_task(MathAdapter()), masking, rewards, responses) == [[False, True]]
+    # One group of responses for each group of rewards.
+    with pytest.raises(ValueError, match="zip"):
+        trained(as_task(MathAdapter()), config, rewards * 2, responses)
 
 
 def test_mask_truncated_is_a_switch_on_the_command_line(tmp_path: Path) -> None:
@@ -305,3 +313,50 @@ def test_a_task_that_draws_other_problems_each_time_is_named_not_the_fake(
         r"checks it\)",
         done.stderr,
     ), done.stderr
+
+
+class StateSavesFail(FakeBackend):
+    """Saves step 0's state; every later state save fails (the service went down), or, with
+    `hangs`, never ends."""
+
+    hangs = False
+
+    async def submit_save_state(self, name: str) -> Awaitable[str]:
+        if self.log.count("save_state") == 0 and "state0000000" in name:
+            return await super().submit_save_state(name)
+        if self.hangs:
+            return asyncio.get_running_loop().create_future()  # never set
+        raise BackendError("the service is down")
+
+
+@pytest.mark.parametrize("hangs", [False, True])
+def test_a_failed_run_whose_last_save_fails_or_hangs_raises_its_own_error(
+    tmp_path: Path, hangs: bool
+) -> None:
+    # The reward fails at step 3; the state of step 2 cannot be saved: the run still ends
+    # with the task's error, at once, or after LAST_SAVE_SECONDS of a save that never ends.
+    backend = StateSavesFail(FakeModel(math_references()), checkpoint_dir=tmp_path)
+    backend.hangs = hangs
+    config = TrainConfig(steps=4, batch=4, group=3, save_every=10)
+
+    async def go() -> BaseException:
+        with pytest.raises(TaskError, match="compute_reward raised ValueError: broken") as failed:
+            await run_grpo_async(backend, FailsAtStep(3), config, workers=INLINE)
+        return failed.value
+
+    _, seconds = run_virtual(go())
+    assert seconds >= (LAST_SAVE_SECONDS if hangs else 0.0)
+    assert seconds < LAST_SAVE_SECONDS + (10.0 if hangs else 0.0)
+
+
+def test_resuming_with_a_kl_penalty_needs_the_base_models_sampler(
+    fake_backend_factory: FakeFactory,
+) -> None:
+    backend = fake_backend_factory()
+    done = run_grpo(backend, MathAdapter(), TrainConfig(steps=1))
+    resume = Resume(done.last_step, done.state_path, done.saved_path, done.saved_path)
+    config = TrainConfig(steps=2, kl_coef=0.1)
+    with pytest.raises(
+        ValueError, match=r"^kl_coef > 0 needs Resume\.base_sampler_path, the step-0 sampler$"
+    ):
+        asyncio.run(run_grpo_async(backend, MathAdapter(), config, resume=resume))

@@ -282,6 +282,12 @@ def test_a_run_mirrors_its_steps_and_evaluations_to_one_wandb_run(
     assert [m["train/step"] for m in run.logged if "train/step" in m] == [1, 2, 3, 4]
     assert [m["eval/step"] for m in run.logged if "eval/step" in m] == [0, 2, 4]
     assert all("train/loss" in m for m in run.logged if "train/step" in m)
+    # The sampler's entropy and its divergence from the learner, as the records hold them.
+    records = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "eval" not in r]
+    logged = [m for m in run.logged if "train/step" in m]
+    assert [m["train/entropy"] for m in logged] == [r["entropy"] for r in records]
+    assert [m["train/approx_kl"] for m in logged] == [r["approx_kl"] for r in records]
+    assert all(r["entropy"] > 0 and 0 <= r["approx_kl"] < 1e-9 for r in records)  # on-policy
     assert run.finished
 
 
@@ -383,9 +389,9 @@ def test_a_tasks_metrics_reach_the_records_the_plot_and_wandb(
     assert [m["eval/metric/answered"] for m in logged_evals] == [
         r["metric/answered"] for r in evals
     ]
-    # The plot: a panel for each metric, besides accuracy, reward and datums.
+    # The plot: a panel for each metric, besides accuracy, reward, the sampler and datums.
     plotted = run_main(tmp_path, "plot", "run")
     assert (plotted.returncode, plotted.stdout) == (0, "run/plot.png\n"), plotted.stderr
     png = (tmp_path / "run" / "plot.png").read_bytes()
     width, height = struct.unpack(">II", png[16:24])
-    assert (width, height) == (750, 800 + 3 * 160)  # 7.5 x (8 + 1.6 a metric) inches at 100 dpi
+    assert (width, height) == (750, 950 + 3 * 160)  # 7.5 x (9.5 + 1.6 a metric) in, 100 dpi

@@ -1,14 +1,15 @@
 """Test doubles for mathrl: an in-memory backend that really learns.
 
-`FakeBackend` implements `mathrl.backend.Backend` without a network, for any
-task: `FakeBackend.for_run(task, mathrl.run_problems(task, config))`. It knows
-the task through the Adapter contract alone, and a run through what it is
-told: the problems the run draws. The loop, the CLI
-(its fake backend) and the test suite all use it; `FakeModel` is the engine
-underneath, with no I/O.
+`FakeBackend` implements `mathrl.backend.Backend` without a network: the
+contract alone (calls recorded, misuse refused, order, faults, checkpoint
+files), serving a `Policy`. `FakeModel` (`mathrl_fakes.model`) is the policy
+that learns, with no I/O: it knows the task through the Adapter contract
+alone, and a run through what it is told, the problems the run draws.
+`FakeBackend.for_run(task, mathrl.run_problems(task, config))` pairs them for
+any task. The loop, the CLI (its fake backend) and the test suite all use it.
 """
 
-from mathrl_fakes.fake_backend import FakeBackend
+from mathrl_fakes.fake_backend import FakeBackend, Policy
 from mathrl_fakes.model import FakeModel
 from mathrl_fakes.policy import ByteTokenizer
 from mathrl_fakes.recording import RecordingBackend, RecordingSampler, SampleCall
@@ -23,6 +24,7 @@ __all__ = [
     "FakeBackend",
     "FakeModel",
     "FakeSampler",
+    "Policy",
     "PromptKey",
     "RecordingBackend",
     "RecordingSampler",

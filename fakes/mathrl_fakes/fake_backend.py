@@ -1,12 +1,15 @@
 """FakeBackend: an in-memory `Backend` the GRPO loop cannot tell from MinT.
 
-It is deterministic (every completion's randomness is keyed to the backend's
-seed, the sampler's checkpoint, the request's seed and the sample's index),
-it trains for real (`FakeModel`: the importance-sampling loss, then Adam), it
-writes checkpoints to real files, and it refuses misuse the way the service
-does. It also records every call, and has knobs for simulated latency and
-injected transient failures.
+It is the contract, and only the contract: it records every call, refuses
+misuse the way the service does, keeps training-side calls in submission
+order, writes checkpoints to real files, pins each sampler to the weights it
+was opened on, and has knobs for simulated latency and injected transient
+failures. What the model computes (sampling, logprobs, the loss and Adam) is
+the `Policy` it serves, which knows nothing of calls, files or faults.
 
+The policy that learns is `mathrl_fakes.model.FakeModel` (a tiny policy with
+exact logprobs, taught each prompt's reference through the task's methods:
+`mathrl_fakes.references`); `for_run` and `for_problems` pair the two.
 Latency, ordering and faults are `mathrl_fakes.service.ServiceCalls`'s: the
 training-side calls (forward_backward, optim_step, the two saves and
 load_state) complete in submission order, creating a sampler costs one round
@@ -20,22 +23,24 @@ import asyncio
 import json
 import os
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from mathrl.adapter import Adapter
 from mathrl.backend import (
     BackendError,
+    Completion,
     Datum,
+    SampleParams,
+    Tokenizer,
     TrainResult,
     check_train_step,
 )
 from mathrl.losses import IMPORTANCE_SAMPLING, Loss
 from mathrl.resolved import Task, as_task
-from mathrl_fakes.model import FakeModel, UnknownPrompts, parse_state, parse_weights
-from mathrl_fakes.policy import VOCAB_SIZE, ByteTokenizer
-from mathrl_fakes.references import PromptKey, Reference, RunProblems, StepByStep, references_for
+from mathrl_fakes.model import FakeModel
+from mathrl_fakes.references import RunProblems, StepByStep, references_for
 from mathrl_fakes.sampler import FakeSampler
 from mathrl_fakes.service import ServiceCalls
 
@@ -45,14 +50,68 @@ P = TypeVar("P")
 CHECKPOINT_FORMAT = "mathrl-fake-checkpoint/2"
 
 
+class Policy(Protocol):
+    """The model a `FakeBackend` serves: the computations a training service runs, with no
+    I/O, no clock and no checks of the caller (the backend does those).
+
+    Weights are a list of floats the backend saves and pins samplers to; a
+    state is weights and optimizer as JSON-ready data.
+    """
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    theta: list[float]
+    """The current weights."""
+
+    def sample(
+        self,
+        theta: Sequence[float],
+        prompt_T: Sequence[int],
+        key: str,
+        num_samples: int,
+        params: SampleParams,
+    ) -> list[Completion]:
+        """`num_samples` completions under `theta`, their randomness keyed to `key`."""
+        ...
+
+    def sequence_logprobs(self, theta: Sequence[float], tokens_T: Sequence[int]) -> list[float]:
+        """Under `theta`, the logprob of each token after the ones before it (not the first)."""
+        ...
+
+    def forward_backward(
+        self, datums_D: Sequence[Datum], loss_fn: Loss = IMPORTANCE_SAMPLING
+    ) -> tuple[dict[str, float], list[list[float]]]:
+        """Accumulate the loss's gradient; the metrics the service reports (`loss:sum`), and
+        the learner's logprob of each datum's target tokens."""
+        ...
+
+    def optim_step(self, lr: float) -> None:
+        """One Adam step on the accumulated gradient (BackendError without one)."""
+        ...
+
+    def state(self) -> dict[str, Any]:
+        """Weights and optimizer, JSON-ready, with `theta` the weights."""
+        ...
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore a `state()`; KeyError, TypeError or ValueError if it is not one."""
+        ...
+
+    def parse_weights(self, values: Any) -> list[float]:
+        """`values` (a saved `theta`) as weights; TypeError or ValueError if they are not."""
+        ...
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """KeyError, TypeError or ValueError unless `state` would load."""
+        ...
+
+
 class FakeBackend(ServiceCalls):
-    """The in-memory backend. See the module docstring for what it models.
+    """The in-memory backend, serving `model`. See the module docstring for what it models.
 
     Args:
-        references: prompt text -> what the policy should learn to write.
-            Build it from a task with `for_run` or `for_problems`.
-        more: where to get more references when a prompt is missing, given the
-            sample requests served so far (see `StepByStep`).
+        model: the policy it serves (`FakeModel`, built by `for_run` or `for_problems`).
         task_name: written into checkpoints, so `sample` can refuse another
             task's weights.
         seed: keys every random draw, injected faults included.
@@ -60,26 +119,22 @@ class FakeBackend(ServiceCalls):
         fault_rate: the share of calls that fail transiently.
         checkpoint_dir: where checkpoints are written; `mathrl-fake` under the
             system's temp folder by default.
-        unknown_prompts: "error" (a prompt without a reference raises
-            BackendError naming it) or "uniform" (it gets a uniform policy).
     """
 
     def __init__(
         self,
-        references: Mapping[PromptKey, Reference],
+        model: Policy,
         *,
         task_name: str | None = None,
         seed: int = 0,
         latency: float = 0.0,
         fault_rate: float = 0.0,
         checkpoint_dir: Path | None = None,
-        unknown_prompts: UnknownPrompts = "error",
-        more: Callable[[int], Mapping[PromptKey, Reference] | None] | None = None,
     ) -> None:
         super().__init__(seed, latency, fault_rate)
         self.task_name = task_name
         self.checkpoint_dir = checkpoint_dir or Path(tempfile.gettempdir()) / "mathrl-fake"
-        self.model = FakeModel(references, unknown_prompts, more)
+        self.model = model
         self._saved: dict[str, tuple[str, tuple[float, ...]]] = {}
         self._states: dict[str, dict[str, Any]] = {}
 
@@ -87,8 +142,11 @@ class FakeBackend(ServiceCalls):
     def for_problems(
         cls, task: Adapter[P] | Task[P], problems: Sequence[P], **knobs: Any
     ) -> FakeBackend:
-        """A fake that knows the reference of each of `problems`, through the task's methods."""
-        return cls(references_for(task, problems), task_name=as_task(task).name, **knobs)
+        """A fake whose policy learns the reference of each of `problems`, through the task's
+        methods (`knobs`: the backend's, and `FakeModel`'s `unknown_prompts` and `more`)."""
+        learning = {k: knobs.pop(k) for k in ("unknown_prompts", "more") if k in knobs}
+        model = FakeModel(references_for(task, problems), **learning)
+        return cls(model, task_name=as_task(task).name, **knobs)
 
     @classmethod
     def for_run(cls, task: Adapter[P] | Task[P], run: RunProblems[P], **knobs: Any) -> FakeBackend:
@@ -104,7 +162,7 @@ class FakeBackend(ServiceCalls):
         return cls.for_problems(resolved, run.heldout(), more=more, **knobs)
 
     @property
-    def tokenizer(self) -> ByteTokenizer:
+    def tokenizer(self) -> Tokenizer:
         return self.model.tokenizer
 
     @property
@@ -117,7 +175,8 @@ class FakeBackend(ServiceCalls):
     async def submit_train_step(
         self, datums_D: Sequence[Datum], learning_rate: float, loss: Loss = IMPORTANCE_SAMPLING
     ) -> Awaitable[TrainResult]:
-        check_train_step(datums_D, learning_rate, VOCAB_SIZE)  # before anything is submitted
+        # Before anything is submitted; the fake's tokenizer lists every id its model samples.
+        check_train_step(datums_D, learning_rate, self.tokenizer.vocab_size)
         datums = list(datums_D)
         # One call of the protocol, so one draw of the fault rate, landing on either half.
         fault, u_half = self._draw(len(self.log.calls), training=True)
@@ -135,12 +194,14 @@ class FakeBackend(ServiceCalls):
 
         async def both() -> TrainResult:
             # Wait on both, so a failure of one never leaves the other unobserved.
-            metrics, stepped = await asyncio.gather(forward, step, return_exceptions=True)
-            for outcome in (metrics, stepped):
+            forwarded, stepped = await asyncio.gather(forward, step, return_exceptions=True)
+            for outcome in (forwarded, stepped):
                 if isinstance(outcome, BaseException):
                     raise outcome
-            assert isinstance(metrics, dict)
-            return TrainResult(loss=metrics["loss:sum"], metrics=metrics)
+            assert isinstance(forwarded, tuple)
+            metrics, learner_D = forwarded
+            learner = tuple(tuple(lp_T) for lp_T in learner_D)
+            return TrainResult(metrics["loss:sum"], metrics, learner)
 
         return asyncio.ensure_future(both())
 
@@ -203,17 +264,16 @@ class FakeBackend(ServiceCalls):
             raise BackendError(f"{path!r} is a {payload.get('kind')} checkpoint, not a {kind} one")
         return payload
 
-    @staticmethod
-    def check_checkpoint(path: str, kind: str) -> None:
+    def check_checkpoint(self, path: str, kind: str) -> None:
         """BackendError (naming the file and why) unless `path` loads as a `kind` checkpoint
         ("sampler" or "state") as `create_sampler` or `submit_load_state` would load it:
         for a run about to rely on files written by another process, or long ago."""
-        payload = FakeBackend.read(path, kind)
+        payload = self.read(path, kind)
         try:
             if kind == "state":
-                parse_state(payload)
+                self.model.check_state(payload)
             else:
-                parse_weights(payload.get("theta"))
+                self.model.parse_weights(payload.get("theta"))
         except (KeyError, TypeError, ValueError) as exc:
             what = "training state" if kind == "state" else "weights"
             raise BackendError(f"{path!r} holds no usable {what} ({exc})") from None
@@ -235,7 +295,7 @@ class FakeBackend(ServiceCalls):
             return FakeSampler(self, *self._saved[path])
         payload = self.read(path, "sampler")
         try:
-            theta = parse_weights(payload.get("theta"))
+            theta = self.model.parse_weights(payload.get("theta"))
         except (TypeError, ValueError) as exc:
             raise BackendError(f"{path!r} holds no usable weights ({exc})") from None
         return FakeSampler(self, str(payload.get("name")), theta)

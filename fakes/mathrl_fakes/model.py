@@ -1,12 +1,13 @@
-"""FakeModel: the service's side of the fake, with no I/O and no event loop.
+"""FakeModel: the fake's learning policy, with no I/O and no event loop.
 
 It holds the weights, the Adam state and the reference table, and does what
 a training service computes: sample, score a sequence (compute_logprobs),
 forward_backward with any loss of `mathrl.losses`, optim_step with Adam, and
-state snapshots.
-`FakeBackend` adds latency, ordering, faults and checkpoint files on top of
-it; the tests' fake of the mint SDK drives the same engine through its
-public methods.
+state snapshots: a `mathrl_fakes.fake_backend.Policy`. What it learns is each
+prompt's reference (`mathrl_fakes.references`), how it writes is
+`mathrl_fakes.policy`. `FakeBackend`, the contract, adds latency, ordering,
+faults, refusals and checkpoint files around it; the tests' fake of the mint
+SDK serves the same policy through its public methods.
 """
 
 from __future__ import annotations
@@ -298,15 +299,19 @@ class FakeModel:
 
     def forward_backward(
         self, datums_D: Sequence[Datum], loss_fn: Loss = IMPORTANCE_SAMPLING
-    ) -> dict[str, float]:
+    ) -> tuple[dict[str, float], list[list[float]]]:
         """`loss_fn` summed over every position (`mathrl.losses.token_loss`); its gradient
-        accumulates until optim_step. Returns the metrics the service reports: `loss:sum`,
+        accumulates until optim_step. Returns the metrics the service reports (`loss:sum`,
         and for a loss that clips `clipped:frac`, the share of the model's tokens (the
-        datums' masks) whose ratio the clip bound."""
+        datums' masks) whose ratio the clip bound), and the learner's logprob of each
+        datum's target tokens (forward's output)."""
         grad = list(self.pending_grad or [0.0] * len(self.theta))
         loss, clipped, scored = 0.0, 0, 0
         every_position = loss_fn.every_position
+        learner_D: list[list[float]] = []
         for datum in datums_D:
+            learner_T: list[float] = []
+            learner_D.append(learner_T)
             for at, token, sampled_lp, adv, mine in zip(
                 self.positions_of(datum),
                 datum.target_tokens,
@@ -315,9 +320,10 @@ class FakeModel:
                 datum.mask,
                 strict=True,
             ):
+                lp = logprob(self.theta, at, token)
+                learner_T.append(lp)
                 if not mine and not every_position:
                     continue  # A = 0 off the mask: contributes exactly 0 to loss and gradient
-                lp = logprob(self.theta, at, token)
                 term = token_loss(loss_fn, lp, sampled_lp, adv)
                 loss += term.loss
                 scored += mine
@@ -330,7 +336,7 @@ class FakeModel:
         metrics = {"loss:sum": loss}
         if loss_fn.clips:
             metrics["clipped:frac"] = clipped / scored if scored else 0.0
-        return metrics
+        return metrics, learner_D
 
     def optim_step(self, lr: float) -> None:
         """One Adam step on the accumulated gradient, which it then clears."""
@@ -357,6 +363,14 @@ class FakeModel:
         """Restore `state()`; any gradient accumulated since is dropped."""
         self.theta, self.adam = parse_state(state)
         self.pending_grad = None
+
+    def check_state(self, state: Mapping[str, Any]) -> None:
+        """KeyError, TypeError or ValueError unless `state` is one `load_state` takes."""
+        parse_state(state)
+
+    def parse_weights(self, values: Any) -> list[float]:
+        """`parse_weights`: the weights of a saved `theta`."""
+        return parse_weights(values)
 
 
 def parse_state(state: Mapping[str, Any]) -> tuple[list[float], AdamState]:

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from mathrl.backend import Completion, SampleParams
-from mathrl_fakes.policy import VOCAB_SIZE
 
 if TYPE_CHECKING:
     from mathrl_fakes.fake_backend import FakeBackend
@@ -74,8 +73,9 @@ class FakeSampler:
         )
 
     async def logprobs(self, tokens_T: Sequence[int]) -> list[float]:
-        if any(not 0 <= t < VOCAB_SIZE for t in tokens_T):
-            raise ValueError(f"token ids must be in 0..{VOCAB_SIZE - 1}")
+        vocab_size = self._backend.tokenizer.vocab_size
+        if any(not 0 <= t < vocab_size for t in tokens_T):
+            raise ValueError(f"token ids must be in 0..{vocab_size - 1}")
         tokens, model = tuple(tokens_T), self._backend.model
         return await self._backend.call(
             "compute_logprobs", lambda: model.sequence_logprobs(self.theta, tokens)

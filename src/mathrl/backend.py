@@ -8,7 +8,7 @@ protocols only; `mathrl.service.mint_backend` implements it over MinT and
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -97,7 +97,8 @@ class Tokenizer(Protocol):
 
     @property
     def vocab_size(self) -> int:
-        """How many token ids the model can emit (for the `Model:` line)."""
+        """How many token ids the tokenizer has (ids 0 to vocab_size - 1), for the `Model:`
+        line and the vocabulary bound (`Backend`); the model may sample a few more."""
         ...
 
     @property
@@ -169,6 +170,10 @@ class TrainResult:
 
     loss: float
     metrics: Mapping[str, float] = field(default_factory=dict)
+    learner_logprobs_D: tuple[tuple[float, ...], ...] | None = None
+    """The learner's logprob of each datum's target tokens, as forward_backward computed
+    them (before the optimizer step), one tuple per datum in order; None where the service
+    gives none. A run compares them with the sampler's (`mathrl.grpo.approx_kl`)."""
 
 
 class Sampler(Protocol):
@@ -236,12 +241,24 @@ class Backend(Protocol):
       the learning rate does not need to shrink as batches or completions
       grow, as it would for plain SGD. Its result's metrics hold `loss:sum`, for a
       loss that clips `clipped:frac` (the share of the model's tokens, by the
-      mask, whose ratio the clip bound), and what else the service reports. It raises
+      mask, whose ratio the clip bound), and what else the service reports;
+      its `learner_logprobs_D` are the learner's logprobs of each datum's target
+      tokens as forward_backward computed them, where the service gives them
+      (one per token: the same as the sampler's, to its numerics, on-policy at
+      temperature 1). It raises
       `ValueError` at submission for misuse the service would refuse: no
       datums, a datum whose inputs disagree in length (the message names the
       lengths), a mask that is not one of the model's tokens (`check_mask`),
-      token ids outside the vocabulary, or a learning rate that is not a
+      a token id outside the vocabulary, or a learning rate that is not a
       finite positive number.
+    - **The vocabulary bound.** A datum's token ids are the tokenizer's
+      (0 to `tokenizer.vocab_size` - 1: its prompts and replies) or ones the
+      backend's own samplers returned (a model may sample an id its tokenizer
+      does not list: Qwen3's embedding has 151,936 rows, its tokenizer
+      151,669 entries, and no MinT call says how many rows). Any other id is
+      refused with `ValueError` before anything is sent (`check_datums`):
+      `MintBackend` keeps the ids past the tokenizer that its samplers
+      returned, the fake's tokenizer lists every id its model has.
     - **Saving.** `submit_save_for_sampler(name)` persists the weights as they
       are after every training call submitted before it, and its result is a
       path that `create_sampler` accepts, in this process or another one.
@@ -289,15 +306,19 @@ class Backend(Protocol):
 
 
 def check_train_step(
-    datums_D: Sequence[Datum], learning_rate: float, vocab_size: int | None
+    datums_D: Sequence[Datum],
+    learning_rate: float,
+    vocab_size: int | None,
+    sampled: Collection[int] = frozenset(),
 ) -> None:
     """Raise ValueError for a train step the service would refuse.
 
     Backends call it before submitting anything, so a refused step leaves the
     training side untouched. The messages name what is wrong and what was got.
+    `vocab_size` and `sampled`: see `check_datums`.
     """
     check_learning_rate(learning_rate)
-    check_datums(datums_D, vocab_size)
+    check_datums(datums_D, vocab_size, sampled)
 
 
 def check_learning_rate(learning_rate: float) -> None:
@@ -306,12 +327,18 @@ def check_learning_rate(learning_rate: float) -> None:
         raise ValueError(f"learning_rate must be a finite number > 0 (got {learning_rate!r})")
 
 
-def check_datums(datums_D: Sequence[Datum], vocab_size: int | None) -> None:
+def check_datums(
+    datums_D: Sequence[Datum], vocab_size: int | None, sampled: Collection[int] = frozenset()
+) -> None:
     """Raise ValueError for datums forward_backward would refuse, or whose mask is malformed.
 
-    `vocab_size` None checks only that token ids are not negative: a model may
-    emit more ids than its tokenizer lists (Qwen3's embedding has 151,936 rows,
-    its tokenizer 151,669 entries), so only the service knows the bound.
+    The vocabulary bound: every token id is one of the tokenizer's, 0 to
+    `vocab_size` - 1, or one the backend's own samplers returned (`sampled`).
+    A model may sample ids its tokenizer does not list (Qwen3's embedding
+    has 151,936 rows, its tokenizer 151,669 entries), and no service call
+    tells how many rows there are; but a datum's ids come from the tokenizer
+    (prompts, replies) or from the model's samples, so an id from neither is
+    a mistake. `vocab_size` None checks only that ids are not negative.
     """
     if not datums_D:
         raise ValueError("forward_backward needs at least one datum (got 0)")
@@ -325,9 +352,12 @@ def check_datums(datums_D: Sequence[Datum], vocab_size: int | None) -> None:
         check_mask(i, datum)
         limit = vocab_size if vocab_size is not None else float("inf")
         for token in (*datum.model_input, *datum.target_tokens):
-            if not 0 <= token < limit:
+            if not (0 <= token < limit or (token >= 0 and token in sampled)):
                 bound = f"0..{vocab_size - 1}" if vocab_size is not None else ">= 0"
-                raise ValueError(f"datum {i}: token id {token} is outside {bound}")
+                raise ValueError(
+                    f"datum {i}: token id {token} is outside the vocabulary ({bound}, and no "
+                    "sample returned it)"
+                )
 
 
 def check_mask(i: int, datum: Datum) -> None:

@@ -19,10 +19,21 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from mathrl.grpo import SCALES
-from mathrl.losses import DEFAULT_LOSS, LOSSES, PARAMETERS, Loss, LossName, losses_taking
+from mathrl.losses import (
+    CLIP_HIGH,
+    CLIP_LOW,
+    DEFAULT_LOSS,
+    DRO_BETA,
+    LOSSES,
+    PARAMETERS,
+    Loss,
+    LossName,
+    Parameter,
+    losses_taking,
+)
 from mathrl.passk import MAX_SAMPLES
-from mathrl.tasks import BUILT_IN
-from mathrl.text import listed, shown, shown_end
+from mathrl.text import listed, shown
+from mathrl.workers import DEFAULT_TIMEOUT
 
 DEFAULT_BASE_URL = "https://mint.macaron.xin"
 """mint 0.2.0's endpoint when none is given (mint's `_MINT_DEFAULT_BASE_URL`)."""
@@ -66,20 +77,6 @@ def number_in(low: float, high: float, low_open: bool = False) -> Rule:
     return Rule(f"a number {'>' if low_open else '>='} {low:g} and <= {high:g}", check)
 
 
-def adapter_spec_shown(spec: str) -> str:
-    """A task spec quoted where it is wrong (the end of a long path, say), and what is wrong."""
-    module_name, sep, attr = spec.partition(":")
-    if not spec.strip() or spec in BUILT_IN or (module_name and attr and ":" not in attr):
-        return shown(spec, 60)
-    if not sep:
-        return f"{shown_end(spec, 60)}, with no ':Class' after the module or file"
-    if not module_name:
-        return f"{shown(spec, 60)}, with no module or file before the ':'"
-    if not attr:
-        return f"{shown_end(spec, 60)}, with nothing after the ':'"
-    return f"{shown_end(spec, 60)}, with a second ':' in the class part {shown_end(attr, 30)}"
-
-
 RULES: dict[str, Rule] = {
     "steps": int_in(1, 1_000_000),
     "batch": int_in(1, MAX_COMPLETIONS_PER_STEP // 2),
@@ -108,9 +105,8 @@ RULES: dict[str, Rule] = {
     "fill_batch": Rule("true or false", lambda v: isinstance(v, bool)),
     "kl_coef": number_in(0, 10),
     "adapter": Rule(
-        f"{', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask",
-        lambda s: s in BUILT_IN or (0 < len(s) <= 500 and s.count(":") == 1),
-        adapter_spec_shown,
+        "a task: module:Class, e.g. mymod:MyTask, or a name the command line knows",
+        lambda s: 0 < len(s) <= 500 and s.count(":") <= 1 and s.isprintable(),
     ),
     "base_model": Rule(
         "a model name (printable, at most 200 characters)",
@@ -135,51 +131,105 @@ RULES: dict[str, Rule] = {
 """The rule of every checked field of `TrainConfig` and `Config`."""
 
 
+def setting(default: Any, description: str | Callable[[], str], unset: str | None = None) -> Any:
+    """A config field with its one description: `--help` says it (`mathrl.cli.settings`),
+    and the class's docstring lists it (`described`). `unset` says what the default None
+    stands for; a description read from a table is a function (the loss settings')."""
+    return field(default=default, metadata={"description": description, "unset": unset})
+
+
+def description(owner: type, name: str) -> str:
+    """The description of field `name` of the dataclass `owner`."""
+    text = {f.name: f for f in fields(owner)}[name].metadata["description"]
+    return text if isinstance(text, str) else text()
+
+
+def unset_meaning(owner: type, name: str) -> str | None:
+    """What the default None of field `name` of `owner` stands for (None: it is no None)."""
+    meaning: str | None = {f.name: f for f in fields(owner)}[name].metadata.get("unset")
+    return meaning
+
+
+def described(owner: type) -> str:
+    """`owner`'s docstring, then each field of it with its default and description."""
+    lines = [(owner.__doc__ or "").rstrip(), "", "Fields (the command line's flags say the same):"]
+    for f in fields(owner):
+        if "description" in f.metadata:
+            default = unset_meaning(owner, f.name) or repr(f.default)
+            lines.append(f"    {f.name} ({default}): {description(owner, f.name)}")
+    return "\n".join(lines) + "\n"
+
+
+def _loss_setting(parameter: Parameter) -> Any:
+    """A loss setting's field: None, the loss's default; described by the losses taking it."""
+    return setting(
+        None,
+        lambda: f"{listed(losses_taking(parameter), 'and')}: {parameter.meaning}",
+        "the loss's",
+    )
+
+
+FILL_BATCH_CAP = 4
+"""With `fill_batch`, a step draws at most this many times `batch` problems."""
+CALL_TIMEOUT = 600.0
+"""Seconds one sample, training or save call may take by default (`mathrl.service.retry`)."""
+RETRY_DELAY = 1.0
+"""Seconds before a failing call's first retry, by default."""
+RETRY_WINDOW = 600.0
+"""Seconds from a call's first failure within which it is retried, by default."""
+
+
 @dataclass(frozen=True, slots=True)
 class TrainConfig:
     """Everything the GRPO loop reads; nothing it does not."""
 
-    steps: int = 5
-    batch: int = 10
-    group: int = 4
-    lr: float = 1e-4
-    max_tokens: int | None = None
-    """Tokens per completion; None: the task's own default."""
-    temperature: float = 1.0
-    seed: int = 0
-    max_steps_off_policy: int = 0
-    eval_every: int = 0
-    """Evaluate greedily on held-out problems before training, every this many
-    steps and after the last; 0: never."""
-    eval_problems: int = 100
-    eval_k: tuple[int, ...] = ()
-    """With evaluations, also draw max(eval_k) samples of each held-out problem at
-    `temperature`, and report pass@k (and maj@k, where the task names answers) for
-    each k; (): greedy accuracy only. It changes no training."""
-    save_every: int = 5
-    """Save the full training state (weights and optimizer) every this many steps."""
-    mask_truncated: bool = False
-    """Train on no completion that ran into the token limit (its reward still counts)."""
-    loss: LossName = DEFAULT_LOSS
-    """The policy-gradient loss, by its name in `mathrl.losses.LOSSES`."""
-    clip_low: float | None = None
-    """The loss setting `mathrl.losses.CLIP_LOW`; None: the loss's default."""
-    clip_high: float | None = None
-    """The loss setting `mathrl.losses.CLIP_HIGH`; None: the loss's default."""
-    dro_beta: float | None = None
-    """The loss setting `mathrl.losses.DRO_BETA`; None: the loss's default."""
-    scale_rewards: str = "none"
-    """Advantages: reward minus group mean, divided by the group's reward std ("group", as
-    GRPO), the step's ("batch"), or not at all ("none", as Dr. GRPO: the default)."""
-    substeps: int = 1
-    """Minibatches each step's datums are split into, each its own forward_backward and
-    optim_step."""
-    fill_batch: bool = False
-    """Draw more problems until `batch` groups have unequal rewards (DAPO's dynamic
-    sampling), up to `mathrl.rollout.FILL_BATCH_CAP` x `batch` problems a step."""
-    kl_coef: float = 0.0
-    """The weight of the KL penalty against the base model (`mathrl.grpo.kl_penalized`); with
-    it, every group is trained on, constant ones too."""
+    steps: int = setting(5, "GRPO steps")
+    batch: int = setting(10, "problems per step")
+    group: int = setting(4, "completions sampled per problem")
+    lr: float = setting(1e-4, "Adam learning rate")
+    max_tokens: int | None = setting(None, "most tokens per completion", "the task's")
+    temperature: float = setting(1.0, "sampling temperature")
+    seed: int = setting(0, "seed for problems and sampling")
+    max_steps_off_policy: int = setting(0, "0: on-policy; 1: sample step k+1 while step k trains")
+    eval_every: int = setting(
+        0, "greedy held-out evaluation before training, every K steps and at the end; 0: off"
+    )
+    eval_problems: int = setting(100, "held-out problems per evaluation")
+    eval_k: tuple[int, ...] = setting(
+        (),
+        "with evaluations, also sample each held-out problem K times (the largest K) and "
+        "report pass@K (and maj@K where the task names answers) for each K, e.g. 1,4,16; it "
+        "changes no training",
+        "none: greedy accuracy only",
+    )
+    save_every: int = setting(
+        5, "save the full training state (weights and optimizer) every K steps (and at the end)"
+    )
+    mask_truncated: bool = setting(
+        False, "train on no completion cut off at the token limit (its reward still counts)"
+    )
+    loss: LossName = setting(  # noqa: RUF009 (a dataclasses.field, as each one here)
+        DEFAULT_LOSS, lambda: f"the policy-gradient loss: {listed(LOSSES, 'or')}"
+    )
+    clip_low: float | None = _loss_setting(CLIP_LOW)
+    clip_high: float | None = _loss_setting(CLIP_HIGH)
+    dro_beta: float | None = _loss_setting(DRO_BETA)
+    scale_rewards: str = setting(
+        "none",
+        "divide advantages (reward minus the group's mean) by the reward std of each group "
+        "(GRPO), of the batch, or none (Dr. GRPO)",
+    )
+    substeps: int = setting(1, "minibatches per step, each its own forward_backward and optim_step")
+    fill_batch: bool = setting(
+        False,
+        "draw more problems until batch groups have unequal rewards (DAPO's dynamic sampling; "
+        f"at most {FILL_BATCH_CAP} x batch)",
+    )
+    kl_coef: float = setting(
+        0.0,
+        "weight of the KL penalty against the base model (0: none); with it, every group "
+        "trains, constant ones too",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.eval_k, list | tuple) and all(type(k) is int for k in self.eval_k):
@@ -201,32 +251,55 @@ class Config:
     """One run of `python -m mathrl`: training settings plus everything around them."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
-    adapter: str = DEFAULT_ADAPTER
-    backend: str = "mint"
-    base_model: str = "Qwen/Qwen3-0.6B"
-    lora_rank: int = 16
-    connect_timeout: float = 60.0
-    setup_timeout: float = 600.0
-    call_timeout: float = 600.0
-    retries: int | None = None
-    """At most this many retries of one call; None: no count, only the retry window."""
-    retry_delay: float = 1.0
-    retry_window: float = 600.0
-    """Seconds from a call's first failure within which it is retried."""
-    reward_workers: int | None = None
-    """Threads that run the task's rewards and environment steps; None: one per core."""
-    reward_timeout: float = 300.0
-    """Seconds one reward or environment step may take before the run fails."""
-    log_dir: str | None = None
-    log_samples: int = 2
-    """Groups of each step recorded in the run folder's samples.jsonl (0: none)."""
-    wandb_project: str | None = None
-    """Mirror the metrics to this Weights & Biases project (needs `mathrl[wandb]`)."""
+    adapter: str = setting(
+        DEFAULT_ADAPTER,
+        "the task: a built-in one's name (`python -m mathrl tasks`), or module:Class",
+    )
+    backend: str = setting("mint", "mint, or fake (in memory, offline)")
+    base_model: str = setting("Qwen/Qwen3-0.6B", "base model to train a LoRA on")
+    lora_rank: int = setting(16, "LoRA rank")
+    connect_timeout: float = setting(60.0, "seconds to wait for the MinT service to answer")
+    setup_timeout: float = setting(
+        600.0, "seconds MinT may take to create the LoRA client and load the tokenizer"
+    )
+    call_timeout: float = setting(
+        CALL_TIMEOUT, "seconds one sample, training or save call may take before it is retried"
+    )
+    retries: int | None = setting(
+        None,
+        "at most this many retries of one call (besides the retry window)",
+        "none: the retry window alone",
+    )
+    retry_delay: float = setting(
+        RETRY_DELAY, "seconds before the first retry; doubles each time, with jitter"
+    )
+    retry_window: float = setting(
+        RETRY_WINDOW, "seconds a failing call is retried for, from its first failure"
+    )
+    reward_workers: int | None = setting(
+        None, "threads running the task's rewards and environment steps", "one per core"
+    )
+    reward_timeout: float = setting(
+        DEFAULT_TIMEOUT, "seconds one reward or environment step may take before the run fails"
+    )
+    log_dir: str | None = setting(None, "the run folder", "runs/<UTC time>-<task>-<fingerprint>")
+    log_samples: int = setting(
+        2, "groups of each step whose completions go into the run folder's samples.jsonl"
+    )
+    wandb_project: str | None = setting(
+        None,
+        "mirror the metrics to this Weights & Biases project (needs mathrl[wandb])",
+        "none: no mirror",
+    )
 
     def __post_init__(self) -> None:
         _check_fields(self, "Config")
         if self.backend not in ("mint", "fake"):
             raise ConfigError(f"Config.backend must be 'mint' or 'fake' (got {self.backend!r})")
+
+
+TrainConfig.__doc__ = described(TrainConfig)
+Config.__doc__ = described(Config)
 
 
 TRAIN_FIELDS = frozenset(f.name for f in fields(TrainConfig))

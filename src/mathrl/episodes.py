@@ -56,12 +56,10 @@ from mathrl.rewards import (
     checked_metrics,
     checked_reward,
     group_rewards,
-    metrics_alone,
     metrics_of,
     response_key,
     response_of,
-    reward_of,
-    rewards_alone,
+    rewards_of,
     task_call,
     text_tokens,
 )
@@ -263,12 +261,12 @@ class Player(Generic[P]):
         if self.task.rewards_groups:
             ends = await self._group_rewards(problem, finals)
         else:
-            alone = partial(rewards_alone, self.task, problem, finals)
+            alone = partial(rewards_of, self.task, problem, finals)
             calls = len({response_key(r) for r in finals})  # each may take the timeout
             ends = await self._work("compute_reward", finals, alone, calls)
         metrics_G: list[dict[str, float]] = [{} for _ in finals]
         if self.task.metrics is not None:
-            reported = partial(metrics_alone, self.task, problem, finals)
+            reported = partial(metrics_of, self.task, problem, finals)
             calls = len({response_key(r) for r in finals})
             metrics_G = await self._work("metrics", finals, reported, calls)
         return [
@@ -345,13 +343,13 @@ class Player(Generic[P]):
         if not task.rewards_groups:
             end = await self._shared(
                 shared, ("reward", response_key(response)), "compute_reward", response,
-                lambda: reward_of(task, problem, response),
+                lambda: rewards_of(task, problem, [response])[0],
             )  # fmt: skip
         reported: dict[str, float] = {}
         if task.metrics is not None:
             reported = await self._shared(
                 shared, ("metrics", response_key(response)), "metrics", response,
-                lambda: metrics_of(task, problem, response),
+                lambda: metrics_of(task, problem, [response])[0],
             )  # fmt: skip
         metrics = episode_metrics(said_metrics, reported)
         return Episode(tuple(turns), metrics=metrics), scores, end

@@ -28,14 +28,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
     The unbiased estimator of Chen et al. (2021), 1 - C(n - c, k) / C(n, k),
     computed as 1 - prod over i = n - c + 1 .. n of (1 - k / i), which never
-    forms the large binomials; it is 1 when n - c < k (every k-subset then
-    holds a correct sample). ValueError unless 1 <= k <= n and 0 <= c <= n.
+    forms the large binomials. It is exactly 1 when n - c < k (every k-subset
+    then holds a correct sample): the product then has the factor 1 - k / k.
+    ValueError unless 1 <= k <= n and 0 <= c <= n.
     """
     _check(n, k)
     if not 0 <= c <= n:
         raise ValueError(f"c must be from 0 to n = {n}, the correct samples (got {c})")
-    if n - c < k:
-        return 1.0
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 

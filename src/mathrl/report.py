@@ -66,6 +66,13 @@ class StepMetrics:
     metrics: Mapping[str, float] = field(default_factory=dict)
     """Each metric the task reports beside its reward (`Adapter`'s `metrics`): its mean over
     the step's completions that report it (none: the task reports none)."""
+    approx_kl: float | None = None
+    """How far the learner's logprobs of the model's tokens trained on were from the
+    sampler's (`mathrl.grpo.approx_kl`, as CleanRL's): 0 on-policy at temperature 1; None
+    when nothing trained, or the backend gave no learner logprobs."""
+    entropy: float | None = None
+    """The sampler's entropy per token, estimated from every token the step sampled
+    (`mathrl.grpo.sampler_entropy`); None when it sampled none."""
 
     @property
     def groups_kept(self) -> int:

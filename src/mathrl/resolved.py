@@ -29,7 +29,6 @@ from mathrl.adapter import (
 from mathrl.backend import Tokenizer
 from mathrl.problem_keys import problem_key
 from mathrl.problem_keys import prompt_key as prompt_key
-from mathrl.tasks import BUILT_IN
 from mathrl.text import shown
 from mathrl.tools import TOOL_TURNS, Toolbox, toolbox_of
 
@@ -320,14 +319,17 @@ def _is_option_value(value: object) -> bool:
 
 
 def identity_of(cls: type) -> str:
-    """`module:QualifiedClass` of an adapter's class; a built-in task's is the one name
-    `mathrl.tasks.BUILT_IN` gives it (`mathrl.tasks.code:CodeAdapter`, though the class is
-    defined in `mathrl.tasks.code.task`), so messages, records and `tasks` agree."""
-    for spec, _ in BUILT_IN.values():
-        module, _, name = spec.partition(":")
-        if getattr(sys.modules.get(module), name, None) is cls:
-            return spec
-    return f"{cls.__module__}:{cls.__qualname__}"
+    """`module:QualifiedClass` of an adapter's class, by the name it goes by: a class that its
+    module's package exports under its own name goes by the package (and so on up), as a user
+    imports it (`mathrl.tasks.code:CodeAdapter`, though the class is defined in
+    `mathrl.tasks.code.task`), so messages, records and `tasks` agree."""
+    module = cls.__module__
+    while "." in module and "." not in cls.__qualname__:
+        package = module.rpartition(".")[0]
+        if getattr(sys.modules.get(package), cls.__name__, None) is not cls:
+            break
+        module = package
+    return f"{module}:{cls.__qualname__}"
 
 
 def _is_int(value: object) -> bool:

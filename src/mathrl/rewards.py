@@ -3,11 +3,13 @@
 For: `mathrl.episodes.Player`, which scores every episode that the step
 and evaluation play. As each turn comes back it calls `response_of` (pure:
 the text, and how sampling ended it); then, in its worker pool, the task's
-own reward: `rewards_alone` for a group of one-turn episodes
-(`compute_reward`, once per distinct response), `reward_of` for the last
-turn of a longer episode, or `group_rewards` for a task that scores whole
-groups (`compute_group_rewards`, plain or `async`); and, for a task that
-reports them, the metrics beside the reward (`metrics_alone`, `metrics_of`).
+own reward: `rewards_of` for the responses of a group (`compute_reward`, once per
+distinct response: a group of one-turn episodes in one hand-over, or the
+last turn of a longer episode), or `group_rewards` for a task that scores
+whole groups (`compute_group_rewards`, plain or `async`); and, for a task
+that reports them, the metrics beside the reward (`metrics_of`). From the
+episode's turn to the task's `compute_reward` is four calls: `Player._one_turn`,
+`Player._work` (the pool's one visible call, `Workers.run`), `rewards_of`.
 A task's method that raises, or returns what is not a reward (or not
 metrics), raises `TaskError`: one line naming the task, the method, the
 error and a shortened input, so a run can stop cleanly. Not for:
@@ -21,7 +23,6 @@ import asyncio
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import partial
 from typing import Any, TypeGuard, TypeVar
 
 from mathrl.adapter import Response
@@ -160,33 +161,41 @@ def response_key(response: Response) -> tuple[object, ...]:
     return (str(response), response.ended, response.stop, response.turn, response.tokens)
 
 
-def rewards_alone(
+def rewards_of(
     task: Task[P], problem: P, responses: Sequence[Response]
 ) -> list[tuple[float, dict[str, float]]]:
-    """Each response's `compute_reward`, once per distinct response (rewards are pure)."""
-    return once_each(responses, partial(reward_of, task, problem))
-
-
-def metrics_alone(
-    task: Task[P], problem: P, responses: Sequence[Response]
-) -> list[dict[str, float]]:
-    """Each response's `metrics`, once per distinct response (metrics are pure)."""
-    return once_each(responses, partial(metrics_of, task, problem))
-
-
-def once_each(responses: Sequence[Response], fn: Callable[[Response], T]) -> list[T]:
-    """`fn` of each response, called once per distinct one (`response_key`): `fn` is pure."""
-    seen: dict[tuple[object, ...], T] = {}
+    """Each response's `compute_reward(response, problem)` as (total, parts), called once per
+    distinct response (`response_key`: rewards are pure); TaskError if it raises or returns
+    what is not a reward. It runs in the worker pool (`Player._work`), and calls the task
+    itself: in a traceback taken inside `compute_reward`, it is the frame right above it."""
+    seen: dict[tuple[object, ...], tuple[float, dict[str, float]]] = {}
     for response in responses:
-        if response_key(response) not in seen:
-            seen[response_key(response)] = fn(response)
+        key = response_key(response)
+        if key not in seen:
+            try:
+                value = task.adapter.compute_reward(response, problem)
+            except Exception as exc:
+                raise TaskError(task, "compute_reward", exc, response) from None
+            seen[key] = checked_reward(task, "compute_reward", value, response)
     return [seen[response_key(response)] for response in responses]
 
 
-def metrics_of(task: Task[P], problem: P, response: Response) -> dict[str, float]:
-    """`metrics(response, problem)` as names to floats; TaskError if it fails."""
-    value = task_call(task, "metrics", response, response, problem)
-    return checked_metrics(task, "metrics", value, response)
+def metrics_of(task: Task[P], problem: P, responses: Sequence[Response]) -> list[dict[str, float]]:
+    """Each response's `metrics(response, problem)` as names to floats, called once per
+    distinct response (metrics are pure); TaskError if it raises or returns what is not
+    metrics. As `rewards_of`, in the worker pool, right above the task's call."""
+    metrics = task.metrics
+    assert metrics is not None, "called for a task that reports metrics only"
+    seen: dict[tuple[object, ...], dict[str, float]] = {}
+    for response in responses:
+        key = response_key(response)
+        if key not in seen:
+            try:
+                value = metrics(response, problem)
+            except Exception as exc:
+                raise TaskError(task, "metrics", exc, response) from None
+            seen[key] = checked_metrics(task, "metrics", value, response)
+    return [seen[response_key(response)] for response in responses]
 
 
 def checked_metrics(
@@ -200,12 +209,6 @@ def checked_metrics(
         )
         raise TaskError(task, method, problem, response)
     return values
-
-
-def reward_of(task: Task[P], problem: P, response: Response) -> tuple[float, dict[str, float]]:
-    """`compute_reward(response, problem)` as (total, parts); TaskError if it fails."""
-    value = task_call(task, "compute_reward", response, response, problem)
-    return checked_reward(task, "compute_reward", value, response)
 
 
 async def group_rewards(

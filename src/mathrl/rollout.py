@@ -24,9 +24,9 @@ from typing import Generic, TypeVar
 
 from mathrl.adapter import Adapter, Prompt, Response
 from mathrl.backend import Datum, SampleParams, Tokenizer, TrainResult
-from mathrl.config import TrainConfig
+from mathrl.config import FILL_BATCH_CAP, TrainConfig
 from mathrl.episodes import Episode, Player, all_or_none
-from mathrl.grpo import is_constant_group
+from mathrl.grpo import approx_kl, is_constant_group, sampler_entropy
 from mathrl.problem_keys import problem_key
 from mathrl.report import Sample, SampleGroup, StepMetrics
 from mathrl.resolved import Task, as_task
@@ -149,10 +149,6 @@ async def play_groups(
             )
         ]
     )  # fmt: skip
-
-
-FILL_BATCH_CAP = 4
-"""With `fill_batch`, a step draws at most this many times `batch` problems."""
 
 
 def drawn_per_step(config: TrainConfig) -> int:
@@ -330,6 +326,20 @@ def step_metrics(
         mean_abs_advantage=mean_abs_advantage(batch),
         kl=kl,
         metrics=metric_means([e.metrics for episodes_G in batch.episodes_P_G for e in episodes_G]),
+        approx_kl=(
+            approx_kl(batch.datums_D, result.learner_logprobs_D)
+            if result is not None and result.learner_logprobs_D is not None
+            else None
+        ),
+        entropy=sampler_entropy(
+            [
+                q
+                for episodes_G in batch.episodes_P_G
+                for e in episodes_G
+                for turn in e.turns
+                for q in turn.completion.logprobs
+            ]
+        ),
     )
 
 

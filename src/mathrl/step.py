@@ -149,10 +149,9 @@ async def train_and_save(
     """
     if config.loss_fn.every_position and policy is None:
         raise ValueError(f"the {config.loss_fn.name} loss needs the trained weights' sampler")
-    kl = None
     clock = asyncio.get_running_loop().time
     if not datums_D:
-        return Update([], None, None, kl, clock())
+        return Update([], None, None, None, clock())
     # 4. The logprobs of the sampled tokens the step needs besides the sampler's, in one round
     #    trip: the base model's with kl_coef > 0, the trained weights' own with DRO.
     base_D, policy_D = await asyncio.gather(
@@ -161,6 +160,7 @@ async def train_and_save(
     )
     # 5. With kl_coef > 0, each of the model's tokens' advantage moves by the KL penalty
     #    against the base model.
+    kl = None
     if base_D is not None:
         datums_D, kl = kl_penalized(datums_D, base_D, config.kl_coef)
     # 6. DRO's penalty acts on every position: off the mask, q becomes the trained policy's
@@ -215,7 +215,8 @@ async def logprobs_of(
 def combined(results: Sequence[TrainResult], model_tokens_M: Sequence[int]) -> TrainResult:
     """Several minibatches' results as one: losses (and `loss:sum`) add up; `clipped:frac`,
     a share of a minibatch's model tokens (`model_tokens_M`), is their share of all of them;
-    other metrics are averaged over the minibatches that report them."""
+    other metrics are averaged over the minibatches that report them; the learner's logprobs
+    follow one another, minibatch by minibatch (None unless every one has them)."""
     metrics: dict[str, float] = {}
     for key in {key for result in results for key in result.metrics}:
         pairs = [
@@ -230,4 +231,8 @@ def combined(results: Sequence[TrainResult], model_tokens_M: Sequence[int]) -> T
             metrics[key] = sum(v * t for v, t in pairs) / tokens
         else:
             metrics[key] = sum(v for v, _ in pairs) / len(pairs)
-    return TrainResult(loss=sum(result.loss for result in results), metrics=metrics)
+    learner_M = [result.learner_logprobs_D for result in results]
+    learner_D = None
+    if all(learner is not None for learner in learner_M):
+        learner_D = tuple(lp_T for learner in learner_M for lp_T in learner or ())
+    return TrainResult(sum(result.loss for result in results), metrics, learner_D)

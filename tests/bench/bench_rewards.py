@@ -51,7 +51,7 @@ from mathrl.adapter import Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo_async
 from mathrl.resolved import Task, as_task
-from mathrl.rewards import rewards_alone
+from mathrl.rewards import rewards_of
 from mathrl.rollout import Rollout, run_problems
 from mathrl.step import sample_and_score
 from mathrl.tasks.code.sandbox import WARM_SANDBOXES, call_function, warm_of
@@ -139,7 +139,7 @@ def serial_rewards(task: Task[Any], config: TrainConfig, step: int, batch: Rollo
     responses: list[list[Response]] = batch.responses_P_G
     started = time.perf_counter()
     for problem, responses_G in zip(problems, responses, strict=True):
-        rewards_alone(task, problem, responses_G)
+        rewards_of(task, problem, responses_G)
     return time.perf_counter() - started
 
 

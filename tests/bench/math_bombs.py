@@ -8,7 +8,7 @@ clean ones.
 Each step samples the math task (its default data) on the fake backend, 32
 problems x 8 samples, as `sample_and_score` does (the "step" column: sampling,
 rewards and datums). Then its rewards are timed alone, every group's
-`rewards_alone` in flight at once on the worker pool of one thread per core,
+`rewards_of` in flight at once on the worker pool of one thread per core,
 as the rollout runs them: once on the completions sampled ("clean"), once with
 a quarter of them (two of each group's eight) replaced by bombs, each distinct
 so that no verdict is cached ("bombed"): towers (`9^{9^{9^{9^{k}}}}`), `\\frac`
@@ -39,7 +39,7 @@ from typing import Any
 from mathrl.adapter import Response
 from mathrl.config import TrainConfig
 from mathrl.resolved import Task, as_task
-from mathrl.rewards import rewards_alone
+from mathrl.rewards import rewards_of
 from mathrl.rollout import run_problems
 from mathrl.step import sample_and_score
 from mathrl.tasks.math import MathDatasetAdapter, MathProblem
@@ -91,7 +91,7 @@ async def rewards_seconds(
     verdict.cache_clear()
     started = time.perf_counter()
     calls = [
-        pool.run(partial(rewards_alone, task, problem, responses_G))
+        pool.run(partial(rewards_of, task, problem, responses_G))
         for problem, responses_G in zip(problems, responses_P_G, strict=True)
     ]
     await asyncio.gather(*calls)

@@ -42,6 +42,7 @@ from mathrl_fakes import (
     CallLog,
     CallRecord,
     FakeBackend,
+    FakeModel,
     FakeSampler,
     PromptKey,
     Reference,
@@ -157,13 +158,13 @@ class FakeMintServer:
         if unknown:
             raise ValueError(f"hang_at must name calls in {HANG_POINTS} (got {sorted(unknown)})")
         # A service samples and trains on any prompt: unknown ones get the uniform policy.
+        self.model = FakeModel(references, "uniform")
         self.engine = FakeBackend(
-            references,
+            self.model,
             task_name="addition",
             seed=seed,
             latency=latency,
             checkpoint_dir=checkpoint_dir,
-            unknown_prompts="uniform",
         )
         self.omit_logprobs = omit_logprobs
         self.drop_stop = drop_stop
@@ -291,12 +292,12 @@ class FakeMintServer:
         if not data:
             raise refused("forward_backward needs at least one datum")
         datums_D = [self._datum(i, d) for i, d in enumerate(data)]
-        model = self.engine.model
+        model = self.model
         try:
-            metrics = model.forward_backward(datums_D, loss)
+            metrics, learner_D = model.forward_backward(datums_D, loss)
         except BackendError as exc:
             raise refused(str(exc)) from None
-        outputs = [{"logprobs": types.TensorData(model.logprobs(d), "float32")} for d in datums_D]
+        outputs = [{"logprobs": types.TensorData(lp_T, "float32")} for lp_T in learner_D]
         # The service reports the loss; a clip fraction the client works out from the outputs.
         return types.ForwardBackwardOutput(
             "ArrayRecord", outputs, {"loss:sum": metrics["loss:sum"]}

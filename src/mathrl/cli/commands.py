@@ -61,7 +61,6 @@ from mathrl.cli.loader import (
 )
 from mathrl.cli.parsers import (
     BACKENDS,
-    DEFAULTS_DECIDED_LATER,
     MAX_PROBLEMS,
     RESUMABLE,
     SAMPLE_FIELDS,
@@ -103,7 +102,7 @@ from mathrl.cli.settings import (
 from mathrl.cli.task_args import described, given_task_args, task_options_of
 from mathrl.cli.train import Plan, train
 from mathrl.cli.wandb_mirror import check_installed
-from mathrl.config import DEFAULTS, ConfigError, check_eval_k
+from mathrl.config import DEFAULTS, ConfigError, check_eval_k, unset_meaning
 from mathrl.resolved import Task
 from mathrl.rewards import TaskError
 from mathrl.tasks import BUILT_IN
@@ -231,7 +230,9 @@ def _spec(value: object) -> object:
 
 def _worded(value: object, field: str) -> str:
     if value is None:
-        return f"unset ({DEFAULTS_DECIDED_LATER.get(field, 'the default')})"
+        setting = BY_FIELD.get(field)
+        meaning = unset_meaning(setting.owner, field) if setting is not None else None
+        return f"unset ({meaning or 'the default'})"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

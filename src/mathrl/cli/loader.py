@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from mathrl.adapter import AdapterError, OptionError
-from mathrl.cli.settings import BY_FIELD, TaskOptions
+from mathrl.cli.settings import BY_FIELD, TaskOptions, adapter_spec_shown
 from mathrl.cli.task_args import FLAG, converted, task_options_of
-from mathrl.config import ConfigError, adapter_spec_shown
+from mathrl.config import ConfigError
 from mathrl.resolved import Task, as_task
 from mathrl.tasks import BUILT_IN
 from mathrl.text import closest, describe, shown

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from mathrl import __version__
 from mathrl.cli.settings import SETTINGS, Setting, default_of, parse_bool
-from mathrl.config import DEFAULT_BASE_URL, ConfigError
+from mathrl.config import DEFAULT_BASE_URL, ConfigError, unset_meaning
 from mathrl.losses import PARAMETERS, losses_taking
 from mathrl.passk import MAX_SAMPLES
 from mathrl.tasks import BUILT_IN
@@ -66,18 +66,6 @@ class Parser(argparse.ArgumentParser):
         return ""
 
 
-DEFAULTS_DECIDED_LATER = {
-    "max_tokens": "the task's",
-    "log_dir": "runs/<UTC time>-<task>-<fingerprint>",
-    "fake_checkpoints": "checkpoints/ in the run folder",
-    "retries": "none: the retry window alone",
-    "reward_workers": "one per core",
-    "wandb_project": "none: no mirror",
-    "eval_k": "none: greedy accuracy only",
-}
-"""How --help words the defaults that are not one value (loss settings: `shown_default`)."""
-
-
 def shown_default(setting: Setting) -> object:
     """A setting's default as --help shows it; a loss setting's, each loss's that takes it."""
     parameter = next((p for p in PARAMETERS if p.field == setting.field), None)
@@ -86,8 +74,9 @@ def shown_default(setting: Setting) -> object:
         if len(defaults) == 1:
             return f"{next(iter(defaults.values())):g}"
         return "the loss's: " + ", ".join(f"{d:g} for {name}" for name, d in defaults.items())
-    if setting.field in DEFAULTS_DECIDED_LATER:
-        return DEFAULTS_DECIDED_LATER[setting.field]
+    decided_later = unset_meaning(setting.owner, setting.field)
+    if decided_later is not None:  # what None stands for, as its field says
+        return decided_later
     value = default_of(setting)
     short = [name for name, (spec, _) in BUILT_IN.items() if spec == value]
     if setting.field == "adapter" and short:  # as the README and `tasks` name it

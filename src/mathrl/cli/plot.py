@@ -23,6 +23,10 @@ from mathrl.cli.records import METRIC
 from mathrl.cli.run_folder import RunRecord
 from mathrl.text import shown
 
+KL_FLOOR = 1e-4
+"""The approximate KL's axis reaches at least this high: a run whose sampler is the learner
+(its KL 0 but for rounding) draws a flat line at 0, not noise magnified."""
+
 
 def label_of(record: RunRecord, several: bool) -> str:
     """The legend label (several runs) or title (one run): task, base model, seed."""
@@ -52,18 +56,20 @@ def plot_runs(records: Sequence[RunRecord], out: Path) -> Path:
 def figure_of(records: Sequence[RunRecord]) -> Figure:
     """Accuracy (held-out greedy accuracy as points), mean reward and its parts (the held-out
     greedy mean reward as points), each of the task's metrics (a panel each, held-out as
-    points), and datums, one panel under the other."""
+    points), the sampler (its entropy, and the approximate KL to the learner, on its own
+    axis at the right), and datums, one panel under the other."""
     several = len(records) > 1
     names = metric_names(records)
     figure, axes = plt.subplots(
-        3 + len(names),
+        4 + len(names),
         1,
-        figsize=(7.5, 8 + 1.6 * len(names)),
+        figsize=(7.5, 9.5 + 1.6 * len(names)),
         sharex=True,
-        height_ratios=(2, 1.3, *(1,) * len(names), 1),
+        height_ratios=(2, 1.3, *(1,) * len(names), 1, 1),
         layout="constrained",
     )
-    accuracy_ax, reward_ax, *metric_axes, datums_ax = axes
+    accuracy_ax, reward_ax, *metric_axes, sampler_ax, datums_ax = axes
+    kl_ax = sampler_ax.twinx()
     for i, record in enumerate(records):
         colour = f"C{i}"
         steps = [r["step"] for r in record.steps]
@@ -110,6 +116,21 @@ def figure_of(records: Sequence[RunRecord]) -> Figure:
             metric_ax.plot([r["step"] for r in reported], [r[key] for r in reported], color=colour)
             held = [r for r in record.evals if key in r]
             metric_ax.plot([r["step"] for r in held], [r[key] for r in held], "o", **held_out)
+        entropy = [r for r in record.steps if r.get("entropy") is not None]
+        sampler_ax.plot(
+            [r["step"] for r in entropy],
+            [r["entropy"] for r in entropy],
+            color=colour,
+            label=f"{prefix}entropy",
+        )
+        divergence = [r for r in record.steps if r.get("approx_kl") is not None]
+        kl_ax.plot(
+            [r["step"] for r in divergence],
+            [r["approx_kl"] for r in divergence],
+            "--",
+            color=colour,
+            label=f"{prefix}approx KL to the learner",
+        )
         datums_ax.plot(
             steps, [r["datums"] for r in record.steps], color=colour, drawstyle="steps-mid"
         )
@@ -128,6 +149,17 @@ def figure_of(records: Sequence[RunRecord]) -> Figure:
             loc="left",
         )
         metric_ax.grid(alpha=0.3)
+    sampler_ax.set_ylabel("entropy (nats)")
+    kl_ax.set_ylabel("approx KL (dashed)")
+    sampler_ax.set_title(
+        "the sampler: its entropy per token, and its approximate KL to the learner",
+        fontsize="small",
+        loc="left",
+    )
+    # From 0, and at least to KL_FLOOR: on-policy rounding (1e-32) draws as the 0 it is.
+    drawn = [float(y) for line in kl_ax.lines for y in line.get_ydata()]
+    kl_ax.set_ylim(0.0, max([KL_FLOOR, *(1.1 * y for y in drawn)]))
+    sampler_ax.grid(alpha=0.3)
     datums_ax.set_ylabel("datums trained on")
     datums_ax.set_xlabel("step")
     datums_ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -10,9 +10,10 @@ A step's record in metrics.jsonl (`step_record`):
                               step's samples, at the sampling temperature
     mean_reward               the mean reward of the step's samples (partial credit counts)
     datums                    as on the `Step` line: completions trained on
-    groups, groups_kept,      problems drawn (with fill_batch, up to 4 x batch); those whose
-      groups_dropped          rewards differed (trained on); those whose rewards were all equal
-                              (trained on only with kl_coef, for the KL penalty alone)
+    groups, groups_kept,      problems drawn (with fill_batch, up to `mathrl.config`'s
+      groups_dropped          FILL_BATCH_CAP x batch); those whose rewards differed (trained
+                              on); those whose rewards were all equal (trained on only with
+                              kl_coef, for the KL penalty alone)
     sampled_tokens,           tokens sampled this step, and per completion
       mean_completion_tokens
     loss                      the loss summed over the step's datums; null when nothing trained
@@ -26,6 +27,13 @@ A step's record in metrics.jsonl (`step_record`):
     kl                        with kl_coef: the mean over the model's tokens of every group
                               of sampler minus base-model logprob, an estimate of
                               KL(policy || base)
+    approx_kl                 how far the learner's logprobs of the model's tokens trained on
+                              were from the sampler's: the mean of (r - 1) - log r, log r the
+                              learner's minus the sampler's logprob (CleanRL's approx_kl); 0
+                              on-policy at temperature 1; null when nothing trained or the
+                              backend gave no learner logprobs
+    entropy                   the sampler's entropy per token, estimated from every token the
+                              step sampled: the mean of -(the sampler's logprob)
     seconds, sampling_seconds, wall time since the previous step ended; of this step's
       training_seconds        sampling; from submitting its training to its result
     sampler_path              the checkpoint this step's samples were drawn from
@@ -101,6 +109,8 @@ def step_record(m: StepMetrics) -> dict[str, Any]:
         "truncated": m.truncated,
         "mean_abs_advantage": m.mean_abs_advantage,
         "kl": m.kl,
+        "approx_kl": m.approx_kl,
+        "entropy": m.entropy,
         **metric_keys(m.metrics),
     }
 

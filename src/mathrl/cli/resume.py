@@ -73,7 +73,7 @@ def check_resume_point(
 
 def unloadable(point: Resume | None, train: TrainConfig) -> str | None:
     """Why the fake cannot load a file the run resumed from `point` loads first, or None."""
-    from mathrl_fakes import FakeBackend
+    from mathrl_fakes import FakeBackend, FakeModel
 
     if point is None:
         return None
@@ -82,11 +82,12 @@ def unloadable(point: Resume | None, train: TrainConfig) -> str | None:
         files.append((point.lagged_sampler_path, "sampler"))
     if train.kl_coef and point.base_sampler_path:
         files.append((point.base_sampler_path, "sampler"))
+    fake = FakeBackend(FakeModel({}))  # (its policy knows what its weights look like)
     for path, kind in files:
         try:
             if Path(path).is_dir():
                 raise BackendError(f"{path!r} is a folder")
-            FakeBackend.check_checkpoint(path, kind)
+            fake.check_checkpoint(path, kind)
         except BackendError as exc:
             return str(exc)
         except OSError as exc:  # a name too long to be a file, say

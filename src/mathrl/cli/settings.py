@@ -36,25 +36,29 @@ from mathrl.config import (
     check_eval_k,
     check_loss,
     check_step_size,
+    description,
     number_in,
 )
+from mathrl.config import setting as described_field
 from mathrl.grpo import SCALES
-from mathrl.losses import LOSSES, PARAMETERS, Parameter, losses_taking
+from mathrl.losses import LOSSES, PARAMETERS, Parameter
 from mathrl.tasks import BUILT_IN
-from mathrl.text import closest, listed, shown
+from mathrl.text import closest, listed, shown, shown_end
 
 
 @dataclass(frozen=True, slots=True)
 class FakeOptions:
     """How the fake backend behaves, for trying a run by hand (`--backend fake` only)."""
 
-    fake_latency: float = 0.0
-    """Seconds each fake call takes."""
-    fake_fault_rate: float = 0.0
-    """The share of fake calls that fail transiently (seeded)."""
-    fake_checkpoints: str | None = None
-    """The folder of the fake's checkpoint files (None: `checkpoints/` in the run folder,
-    so they last as long as the run's records do)."""
+    fake_latency: float = described_field(0.0, "seconds each fake call takes (--backend fake only)")
+    fake_fault_rate: float = described_field(
+        0.0, "share of fake calls that fail transiently, seeded (--backend fake only)"
+    )
+    fake_checkpoints: str | None = described_field(
+        None,
+        "the folder of the fake's checkpoint files (--backend fake only)",
+        "checkpoints/ in the run folder",
+    )
 
     def checkpoint_folder(self, run_folder: Path) -> Path:
         """`fake_checkpoints`, or its default in `run_folder`; absolute, so a resume from
@@ -81,12 +85,40 @@ class TaskOptions:
     """What the command line asks of the task it loads; each maps onto an option of the
     task's constructor (`mathrl.cli.loader.TASK_KEYWORDS`), for the tasks that have it."""
 
-    weak_sandbox: bool = False
-    """Run a sandboxed task with the layers this machine has (`allow_missing_layers`)."""
+    weak_sandbox: bool = described_field(
+        False,
+        "run model-written code with the sandbox layers this machine has, instead of refusing "
+        "to (a warning names what is missing)",
+    )
 
 
 TASK_RULES = {"weak_sandbox": Rule("true or false", lambda v: isinstance(v, bool))}
 TASK_FIELDS = frozenset(f.name for f in fields(TaskOptions))
+
+
+def adapter_spec_shown(spec: str) -> str:
+    """A task spec quoted where it is wrong (the end of a long path, say), and what is wrong."""
+    module_name, sep, attr = spec.partition(":")
+    if not spec.strip() or spec in BUILT_IN or (module_name and attr and ":" not in attr):
+        return shown(spec, 60)
+    if not sep:
+        return f"{shown_end(spec, 60)}, with no ':Class' after the module or file"
+    if not module_name:
+        return f"{shown_end(spec, 60)}, with no module or file before the ':'"
+    if not attr:
+        return f"{shown_end(spec, 60)}, with nothing after the ':'"
+    return f"{shown_end(spec, 60)}, with a second ':' in the class part {shown_end(attr, 30)}"
+
+
+CLI_RULES = {
+    "adapter": Rule(
+        f"{', '.join(BUILT_IN)} or module:Class, e.g. mymod:MyTask",
+        lambda s: s in BUILT_IN or (0 < len(s) <= 500 and s.count(":") == 1),
+        adapter_spec_shown,
+    ),
+}
+"""The rules the command line holds a setting to beyond the config's own (`RULES`): the task
+by a built-in name it resolves (`mathrl.tasks.BUILT_IN`), or module:Class."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +129,6 @@ class Setting:
     field: str
     flag: str
     env: str | None
-    help: str | Callable[[], str]
-    """What it is, for `--help`; a function for words read from a table when help is shown."""
     parse: Callable[[str], Any]
     text: str = "TEXT"
     """What a text setting's value is, for `--help` (`PATH`, `TASK`); the others' is `parse`'s."""
@@ -112,12 +142,22 @@ class Setting:
         return KINDS.get(self.parse, self.text)
 
     @property
+    def owner(self) -> type:
+        """The dataclass whose field it is."""
+        if self.field in TRAIN_FIELDS:
+            return TrainConfig
+        if self.field in FAKE_FIELDS:
+            return FakeOptions
+        return TaskOptions if self.field in TASK_FIELDS else Config
+
+    @property
     def help_text(self) -> str:
-        return self.help if isinstance(self.help, str) else self.help()
+        """What it is, for `--help`: the field's one description (`mathrl.config.setting`)."""
+        return description(self.owner, self.field)
 
     @property
     def rule(self) -> Rule:
-        return {**RULES, **FAKE_RULES, **TASK_RULES}[self.field]
+        return {**RULES, **FAKE_RULES, **TASK_RULES, **CLI_RULES}[self.field]
 
     @property
     def requirement(self) -> str:
@@ -187,93 +227,51 @@ KINDS: dict[Callable[[str], Any], str] = {
 
 
 def _loss_setting(parameter: Parameter) -> Setting:
-    """A loss setting, spelled after its field, and helped by the losses that take it."""
-
-    def help_text() -> str:
-        return f"{listed(losses_taking(parameter), 'and')}: {parameter.meaning}"
-
+    """A loss setting, spelled after its field."""
     flag, env = "--" + parameter.field.replace("_", "-"), f"MINT_RL_{parameter.field.upper()}"
-    return Setting(parameter.field, flag, env, help_text, parse_float)
+    return Setting(parameter.field, flag, env, parse_float)
 
 
 # fmt: off
 SETTINGS: tuple[Setting, ...] = (
-    Setting("steps", "--steps", "MINT_RL_STEPS", "GRPO steps", parse_int),
-    Setting("batch", "--batch", "MINT_RL_BATCH", "problems per step", parse_int),
-    Setting("group", "--group", "MINT_RL_GROUP", "completions sampled per problem", parse_int),
-    Setting("lr", "--lr", "MINT_RL_LR", "Adam learning rate", parse_float),
-    Setting("max_tokens", "--max-tokens", "MINT_RL_MAX_TOKENS", "most tokens per completion",
-            parse_int),
-    Setting("temperature", "--temperature", "MINT_RL_TEMPERATURE", "sampling temperature",
-            parse_float),
-    Setting("seed", "--seed", None, "seed for problems and sampling", parse_int),
-    Setting("max_steps_off_policy", "--max-steps-off-policy", None,
-            "0: on-policy; 1: sample step k+1 while step k trains", parse_int),
-    Setting("eval_every", "--eval-every", "MINT_RL_EVAL_EVERY",
-            "greedy held-out evaluation before training, every K steps and at the end; 0: off",
-            parse_int),
-    Setting("eval_problems", "--eval-problems", "MINT_RL_EVAL_PROBLEMS",
-            "held-out problems per evaluation", parse_int),
-    Setting("eval_k", "--eval-k", "MINT_RL_EVAL_K",
-            "with evaluations, also sample each held-out problem K times (the largest K) and "
-            "report pass@K for each K, e.g. 1,4,16", parse_ks),
-    Setting("save_every", "--save-every", "MINT_RL_SAVE_EVERY",
-            "save the full training state every K steps (and at the end)", parse_int),
-    Setting("mask_truncated", "--mask-truncated", "MINT_RL_MASK_TRUNCATED",
-            "train on no completion cut off at the token limit (its reward still counts)",
-            parse_bool),
-    Setting("loss", "--loss", "MINT_RL_LOSS",
-            lambda: f"the policy-gradient loss: {listed(LOSSES, 'or')}", _text, "LOSS"),
+    Setting("steps", "--steps", "MINT_RL_STEPS", parse_int),
+    Setting("batch", "--batch", "MINT_RL_BATCH", parse_int),
+    Setting("group", "--group", "MINT_RL_GROUP", parse_int),
+    Setting("lr", "--lr", "MINT_RL_LR", parse_float),
+    Setting("max_tokens", "--max-tokens", "MINT_RL_MAX_TOKENS", parse_int),
+    Setting("temperature", "--temperature", "MINT_RL_TEMPERATURE", parse_float),
+    Setting("seed", "--seed", None, parse_int),
+    Setting("max_steps_off_policy", "--max-steps-off-policy", None, parse_int),
+    Setting("eval_every", "--eval-every", "MINT_RL_EVAL_EVERY", parse_int),
+    Setting("eval_problems", "--eval-problems", "MINT_RL_EVAL_PROBLEMS", parse_int),
+    Setting("eval_k", "--eval-k", "MINT_RL_EVAL_K", parse_ks),
+    Setting("save_every", "--save-every", "MINT_RL_SAVE_EVERY", parse_int),
+    Setting("mask_truncated", "--mask-truncated", "MINT_RL_MASK_TRUNCATED", parse_bool),
+    Setting("loss", "--loss", "MINT_RL_LOSS", _text, "LOSS"),
     *(_loss_setting(parameter) for parameter in PARAMETERS),
-    Setting("scale_rewards", "--scale-rewards", "MINT_RL_SCALE_REWARDS",
-            "divide advantages by the reward std of each group, of the batch, or none", _text,
+    Setting("scale_rewards", "--scale-rewards", "MINT_RL_SCALE_REWARDS", _text,
             "none|group|batch"),
-    Setting("substeps", "--substeps", "MINT_RL_SUBSTEPS",
-            "minibatches per step, each its own forward_backward and optim_step", parse_int),
-    Setting("fill_batch", "--fill-batch", "MINT_RL_FILL_BATCH",
-            "draw more problems until batch groups have unequal rewards (at most 4 x batch)",
-            parse_bool),
-    Setting("kl_coef", "--kl-coef", "MINT_RL_KL_COEF",
-            "weight of the KL penalty against the base model (0: none)", parse_float),
-    Setting("adapter", "--adapter", "MINT_RL_ADAPTER",
-            "the task: a built-in one's name (`python -m mathrl tasks`), or module:Class", _text,
-            "TASK"),
-    Setting("base_model", "--base-model", "MINT_BASE_MODEL", "base model to train a LoRA on",
-            _text, "MODEL"),
-    Setting("lora_rank", "--lora-rank", "MINT_LORA_RANK", "LoRA rank", parse_int),
-    Setting("connect_timeout", "--connect-timeout", "MINT_CONNECT_TIMEOUT",
-            "seconds to wait for the MinT service to answer", parse_float),
-    Setting("setup_timeout", "--setup-timeout", "MINT_SETUP_TIMEOUT",
-            "seconds MinT may take to create the LoRA client and load the tokenizer", parse_float),
-    Setting("call_timeout", "--call-timeout", "MINT_CALL_TIMEOUT",
-            "seconds one sample, training or save call may take before it is retried", parse_float),
-    Setting("retries", "--retries", "MINT_RL_RETRIES",
-            "at most this many retries of one call (besides the retry window)", parse_int),
-    Setting("retry_window", "--retry-window", "MINT_RL_RETRY_WINDOW",
-            "seconds a failing call is retried for, from its first failure", parse_float),
-    Setting("retry_delay", "--retry-delay", "MINT_RL_RETRY_DELAY",
-            "seconds before the first retry; doubles each time, with jitter", parse_float),
-    Setting("reward_workers", "--reward-workers", "MINT_RL_REWARD_WORKERS",
-            "threads running the task's rewards and environment steps",
-            parse_int),
-    Setting("reward_timeout", "--reward-timeout", "MINT_RL_REWARD_TIMEOUT",
-            "seconds one reward or environment step may take before the run fails", parse_float),
-    Setting("weak_sandbox", "--weak-sandbox", "MINT_RL_WEAK_SANDBOX",
-            "run model-written code with the sandbox layers this machine has, instead of "
-            "refusing to (a warning names what is missing)", parse_bool),
-    Setting("log_dir", "--log-dir", "MINT_RL_LOG_DIR", "the run folder", _text, "PATH"),
-    Setting("log_samples", "--log-samples", "MINT_RL_LOG_SAMPLES",
-            "groups of each step whose completions go into the run folder's samples.jsonl",
-            parse_int),
-    Setting("wandb_project", "--wandb", "MINT_RL_WANDB",
-            "mirror the metrics to this Weights & Biases project (needs mathrl[wandb])", _text,
-            "PROJECT"),
-    Setting("fake_fault_rate", "--fake-fault-rate", None,
-            "share of fake calls that fail transiently (--backend fake only)", parse_float),
-    Setting("fake_latency", "--fake-latency", None,
-            "seconds each fake call takes (--backend fake only)", parse_float),
-    Setting("fake_checkpoints", "--fake-checkpoints", "MINT_RL_FAKE_CHECKPOINTS",
-            "the folder of the fake's checkpoint files (--backend fake only)", _text, "PATH"),
+    Setting("substeps", "--substeps", "MINT_RL_SUBSTEPS", parse_int),
+    Setting("fill_batch", "--fill-batch", "MINT_RL_FILL_BATCH", parse_bool),
+    Setting("kl_coef", "--kl-coef", "MINT_RL_KL_COEF", parse_float),
+    Setting("adapter", "--adapter", "MINT_RL_ADAPTER", _text, "TASK"),
+    Setting("base_model", "--base-model", "MINT_BASE_MODEL", _text, "MODEL"),
+    Setting("lora_rank", "--lora-rank", "MINT_LORA_RANK", parse_int),
+    Setting("connect_timeout", "--connect-timeout", "MINT_CONNECT_TIMEOUT", parse_float),
+    Setting("setup_timeout", "--setup-timeout", "MINT_SETUP_TIMEOUT", parse_float),
+    Setting("call_timeout", "--call-timeout", "MINT_CALL_TIMEOUT", parse_float),
+    Setting("retries", "--retries", "MINT_RL_RETRIES", parse_int),
+    Setting("retry_window", "--retry-window", "MINT_RL_RETRY_WINDOW", parse_float),
+    Setting("retry_delay", "--retry-delay", "MINT_RL_RETRY_DELAY", parse_float),
+    Setting("reward_workers", "--reward-workers", "MINT_RL_REWARD_WORKERS", parse_int),
+    Setting("reward_timeout", "--reward-timeout", "MINT_RL_REWARD_TIMEOUT", parse_float),
+    Setting("weak_sandbox", "--weak-sandbox", "MINT_RL_WEAK_SANDBOX", parse_bool),
+    Setting("log_dir", "--log-dir", "MINT_RL_LOG_DIR", _text, "PATH"),
+    Setting("log_samples", "--log-samples", "MINT_RL_LOG_SAMPLES", parse_int),
+    Setting("wandb_project", "--wandb", "MINT_RL_WANDB", _text, "PROJECT"),
+    Setting("fake_fault_rate", "--fake-fault-rate", None, parse_float),
+    Setting("fake_latency", "--fake-latency", None, parse_float),
+    Setting("fake_checkpoints", "--fake-checkpoints", "MINT_RL_FAKE_CHECKPOINTS", _text, "PATH"),
 )
 # fmt: on
 

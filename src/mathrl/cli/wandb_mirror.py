@@ -116,6 +116,10 @@ class WandbMirror(Observer):
             logged["train/loss"] = metrics.loss
         if metrics.kl is not None:
             logged["train/kl"] = metrics.kl
+        if metrics.approx_kl is not None:
+            logged["train/approx_kl"] = metrics.approx_kl
+        if metrics.entropy is not None:
+            logged["train/entropy"] = metrics.entropy
         if "clipped:frac" in metrics.backend_metrics:
             logged["train/clipped_frac"] = metrics.backend_metrics["clipped:frac"]
         self._log(logged)

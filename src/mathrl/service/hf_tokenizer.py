@@ -56,7 +56,7 @@ class HFTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return len(self._hf)  # get_info has no vocabulary size; the tokenizer's length is it
+        return len(self._hf)  # its ids, added tokens too (the model may have more: `Backend`)
 
     def encode(self, text: str) -> list[int]:
         return list(self._hf.encode(text))

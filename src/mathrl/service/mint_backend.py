@@ -141,11 +141,17 @@ class MintSampler:
     """A `mathrl.backend.Sampler` over one `mint.SamplingClient`."""
 
     def __init__(
-        self, client: SamplingClientLike, tokenizer: HFTokenizer, secret: str | None = None
+        self,
+        client: SamplingClientLike,
+        tokenizer: HFTokenizer,
+        secret: str | None = None,
+        past_tokenizer: set[int] | None = None,
     ) -> None:
         self._client = client
         self._tokenizer = tokenizer
         self._secret = secret
+        self._past = past_tokenizer if past_tokenizer is not None else set()
+        """Where the ids it samples past the tokenizer's are kept (its backend's set)."""
 
     async def sample(
         self, prompt_T: Sequence[int], num_samples: int, params: SampleParams
@@ -167,7 +173,10 @@ class MintSampler:
                 f"sample: asked for {num_samples} sequences, "
                 f"MinT returned {len(response.sequences)}"
             )
-        return [_completion(i, seq) for i, seq in enumerate(response.sequences)]
+        completions = [_completion(i, seq) for i, seq in enumerate(response.sequences)]
+        listed = self._tokenizer.vocab_size
+        self._past.update(t for c in completions for t in c.tokens if t >= listed)
+        return completions
 
     async def logprobs(self, tokens_T: Sequence[int]) -> list[float]:
         with service_errors("calling compute_logprobs", self._secret):
@@ -212,6 +221,9 @@ class MintBackend:
         self._training = training
         self._tokenizer = HFTokenizer(tokenizer)
         self._secret = secret
+        self._past_tokenizer: set[int] = set()
+        """Ids past the tokenizer's that its samplers returned: the model's, though the
+        tokenizer lists none of them (the vocabulary bound, `mathrl.backend.Backend`)."""
 
     @property
     def tokenizer(self) -> HFTokenizer:
@@ -220,7 +232,9 @@ class MintBackend:
     async def submit_train_step(
         self, datums_D: Sequence[Datum], learning_rate: float, loss: Loss = IMPORTANCE_SAMPLING
     ) -> Awaitable[TrainResult]:
-        check_train_step(datums_D, learning_rate, vocab_size=None)  # the service knows the bound
+        # Before anything is sent: the tokenizer's ids, or ones the model sampled.
+        vocab_size = self._tokenizer.vocab_size
+        check_train_step(datums_D, learning_rate, vocab_size, self._past_tokenizer)
         data_D = [to_mint_datum(d) for d in datums_D]
         with service_errors("calling forward_backward", self._secret):
             # Submitted back to back, awaited only after: one clock cycle for both.
@@ -245,11 +259,12 @@ class MintBackend:
             if "loss:sum" not in output.metrics:
                 raise BackendError(f"forward_backward reported no loss:sum (got {output.metrics})")
             metrics = {**output.metrics, **(optim.metrics or {})}
+            learner_D = learner_logprobs(datums_D, output)
             if loss.clips and "clipped:frac" not in metrics:  # the service's own, if it says
-                share = clipped_fraction(loss, datums_D, output)
+                share = clipped_fraction(loss, datums_D, learner_D)
                 if share is not None:
                     metrics["clipped:frac"] = share
-            return TrainResult(loss=output.metrics["loss:sum"], metrics=metrics)
+            return TrainResult(output.metrics["loss:sum"], metrics, learner_D)
 
         return _Later(both)
 
@@ -287,24 +302,39 @@ class MintBackend:
     async def create_sampler(self, path: str) -> MintSampler:
         with service_errors(f"calling create_sampling_client({path!r})", self._secret):
             client = await self._training.create_sampling_client_async(model_path=path)
-        return MintSampler(client, self._tokenizer, self._secret)
+        return MintSampler(client, self._tokenizer, self._secret, self._past_tokenizer)
 
 
-def clipped_fraction(
-    loss: Loss, datums_D: Sequence[Datum], output: types.ForwardBackwardOutput
-) -> float | None:
-    """The share of the model's tokens (the datums' masks) whose ratio `loss` clipped, from
-    the learner's logprobs forward_backward returns (`loss_fn_outputs[i]["logprobs"]`);
-    None if it returned none."""
+def learner_logprobs(
+    datums_D: Sequence[Datum], output: types.ForwardBackwardOutput
+) -> tuple[tuple[float, ...], ...] | None:
+    """The learner's logprob of each datum's target tokens, as forward_backward returns them
+    (`loss_fn_outputs[i]["logprobs"]`); None unless it returned one per target token of
+    every datum."""
     if len(output.loss_fn_outputs) != len(datums_D):
         return None
-    clipped = scored = 0
+    learner_D = []
     for datum, outputs in zip(datums_D, output.loss_fn_outputs, strict=True):
         tensor = outputs.get("logprobs")
         if tensor is None:
             return None
-        lp_T = tensor.tolist()
-        for lp, q, a, mine in zip(lp_T, datum.logprobs, datum.advantages, datum.mask, strict=False):
+        lp_T = tuple(float(lp) for lp in tensor.tolist())
+        if len(lp_T) != len(datum.target_tokens):
+            return None
+        learner_D.append(lp_T)
+    return tuple(learner_D)
+
+
+def clipped_fraction(
+    loss: Loss, datums_D: Sequence[Datum], learner_D: Sequence[Sequence[float]] | None
+) -> float | None:
+    """The share of the model's tokens (the datums' masks) whose ratio `loss` clipped, from
+    the learner's logprobs (`learner_logprobs`); None without them."""
+    if learner_D is None:
+        return None
+    clipped = scored = 0
+    for datum, lp_T in zip(datums_D, learner_D, strict=True):
+        for lp, q, a, mine in zip(lp_T, datum.logprobs, datum.advantages, datum.mask, strict=True):
             if mine:
                 scored += 1
                 clipped += token_loss(loss, lp, q, a).clipped

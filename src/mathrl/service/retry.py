@@ -30,6 +30,7 @@ from mathrl.backend import (
     Sampler,
     TransientBackendError,
 )
+from mathrl.config import CALL_TIMEOUT, RETRY_DELAY, RETRY_WINDOW
 from mathrl.text import describe
 
 T = TypeVar("T")
@@ -51,11 +52,11 @@ class RetryPolicy:
 
     retries: int | None = None
     """At most this many retries of one call, besides the window; None: no count cap."""
-    call_timeout: float = 600.0
-    delay: float = 1.0
+    call_timeout: float = CALL_TIMEOUT
+    delay: float = RETRY_DELAY
     """Seconds before the first retry; it doubles for each one after (with jitter)."""
     max_delay: float = 30.0
-    window: float = 600.0
+    window: float = RETRY_WINDOW
     """Seconds from a call's first failure within which it is retried."""
 
     def backoff(self, attempt: int, rng: random.Random) -> float:

@@ -20,7 +20,9 @@ The rules, each named as a failure names it:
   sampled with (within 1e-3: the KL penalty's base logprobs come this way);
 - `replay`: a retried request (same sampler, prompt and seed) draws the same;
 - `in flight`: a step's requests can all be in flight at once;
-- `train`: forward_backward + optim_step returns a finite loss, and a save
+- `train`: forward_backward + optim_step returns a finite loss (and, if it
+  gives the learner's logprobs, one per target token, the sampler's within
+  1e-3 on the model's tokens: the datums are on-policy), and a save
   submitted right behind it lands after it, at a new path;
 - `pinned`: a sampler keeps the weights it was opened on, whatever trains;
 - `optimizer step`: training moves the weights (the loss of the same datums
@@ -32,8 +34,9 @@ The rules, each named as a failure names it:
   how much it clipped as a share in [0, 1];
 - `refusals`: what the service refuses is a `ValueError` before anything is
   sent: datums of unequal lengths (naming every length), an advantage off
-  the mask, a mask on none of the model's tokens, no datums, a learning rate
-  that is not a finite number > 0.
+  the mask, a mask on none of the model's tokens, no datums, a token id
+  outside the vocabulary (past the tokenizer's and never sampled, or
+  negative), a learning rate that is not a finite number > 0.
 """
 
 from __future__ import annotations
@@ -135,6 +138,17 @@ async def _check(backend: Backend) -> None:
     result = await training
     path1 = await saving
     _rule("train", math.isfinite(result.loss), f"the loss is {result.loss}")
+    learner_D = result.learner_logprobs_D
+    if learner_D is not None:  # on-policy at temperature 1: the learner scores as it sampled
+        _rule("train", len(learner_D) == len(datums_D), "not one list of learner logprobs each")
+        for datum, lp_T in zip(datums_D, learner_D, strict=False):
+            _rule("train", len(lp_T) == len(datum.target_tokens), "not one learner logprob each")
+            close = all(
+                math.isclose(lp, q, rel_tol=1e-3, abs_tol=1e-3)
+                for lp, q, mine in zip(lp_T, datum.logprobs, datum.mask, strict=True)
+                if mine
+            )
+            _rule("train", close, f"the learner's logprobs {lp_T} are not the sampler's")
     _rule("train", path1 != path0, "the save after training kept the old path")
     pinned = await (await backend.create_sampler(path0)).sample(prompt_T, 4, params)
     _rule("pinned", pinned == completions_G, "a sampler of the old weights sampled the new")
@@ -158,15 +172,19 @@ async def _check(backend: Backend) -> None:
         share = trained.metrics.get("clipped:frac", 0.0)
         _rule("losses", not loss.clips or 0 <= share <= 1, f"{loss.name}: clipped {share}")
     await (await backend.submit_load_state(state))
-    await _refusals(backend, datums_D)
+    sampled = {t for cs in (completions_G, replayed, pinned, *many) for c in cs for t in c.tokens}
+    await _refusals(backend, datums_D, sampled)
 
 
 async def _loaded(backend: Backend, path: str) -> None:
     await (await backend.submit_load_state(path))
 
 
-async def _refusals(backend: Backend, datums_D: list[Datum]) -> None:
+async def _refusals(backend: Backend, datums_D: list[Datum], sampled: set[int]) -> None:
     good = datums_D[0]
+    unlisted = backend.tokenizer.vocab_size
+    while unlisted in sampled:  # (a model may sample past its tokenizer's ids)
+        unlisted += 1
     short = dataclasses.replace(good, logprobs=good.logprobs[:-1])
     n = len(good.mask)
     cases: list[tuple[str, list[Datum], float, str]] = [
@@ -176,6 +194,10 @@ async def _refusals(backend: Backend, datums_D: list[Datum]) -> None:
         ("a mask on none of the model's tokens", [dataclasses.replace(
             good, mask=(False,) * n, advantages=(0.0,) * n)], 1e-4, "the mask marks none"),
         ("no datums", [], 1e-4, "datum"),
+        ("a token id past the vocabulary", [dataclasses.replace(
+            good, model_input=(unlisted, *good.model_input[1:]))], 1e-4, str(unlisted)),
+        ("a negative token id", [dataclasses.replace(
+            good, target_tokens=(*good.target_tokens[:-1], -1))], 1e-4, "-1"),
         *((f"the learning rate {lr}", datums_D, lr, "learning_rate")
           for lr in (0.0, -1e-4, math.nan, math.inf)),
     ]  # fmt: skip

@@ -89,9 +89,9 @@ class Toolbox:
         out: list[str | None] = []
         for i in range(len(calls)):
             if i >= self.calls_per_turn:
-                out.append(f"not run: at most {self.calls_per_turn} tool calls a turn")
+                out.append(f"not run: at most {_calls(self.calls_per_turn)} a turn")
             elif ran + i >= self.calls_per_episode:
-                out.append(f"not run: at most {self.calls_per_episode} tool calls an episode")
+                out.append(f"not run: at most {_calls(self.calls_per_episode)} an episode")
             else:
                 out.append(None)
         return out
@@ -269,3 +269,8 @@ def _settings(adapter: object, label: str) -> tuple[int, int, float]:
             f"{MAX_CALL_SECONDS:g} (got {shown(seconds)})"
         )
     return per_turn, per_episode, float(seconds)
+
+
+def _calls(n: int) -> str:
+    """`n` tool calls, in words: "1 tool call", "3 tool calls"."""
+    return f"{n} tool call" if n == 1 else f"{n} tool calls"
