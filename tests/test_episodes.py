@@ -287,6 +287,16 @@ class Judged(Guess):
         return [float(sum(r.turn < other.turn for other in responses)) for r in responses]
 
 
+class JudgedByItsProblem(Guess):
+    def compute_group_rewards(self, responses: Sequence[Response], problem: int) -> list[float]:
+        return [float(problem)] * len(responses)
+
+
+def test_a_group_reward_of_episodes_is_given_their_problem() -> None:
+    episodes = play(as_task(JudgedByItsProblem()), Scripted("5\n", "5\n"), 5, size=2)
+    assert [e.reward for e in episodes] == [5.0 + 0.5] * 2  # the judge's 5, the feedback's 0.5
+
+
 def test_a_group_reward_scores_the_final_turns_together() -> None:
     sampler = Scripted("3\n", "5\n", "4\n", "5\n")
     episodes = play(as_task(Judged()), sampler, 5, size=2)

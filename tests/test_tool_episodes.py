@@ -290,6 +290,16 @@ def test_the_tools_close_when_an_episode_fails() -> None:
     with pytest.raises(RuntimeError, match="the service went away"):
         asyncio.run(go())
     assert [t.closed for t in Tally.made] == [1]
+    # Tools that fail to close then: the episode's own error is the one raised.
+    task = as_task(with_tools(Closing))
+
+    async def again() -> Any:
+        player = Player(TOK, Failing(call("tally")), task, Workers(size=0))
+        prompt_T = TOK.render_chat(prompt, task.chat_template_options)
+        return await player.group(5, prompt, prompt_T, 1, CHAT)
+
+    with pytest.raises(RuntimeError, match="the service went away"):
+        asyncio.run(again())
 
 
 def test_a_turn_without_calls_goes_to_the_tasks_feedback() -> None:
