@@ -346,6 +346,38 @@ class Measured(Guess):
         return {"found_on_turn": completion.turn} if completion.strip() == str(problem) else {}
 
 
+def test_each_episode_of_a_group_has_its_own_last_turns_metrics() -> None:
+    # Member 0 finds 5 at turn 2; member 1 at turn 3 (requests: both firsts, then each turn).
+    episodes = play(as_task(Measured()), Scripted("3\n", "5\n", "4\n", "5\n"), 5, size=2)
+    assert [e.metrics.get("found_on_turn") for e in episodes] == [2.0, 3.0]
+
+
+class LateAtTheEnd(Guess):
+    """Its end reward, or its metrics, take 0.3 s."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__()
+        self.method = method
+
+    def compute_reward(self, completion: str, problem: int) -> float:
+        time.sleep(0.3 if self.method == "compute_reward" else 0.0)
+        return super().compute_reward(completion, problem)
+
+    def metrics(self, completion: Response, problem: int) -> Mapping[str, float]:
+        time.sleep(0.3 if self.method == "metrics" else 0.0)
+        return {}
+
+
+@pytest.mark.parametrize("method", ["compute_reward", "metrics"])
+def test_an_episodes_late_end_reward_or_metrics_name_its_last_turn(method: str) -> None:
+    with Workers(size=1, timeout=0.05) as workers, pytest.raises(TaskError) as excinfo:
+        play(as_task(LateAtTheEnd(method)), Scripted("3\n", "5\n"), 5, workers=workers)
+    assert str(excinfo.value) == (
+        f"task 'guess' failed: {method} did not return within 0.05 s (on the model's turn 2: "
+        "'5\\n')"
+    )
+
+
 def test_an_episodes_metrics_are_each_names_latest_and_the_tasks_own_on_its_last_turn() -> None:
     measured = Measured()
     (episode,) = play(as_task(measured), Scripted("3\n", "7\n", "5\n"), 5)
