@@ -130,7 +130,7 @@ def mutants(session: nox.Session) -> None:
 
     Results are cached in mutants/; `mutmut show <name>` shows a mutant, and `nox -s mutants
     -- 'mathrl.grpo*'` runs one module's again (its names: mutmut's own). A full run takes
-    hours on two cores (about 15 mutants a minute): run a module at a time while you work.
+    30 to 60 minutes on two cores: run a module at a time while you work.
     """
     session.install("-e", WITH_EXTRAS, "mutmut>=3.8,<4", "pytest-timeout>=2.3", *TEST_TOOLS)
     session.run("mutmut", "run", "--max-children", "2", *session.posargs)
