@@ -133,14 +133,13 @@ def call(
 
 
 def _finite(n: Named, number: object, whole: object, where: str, part: object) -> float:
-    ok = isinstance(number, int | float) and not isinstance(number, bool)
-    if not (ok and math.isfinite(float(number))):  # type: ignore[arg-type]
+    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
         what = f"part {shown(part)} " if part is not None else ""
         raise FunctionError(
             f"on {where}, {n.given} returned {what}{one_line(repr(whole), 80)}: it must "
             "return a finite number or a mapping of names to finite numbers"
         )
-    return float(number)  # type: ignore[arg-type]
+    return float(number)
 
 
 def _weights(weights: str | Sequence[float], count: int, option: str) -> list[float]:

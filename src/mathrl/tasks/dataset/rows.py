@@ -152,7 +152,8 @@ def row_error(source: Source, index: int, bad: BadRow) -> RowError:
 def cells(row: Row) -> Row:
     """A row's fields; BadRow for a CSV row with more cells than its header has names."""
     if None in row:
-        extra = row[None]  # type: ignore[index]  # csv.DictReader's key for surplus cells
+        # A Row's keys are str, but csv.DictReader files a row's surplus cells under None.
+        extra = row[None]  # type: ignore[index]
         count = len(extra) if isinstance(extra, list) else 1
         raise BadRow(None, f"has {count} more cells than the header has names")
     return row

@@ -329,6 +329,8 @@ def _version(named: Sequence[Named]) -> str:
         module = sys.modules.get(getattr(n.function, "__module__", "") or "")
         for source in (module, n.function):
             try:
+                # typeshed takes modules, classes and functions only; getsource raises
+                # TypeError for anything else (None, a callable object), caught below.
                 digest.update(inspect.getsource(source).encode())  # type: ignore[arg-type]
                 break
             except (OSError, TypeError):
