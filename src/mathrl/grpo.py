@@ -122,17 +122,8 @@ def kl_penalized(
     sampling temperature other than 1, `q` is the tempered sampler's and the
     estimate is biased.
     """
-    if len(base_logprobs_D) != len(datums_D):
-        raise ValueError(
-            f"one list of base logprobs per datum (got {len(base_logprobs_D)} for {len(datums_D)})"
-        )
     diffs_D: list[list[float | None]] = []
-    for datum, base_T in zip(datums_D, base_logprobs_D, strict=True):
-        if len(base_T) != len(datum.target_tokens):
-            raise ValueError(
-                f"one base logprob per target token (got {len(base_T)} for "
-                f"{len(datum.target_tokens)})"
-            )
+    for datum, base_T in _per_token(datums_D, base_logprobs_D, "base"):
         diffs_D.append(
             [
                 q - b if mine else None
@@ -168,18 +159,8 @@ def anchored(
     the prompt is not trained on. On the fake, where sampler and learner compute the same
     logprobs, they are exactly 0.
     """
-    if len(policy_logprobs_D) != len(datums_D):
-        raise ValueError(
-            f"one list of policy logprobs per datum (got {len(policy_logprobs_D)} for "
-            f"{len(datums_D)})"
-        )
     out = []
-    for datum, policy_T in zip(datums_D, policy_logprobs_D, strict=True):
-        if len(policy_T) != len(datum.target_tokens):
-            raise ValueError(
-                f"one policy logprob per target token (got {len(policy_T)} for "
-                f"{len(datum.target_tokens)})"
-            )
+    for datum, policy_T in _per_token(datums_D, policy_logprobs_D, "policy"):
         logprobs_T = tuple(
             q if mine else p
             for q, p, mine in zip(datum.logprobs, policy_T, datum.mask, strict=True)
@@ -214,23 +195,32 @@ def approx_kl(
     weights'; both together, mean 0.01. The sampler's entropy falls meanwhile from 3.3 nats
     a token to 0.6 (0.15 at temperature 0.7) as the policy settles on its answers.
     """
-    if len(learner_logprobs_D) != len(datums_D):
-        raise ValueError(
-            f"one list of learner logprobs per datum (got {len(learner_logprobs_D)} for "
-            f"{len(datums_D)})"
-        )
     terms = []
-    for datum, learner_T in zip(datums_D, learner_logprobs_D, strict=True):
-        if len(learner_T) != len(datum.target_tokens):
-            raise ValueError(
-                f"one learner logprob per target token (got {len(learner_T)} for "
-                f"{len(datum.target_tokens)})"
-            )
+    for datum, learner_T in _per_token(datums_D, learner_logprobs_D, "learner"):
         for lp, q, mine in zip(learner_T, datum.logprobs, datum.mask, strict=True):
             if mine:
                 log_r = min(lp - q, LOG_RATIO_CAP)
                 terms.append(math.expm1(log_r) - log_r)
     return math.fsum(terms) / len(terms) if terms else None
+
+
+def _per_token(
+    datums_D: Sequence[Datum], logprobs_D: Sequence[Sequence[float]], whose: str
+) -> list[tuple[Datum, Sequence[float]]]:
+    """Each datum with its `whose` logprobs: a list per datum, one per target token;
+    ValueError naming `whose` and the counts where they differ."""
+    if len(logprobs_D) != len(datums_D):
+        raise ValueError(
+            f"one list of {whose} logprobs per datum (got {len(logprobs_D)} for {len(datums_D)})"
+        )
+    pairs = list(zip(datums_D, logprobs_D, strict=True))
+    for datum, logprobs_T in pairs:
+        if len(logprobs_T) != len(datum.target_tokens):
+            raise ValueError(
+                f"one {whose} logprob per target token (got {len(logprobs_T)} for "
+                f"{len(datum.target_tokens)})"
+            )
+    return pairs
 
 
 def sampler_entropy(logprobs_T: Sequence[float]) -> float | None:
