@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ from hypothesis import given
 
 import strategies as st_
 from conftest import checks_passed
+from doubles.chatml import byte_level_chatml
 from mathrl.adapter import Message, Response
 from mathrl.config import TrainConfig
 from mathrl.loop import run_grpo
@@ -117,20 +117,7 @@ CHATML = (
 @pytest.fixture(scope="module")
 def chatml() -> Any:
     """A byte-level BPE tokenizer with ChatML special tokens and template: no hub, no files."""
-    # A dependency of mindlab-toolkit, so always there; imported here, as it takes a second.
-    transformers: Any = importlib.import_module("transformers")
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    bpe = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-        chat_template=CHATML,
-    )
+    return byte_level_chatml(CHATML)
 
 
 def test_a_real_chat_template_renders_the_prompt_and_ends_turns(chatml: Any) -> None:

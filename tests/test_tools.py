@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 
 import strategies as st_
+from doubles.chatml import byte_level_chatml
 from mathrl.adapter import AdapterError, Unavailable
 from mathrl.resolved import as_task
 from mathrl.service.hf_tokenizer import HFTokenizer
@@ -520,17 +521,7 @@ of one turn's calls in one user turn of `<tool_response>` blocks."""
 @pytest.fixture(scope="module")
 def qwen3() -> Any:
     """A byte-level tokenizer with ChatML's special tokens and `QWEN3_TOOLS`: no hub, no files."""
-    transformers: Any = importlib.import_module("transformers")
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    bpe = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"], chat_template=QWEN3_TOOLS,
-    )  # fmt: skip
+    return byte_level_chatml(QWEN3_TOOLS)
 
 
 def test_hermes_calls_round_trip_through_a_qwen3_template(qwen3: Any) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import importlib
 import statistics
 import sys
 import time
@@ -123,21 +122,11 @@ def machinery(calls: int, tokenizer: Any) -> dict[str, float]:
 
 def hf_tokenizer() -> Any:
     """Qwen3's tool template (as the tests write it) on a byte-level tokenizer: no download."""
-    transformers: Any = importlib.import_module("transformers")
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
+    from doubles.chatml import byte_level_chatml
     from mathrl.service.hf_tokenizer import HFTokenizer
     from test_tools import QWEN3_TOOLS
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    bpe = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    hf = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"], chat_template=QWEN3_TOOLS,
-    )  # fmt: skip
-    return HFTokenizer(hf)
+    return HFTokenizer(byte_level_chatml(QWEN3_TOOLS))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
