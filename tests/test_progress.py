@@ -13,6 +13,7 @@ from rich.text import Text
 
 from mathrl.cli.progress import (
     BAR_WIDTH,
+    NARROW_BAR,
     NARROWEST_BAR,
     Fields,
     ProgressBar,
@@ -38,6 +39,12 @@ def test_at_60_columns_the_phase_and_accuracy_stay_and_the_least_useful_go() -> 
     assert row_widths(Fields(), *TYPICAL) == (72, 79)
     # 40 columns: the estimate goes too, and the bar shrinks to what is left.
     assert fields_for(39, *TYPICAL) == Fields(6, False, False, False, False)
+    # Short texts (phase 8, no last step): the 12-column bar and the estimate take
+    # 10+1+12+1+11+1+8 = 44 columns. One column less drops the estimate, and the bar stays at
+    # 12 (it does not grow back to 23, which the column more would then take away).
+    short = (10, 3, (7, 11), 8, (0, 0))
+    assert fields_for(44, *short) == Fields(NARROW_BAR, False, False, False, True)
+    assert fields_for(43, *short) == Fields(NARROW_BAR, False, False, False, False)
 
 
 @given(progress_rooms, progress_texts())

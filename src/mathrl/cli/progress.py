@@ -79,7 +79,7 @@ def _choices() -> Iterator[Fields]:
     yield Fields(elapsed=False, reward=False)
     for bar in range(BAR_WIDTH, NARROW_BAR - 1, -1):
         yield Fields(bar, elapsed=False, reward=False, counts=False)
-    for bar in range(BAR_WIDTH, NARROWEST_BAR - 1, -1):
+    for bar in range(NARROW_BAR, NARROWEST_BAR - 1, -1):  # the bar never grows back
         yield Fields(bar, elapsed=False, reward=False, counts=False, eta=False)
 
 
