@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mathrl.cli.commands
-import mathrl.cli.plot  # matplotlib whole, before import_module is refused below
 from conftest import examples
 from mathrl.cli.commands import main
 from mathrl.cli.parsers import SAMPLE_FIELDS
@@ -79,6 +78,13 @@ async def opened_and_stopped(plan: Plan, env: Mapping[str, str], version: str, s
 
 
 REAL_IMPORT = importlib.import_module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def matplotlib_whole() -> None:
+    """`plot`'s module, and matplotlib whole, imported before import_module is refused below:
+    by the worker that runs these tests, not at collection by every worker (0.5 s each)."""
+    REAL_IMPORT("mathrl.cli.plot")
 
 
 def refuse_imports(name: str, package: str | None = None) -> Any:
