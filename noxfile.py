@@ -60,7 +60,7 @@ long tail on one core)."""
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The offline suite less `slow`, on every core: the one to run while you work."""
+    """The offline suite less `slow`, untraced (see `coverage`): the one to run while you work."""
     session.install("-e", WITH_EXTRAS, *TEST_TOOLS)
     session.run("pytest", *FAST, *session.posargs, env=test_env())
 
