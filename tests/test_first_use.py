@@ -51,7 +51,11 @@ def test_a_mistyped_model_path_is_named_with_the_run_folders_nearby_and_needs_no
     assert "MINT_API_KEY" not in done.stderr  # only a tinker:// path goes to the service
 
 
-def test_a_missing_path_with_no_run_folder_nearby_says_so(tmp_path: Path) -> None:
+def test_a_missing_path_with_no_run_folder_nearby_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Relative to a folder of its own: a checkout where the README's demo ran has runs/ nearby.
+    monkeypatch.chdir(tmp_path)
     assert no_such_weights("runs/x", tmp_path / "runs") == (
         f"--model-path 'runs/x': no such run folder or checkpoint file; no run folder is beside "
         f"it or in {tmp_path / 'runs'}/"
