@@ -115,15 +115,22 @@ class Scripted:
 
 
 def play(
-    adapter: Any, problem: int, *script: str, size: int = 1, workers: Workers | None = None
+    adapter: Any,
+    problem: int,
+    *script: str,
+    size: int = 1,
+    workers: Workers | None = None,
+    sampling: type[Scripted] = Scripted,
+    tokenizer: ByteTokenizer = TOK,
 ) -> tuple[list[Episode], Scripted, Task[Any]]:
+    """One group of `adapter`'s `problem`, sampled by `sampling(*script)`."""
     task = as_task(adapter)
     prompt = adapter.make_prompt(problem)
-    prompt_T = TOK.render_chat(prompt, task.chat_template_options)
-    sampler = Scripted(*script)
+    prompt_T = tokenizer.render_chat(prompt, task.chat_template_options)
+    sampler = sampling(*script)
 
     async def go() -> list[Episode]:
-        player = Player(TOK, sampler, task, workers or Workers(size=0))
+        player = Player(tokenizer, sampler, task, workers or Workers(size=0))
         return await player.group(problem, prompt, prompt_T, size, CHAT)
 
     return asyncio.run(go()), sampler, task
@@ -279,27 +286,12 @@ def test_the_tools_close_when_an_episode_fails() -> None:
                 raise RuntimeError("the service went away")
             return await super().sample(prompt_T, n, p)
 
-    task = as_task(Tallying())
-    prompt = Tallying().make_prompt(5)
-
-    async def go() -> Any:
-        player = Player(TOK, Failing(call("tally")), task, Workers(size=0))
-        prompt_T = TOK.render_chat(prompt, task.chat_template_options)
-        return await player.group(5, prompt, prompt_T, 1, CHAT)
-
     with pytest.raises(RuntimeError, match="the service went away"):
-        asyncio.run(go())
+        play(Tallying(), 5, call("tally"), sampling=Failing)
     assert [t.closed for t in Tally.made] == [1]
     # Tools that fail to close then: the episode's own error is the one raised.
-    task = as_task(with_tools(Closing))
-
-    async def again() -> Any:
-        player = Player(TOK, Failing(call("tally")), task, Workers(size=0))
-        prompt_T = TOK.render_chat(prompt, task.chat_template_options)
-        return await player.group(5, prompt, prompt_T, 1, CHAT)
-
     with pytest.raises(RuntimeError, match="the service went away"):
-        asyncio.run(again())
+        play(with_tools(Closing), 5, call("tally"), sampling=Failing)
 
 
 def test_a_turn_without_calls_goes_to_the_tasks_feedback() -> None:
@@ -372,15 +364,8 @@ class Options(ByteTokenizer):
 
 
 def test_a_tool_result_is_rendered_with_the_tasks_template_options() -> None:
-    task = as_task(Doubling())
-    tokenizer, prompt = Options(), Doubling().make_prompt(5)
-
-    async def go() -> Any:
-        player = Player(tokenizer, Scripted(call("double", n=5), "10"), task, Workers(size=0))
-        prompt_T = tokenizer.render_chat(prompt, task.chat_template_options)
-        return await player.group(5, prompt, prompt_T, 1, CHAT)
-
-    asyncio.run(go())
+    tokenizer = Options()
+    _, _, task = play(Doubling(), 5, call("double", n=5), "10", tokenizer=tokenizer)
     assert tokenizer.options == [task.chat_template_options]  # the tools' schemas among them
     assert "tools" in task.chat_template_options
 
@@ -399,21 +384,12 @@ def test_tools_that_cannot_open_or_a_result_the_template_refuses_is_named() -> N
     assert str(unopened.value) == (
         "task 'doubling' failed: tools raised OSError: no tools today (on 5)"
     )
-    task = as_task(Doubling())
-    prompt = Doubling().make_prompt(5)
-
-    async def go() -> Any:
-        tokenizer = NoToolRole()
-        player = Player(tokenizer, Scripted(call("double", n=5)), task, Workers(size=0))
-        prompt_T = tokenizer.render_chat(prompt, task.chat_template_options)
-        return await player.group(5, prompt, prompt_T, 1, CHAT)
-
     with pytest.raises(TaskError) as closing:
         play(with_tools(Closing), 5, call("tally"), "10")
     assert str(closing.value) == "task 'doubling' failed: tools raised OSError: cannot close (on 5)"
 
     with pytest.raises(TaskError) as refused:
-        asyncio.run(go())
+        play(Doubling(), 5, call("double", n=5), tokenizer=NoToolRole())
     assert str(refused.value).startswith(
         "task 'doubling' failed: tools raised ValueError: this template has no 'tool' role "
         "(on the model's turn 1: '<tool_call>"
