@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from mathrl.adapter import OptionError
 from mathrl.tasks.dataset.sources import Row, Source
@@ -152,8 +152,9 @@ def row_error(source: Source, index: int, bad: BadRow) -> RowError:
 def cells(row: Row) -> Row:
     """A row's fields; BadRow for a CSV row with more cells than its header has names."""
     if None in row:
-        # A Row's keys are str, but csv.DictReader files a row's surplus cells under None.
-        extra = row[None]  # type: ignore[index]
+        # csv.DictReader files a row's surplus cells under the key None, which Row's type
+        # (str keys, as the header's names are) leaves out: read as the mapping it is.
+        extra = cast("Mapping[object, object]", row)[None]
         count = len(extra) if isinstance(extra, list) else 1
         raise BadRow(None, f"has {count} more cells than the header has names")
     return row

@@ -327,11 +327,9 @@ def _version(named: Sequence[Named]) -> str:
         digest.update(files.joinpath(name).read_bytes())
     for n in named:
         module = sys.modules.get(getattr(n.function, "__module__", "") or "")
-        for source in (module, n.function):
-            try:
-                # typeshed takes modules, classes and functions only; getsource raises
-                # TypeError for anything else (None, a callable object), caught below.
-                digest.update(inspect.getsource(source).encode())  # type: ignore[arg-type]
+        for source in (module, n.function) if module else (n.function,):
+            try:  # TypeError: a callable object, whose source getsource cannot find
+                digest.update(inspect.getsource(source).encode())
                 break
             except (OSError, TypeError):
                 continue
