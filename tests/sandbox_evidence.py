@@ -185,11 +185,13 @@ def needs_python(version: str) -> str:
     (CI), which must run it, it fails: CI's machines have pyenv's 3.13."""
     python = pyenv_python(version)
     if python is None:
-        why = f"no Python {version} here: pyenv's (pyenv install {version}) or python{version}"
+        where = f"pyenv install {version}, or python{version} on PATH"
         if REQUIRE_EXTRAS:
-            pytest.fail(why + " on PATH is needed (MATHRL_REQUIRE_EXTRAS=1)")
-        # A developer's machine without 3.13: the 3.11 tests still run; CI runs these.
-        pytest.skip(why + " on PATH")
+            pytest.fail(
+                f"no Python {version} here ({where}), which nox needs (MATHRL_REQUIRE_EXTRAS=1)"
+            )
+        # A developer's machine without it: the 3.11 tests still run; CI runs these.
+        pytest.skip(reason=f"no Python {version} here ({where}): nox, as CI, runs this test")
     return python
 
 
@@ -218,8 +220,10 @@ def relocatable(python: str) -> Iterator[Path]:
         # test skips there, saying so; under nox (CI, whose pyenv builds are shared) it fails.
         why = f"{python} finds no libpython of its own through a RUNPATH"
         if REQUIRE_EXTRAS:
-            pytest.fail(why + " (MATHRL_REQUIRE_EXTRAS=1)")
-        pytest.skip(why)
+            pytest.fail(f"{why} (MATHRL_REQUIRE_EXTRAS=1)")
+        pytest.skip(
+            reason=f"{why}: a static build, with nothing to relocate; nox, as CI, runs this"
+        )
     top = Path(tempfile.mkdtemp(prefix="mathrl-relocatable-", dir="/var/tmp"))
     try:
         top.chmod(0o755)
