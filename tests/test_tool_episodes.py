@@ -197,7 +197,7 @@ def test_nothing_a_model_writes_crashes_an_episode(turn: str, answer: str) -> No
 def test_calls_past_a_cap_are_refused_and_the_last_turns_never_run() -> None:
     # A turn of three calls (2 a turn), another of two (3 an episode), and a last turn of one.
     adapter = Doubling()
-    adapter.max_turns = 3  # type: ignore[attr-defined]
+    adapter.max_turns = 3  # type: ignore[attr-defined]  # declared on this instance only
     three = HERMES.write([("double", {"n": 1}), ("double", {"n": 2}), ("double", {"n": 3})])
     two = HERMES.write([("double", {"n": 4}), ("double", {"n": 5})])
     (episode,), sampler, task = play(adapter, 5, three, two, call("double", n=6))
@@ -316,7 +316,7 @@ def test_a_turn_without_calls_goes_to_the_tasks_feedback() -> None:
 
 def test_a_tool_task_with_a_text_prompt_or_a_machine_without_its_tool_stops_the_run() -> None:
     class Text(Doubling):
-        def make_prompt(self, problem: int) -> str:  # type: ignore[override]
+        def make_prompt(self, problem: int) -> str:  # type: ignore[override]  # the mistake under test
             return f"Twice {problem}?"
 
     task = as_task(Text())
