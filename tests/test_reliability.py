@@ -57,8 +57,12 @@ def test_a_run_whose_every_call_fails_ends_after_the_retry_window(tmp_path: Path
     started = time.monotonic()
     done = run_main(tmp_path, "--backend", "fake", "--fake-fault-rate", "1",
                     "--retry-delay", "0.05", "--retry-window", "2", "--log-dir", "X")  # fmt: skip
-    # A generous bound: the window is 2 s, room for three retries on a loaded machine.
-    assert 1 < time.monotonic() - started < 30
+    # The run stops once the next pause would start past the window, so it may stop early.
+    # Pause n is drawn from [c/2, c], c = 0.05 * 2**(n-1): pauses 1-5 take at least
+    # 0.025 + 0.05 + 0.1 + 0.2 + 0.4 = 0.775 s, and only then can the sixth (up to 1.6 s)
+    # cross the 2 s window (after four, at most 0.75 + 0.8 = 1.55 s < 2 s). The upper bound is
+    # generous: room for the window and a loaded machine.
+    assert 0.775 < time.monotonic() - started < 30
     assert done.returncode == 1
     lines = done.stderr.splitlines()
     retried = [line.split(" in ")[0] for line in lines if " retry " in line]
