@@ -239,8 +239,13 @@ def test_a_terminal_made_narrower_mid_run_leaves_no_stale_bar(
     wide = [line for line in screen(tmux) if line.startswith(("step ", "samples"))]
     assert max(map(len, wide)) > 60  # rows the narrower terminal wraps onto two
     subprocess.run([*tmux, "resize-window", "-t", "run", "-x", "60"], check=True)
-    lines = wait_for(tmux, lambda lines: any(line.startswith("EXIT=") for line in lines))
-    text = [line for line in lines if line]
+    wait_for(tmux, lambda lines: any(line.startswith("EXIT=") for line in lines))
+    # The whole history (`-S -`): a narrowed tmux keeps its bottom row in place, so each row
+    # the narrowing wraps onto two pushes the screen's top line into the scrollback, as other
+    # terminals do. How many depends on how wide the bar's rows were at that moment (a second
+    # one, the sampling row, is wide once a step's line is in it): the lines are all there
+    # for a person who scrolls up, and so must every stale bar be looked for there.
+    text = [line for line in screen(tmux, "-J", "-S", "-") if line]
     assert not [line for line in text if line.startswith(BAR_ROWS) or "━" in line], "\n".join(text)
     printed = [line for line in text if not line.startswith(("mathrl: ", "EXIT="))]
     assert saved_names("\n".join(printed)) == saved_names("\n".join(expected))
