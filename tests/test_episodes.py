@@ -234,7 +234,7 @@ def test_a_feedbacks_reward_or_metrics_that_are_not_numbers_are_named_with_the_t
     with pytest.raises(TaskError) as excinfo:
         play(as_task(Unpaid(**said)), Scripted("3\n"), 5)
     assert str(excinfo.value) == (
-        f"task 'guess' failed: feedback raised ValueError: {message} (on the model's turn 1: "
+        f"task 'guess' failed: feedback broke the contract: {message} (on the model's turn 1: "
         "'3\\n')"
     )
 
@@ -319,7 +319,7 @@ class Broken(Guess):
 def test_a_feedback_that_fails_or_returns_the_wrong_thing_is_a_task_error() -> None:
     with pytest.raises(
         TaskError,
-        match=r"^task 'guess' failed: feedback raised ValueError: it must return a "
+        match=r"^task 'guess' failed: feedback broke the contract: it must return a "
         r"Feedback\(reply=text or None, reward=\.\.\.\) \(got 'try again'\) "
         r"\(on the model's turn 1: '3\\n'\)$",
     ):
@@ -404,7 +404,7 @@ class MeasuresBadly(Guess):
 
 def test_feedback_metrics_that_are_not_finite_are_a_task_error() -> None:
     with pytest.raises(
-        TaskError, match=r"feedback raised ValueError: metrics must be a mapping of names to "
+        TaskError, match=r"feedback broke the contract: metrics must be a mapping of names to "
     ):
         play(as_task(MeasuresBadly()), Scripted("3\n"), 5)
 
@@ -840,7 +840,7 @@ def test_a_feedback_that_sets_invalid_limits_ends_the_run_naming_the_task_and_tu
     with pytest.raises(TaskError) as excinfo:
         play(as_task(SetsLimits(**limits)), Scripted("3\n"), 5)
     message = str(excinfo.value)
-    assert message.startswith("task 'guess' failed: feedback raised ValueError: after turn 1, ")
+    assert message.startswith("task 'guess' failed: feedback broke the contract: after turn 1, ")
     assert message.endswith(" (on the model's turn 1: '3\\n')")
     assert re.search(expected, message), message
     assert "\n" not in message

@@ -240,7 +240,7 @@ def test_naming_answers_has_the_pools_timeout_for_each_distinct_response(
 def test_a_task_whose_answers_fail_is_named_with_the_response_it_failed_on() -> None:
     with pytest.raises(
         TaskError,
-        match=r"^task 'addition' failed: final_answer raised TypeError: it must return a str or "
+        match=r"^task 'addition' failed: final_answer broke the contract: it must return a str or "
         r"None \(got 5\) "
         r"\(on ' bad'\)$",
     ):

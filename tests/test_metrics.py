@@ -212,7 +212,7 @@ class Infinite(MathAdapter):
     [
         (Raising(), r"^task 'raising' failed: metrics raised ValueError: invalid literal for "
                     r"int\(\) with base 10: .* \(on .*\)$"),
-        (Infinite(), r"^task 'infinite' failed: metrics raised ValueError: metrics must be a "
+        (Infinite(), r"^task 'infinite' failed: metrics broke the contract: metrics must be a "
                      r"mapping of names to finite numbers \(got \{'ratio': inf\}\) \(on .*\)$"),
     ],
 )  # fmt: skip

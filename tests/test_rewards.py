@@ -252,12 +252,12 @@ class Infinite(MathAdapter):
                          r"the judge is down \(on \[' forty-two', ' 42\\n'\]\)$"),
         (SyncGroupRaising(), r"^task 'addition' failed: compute_group_rewards raised "
                              r"RuntimeError: the judge is down \(on \[' forty-two', ' 42\\n'\]\)$"),
-        (TooFew(), r"^task 'addition' failed: compute_group_rewards raised ValueError: it must "
+        (TooFew(), r"^task 'addition' failed: compute_group_rewards broke the contract: it must "
                    r"return 2 rewards, one each \(got \[1\.0\]\) "
                    r"\(on \[' forty-two', ' 42\\n'\]\)$"),
-        (Infinite(), r"^task 'addition' failed: compute_reward raised ValueError: a reward must be "
-                     r"finite: a number or named numbers \(got inf\) \(on ' forty-two'\)$"),
-        (GroupInfinite(), r"^task 'addition' failed: compute_group_rewards raised ValueError: a "
+        (Infinite(), r"^task 'addition' failed: compute_reward broke the contract: a reward "
+                     r"must be finite: a number or named numbers \(got inf\) \(on ' forty-two'\)$"),
+        (GroupInfinite(), r"^task 'addition' failed: compute_group_rewards broke the contract: a "
                           r"reward must be finite: a number or named numbers \(got nan\) "
                           r"\(on ' 42\\n'\)$"),
     ],
@@ -442,7 +442,7 @@ class BadMetrics(MathAdapter):
 @pytest.mark.parametrize(
     ("responses", "message"),
     [
-        ([" 1", " bad"], r"metrics raised ValueError: metrics must be a mapping of names to "
+        ([" 1", " bad"], r"metrics broke the contract: metrics must be a mapping of names to "
                          r"finite numbers \(got \{'tokens': 'many'\}\) \(on ' bad'\)$"),
         ([" 1", " raise"], r"metrics raised ValueError: no metric \(on ' raise'\)$"),
     ],

@@ -418,7 +418,7 @@ class AnswerFails(MathAdapter):
     ("answer", "message"),
     [
         (lambda text: 1 / 0, "final_answer raised ZeroDivisionError: division by zero"),
-        (lambda text: 42, "final_answer raised TypeError: it must return a str or None (got 42)"),
+        (lambda text: 42, "final_answer broke the contract: it must return a str or None (got 42)"),
     ],
 )
 def test_a_final_answer_that_fails_is_a_task_error(

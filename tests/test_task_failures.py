@@ -277,7 +277,7 @@ def test_a_dataset_that_is_not_deterministic_is_named_as_the_cause(tmp_path: Pat
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert (
-        "mathrl: error: task 'unseeded' failed: build_dataset raised ValueError: two calls gave "
+        "mathrl: error: task 'unseeded' failed: build_dataset broke the contract: two calls gave "
         "different problems: it is not deterministic (draw from a random.Random seeded by "
         "(seed, step), never from the global random module) (on 'seed=0, step=1')"
     ) in done.stderr.splitlines()

@@ -327,7 +327,7 @@ def test_a_tool_task_with_a_text_prompt_or_a_machine_without_its_tool_stops_the_
 
     with pytest.raises(
         TaskError,
-        match=r"^task 'doubling' failed: make_prompt raised ValueError: a task with tools must "
+        match=r"^task 'doubling' failed: make_prompt broke the contract: a task with tools must "
         r"prompt with a conversation, whose chat template shows the model its tools "
         r"\(on 'Twice 5\?'\)$",
     ):

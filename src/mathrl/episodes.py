@@ -52,6 +52,7 @@ from mathrl.backend import Completion, Datum, SampleParams, Sampler, Tokenizer
 from mathrl.grpo import episode_datum
 from mathrl.resolved import Task
 from mathrl.rewards import (
+    BrokenContract,
     TaskError,
     checked_metrics,
     checked_reward,
@@ -365,7 +366,7 @@ class Player(Generic[P]):
         if toolbox is None:
             return None
         if isinstance(prompt, str):
-            wrong = ValueError("a task with tools must prompt with a conversation, whose chat "
+            wrong = BrokenContract("a task with tools must prompt with a conversation, whose chat "
                                "template shows the model its tools")  # fmt: skip
             raise TaskError(self.task, "make_prompt", wrong, prompt)
         session = await self._on_thread("tools", problem, partial(toolbox.open, problem))
@@ -432,13 +433,13 @@ class Player(Generic[P]):
                 and (said.reply is None or isinstance(said.reply, str))
                 and isinstance(said.role, str)
             ):
-                problem_ = ValueError(
+                problem_ = BrokenContract(
                     f"it must return a Feedback(reply=text or None, reward=...) (got {shown(said)})"
                 )
                 raise TaskError(self.task, "feedback", problem_, history[-1])
             wrong = limits_error(said)
             if wrong is not None:
-                problem_ = ValueError(f"after turn {len(history)}, {wrong}")
+                problem_ = BrokenContract(f"after turn {len(history)}, {wrong}")
                 raise TaskError(self.task, "feedback", problem_, history[-1])
             return said
 

@@ -24,7 +24,7 @@ from mathrl.passk import majority_at_k, pass_at_k
 from mathrl.problem_keys import problem_key
 from mathrl.report import Advice, EvalMetrics
 from mathrl.resolved import Task
-from mathrl.rewards import TaskError, response_key, task_call
+from mathrl.rewards import BrokenContract, TaskError, response_key, task_call
 from mathrl.rollout import (
     drawn_per_step,
     metric_means,
@@ -173,7 +173,7 @@ async def _answers(task: Task[P], responses_G: list[Response], pool: Workers) ->
             if key not in seen:
                 answer = task_call(task, "final_answer", response, response)
                 if not (answer is None or isinstance(answer, str)):
-                    problem = TypeError(f"it must return a str or None (got {shown(answer)})")
+                    problem = BrokenContract(f"it must return a str or None (got {shown(answer)})")
                     raise TaskError(task, "final_answer", problem, response)
                 seen[key] = answer
         return [seen[response_key(r)] for r in responses_G]

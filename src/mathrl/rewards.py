@@ -12,7 +12,10 @@ episode's turn to the task's `compute_reward` is four calls: `Player._one_turn`,
 `Player._work` (the pool's one visible call, `Workers.run`), `rewards_of`.
 A task's method that raises, or returns what is not a reward (or not
 metrics), raises `TaskError`: one line naming the task, the method, the
-error and a shortened input, so a run can stop cleanly. Not for:
+error and a shortened input, so a run can stop cleanly. What the task raised
+reads "compute_reward raised ValueError: ..."; what it returned against the
+contract, which mathrl's own check found, reads "compute_reward broke the
+contract: a reward must be finite ..." (`BrokenContract`). Not for:
 `check_adapter`, which calls the task's methods itself to report what is
 wrong rather than raise, and shares only `reward_total` and `metric_values`.
 """
@@ -35,6 +38,11 @@ P = TypeVar("P")
 T = TypeVar("T")
 
 
+class BrokenContract(ValueError):
+    """What a task's method returned (or how it behaved) breaks the adapter contract: found by
+    mathrl's own check, not raised by the task. `TaskError` words it so, not as a raise."""
+
+
 class TaskError(Exception):
     """A task's own method failed during a run. The message names the task, method and input."""
 
@@ -43,7 +51,10 @@ class TaskError(Exception):
             what = f"{method} {str(exc).removeprefix('it ')}"
         else:  # the input once: in the (on ...) below, escaped and cut, not in the error too
             detail = one_line(elided(str(exc), given), 200) or type(exc).__name__
-            what = f"{method} raised {type(exc).__name__}: {detail}"
+            how = f"raised {type(exc).__name__}"
+            if isinstance(exc, BrokenContract):  # mathrl's check on what the task returned
+                how = "broke the contract"
+            what = f"{method} {how}: {detail}"
         # A Response shows as its text; in an episode, with the model's turn it was.
         on = shown(given, 60)
         if isinstance(given, Response) and (task.plays_episodes or given.turn > 1):
@@ -204,7 +215,7 @@ def checked_metrics(
     """What `method` returned as metrics, as names to floats; TaskError if it is not metrics."""
     values = metric_values(value)
     if values is None:
-        problem = ValueError(
+        problem = BrokenContract(
             f"metrics must be a mapping of names to finite numbers (got {shown(value)})"
         )
         raise TaskError(task, method, problem, response)
@@ -241,7 +252,7 @@ async def group_rewards(
         raise TaskError(
             task,
             name,
-            ValueError(f"it must return {len(given)} rewards, one each (got {shown(values)})"),
+            BrokenContract(f"it must return {len(given)} rewards, one each (got {shown(values)})"),
             given,
         )
     return [checked_reward(task, name, v, r) for v, r in zip(values, given, strict=True)]
@@ -261,7 +272,7 @@ def checked_reward(
     """(total, parts) of what `method` returned as a reward; TaskError if it is not one."""
     total = reward_total(value)
     if total is None or not math.isfinite(total[0]):
-        problem = ValueError(
+        problem = BrokenContract(
             f"a reward must be finite: a number or named numbers (got {shown(value)})"
         )
         raise TaskError(task, method, problem, response)

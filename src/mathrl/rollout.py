@@ -30,7 +30,7 @@ from mathrl.grpo import approx_kl, is_constant_group, sampler_entropy
 from mathrl.problem_keys import problem_key
 from mathrl.report import Sample, SampleGroup, StepMetrics
 from mathrl.resolved import Task, as_task
-from mathrl.rewards import TaskError
+from mathrl.rewards import BrokenContract, TaskError
 
 P = TypeVar("P")
 
@@ -200,7 +200,7 @@ class RunProblems(Generic[P]):
         again = step_problems(self.task, self.config, step)
         adapter = self.task.adapter
         if [problem_key(adapter, p) for p in problems] != [problem_key(adapter, p) for p in again]:
-            problem = ValueError(
+            problem = BrokenContract(
                 "two calls gave different problems: it is not deterministic (draw from a "
                 "random.Random seeded by (seed, step), never from the global random module)"
             )
