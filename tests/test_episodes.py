@@ -807,6 +807,14 @@ def test_an_invalid_limit_is_named_with_what_it_got(bad_stop: bool, data: st.Dat
     assert wrong.endswith(f"(got {shown(value)})")
 
 
+def test_the_smallest_budget_a_feedback_may_set_is_one_token() -> None:
+    # The edge, pinned without a random draw: 1 is a budget (an integer >= 1), 0 is not.
+    assert limits_error(Feedback("reply", max_tokens=1)) is None
+    assert limits_error(Feedback("reply", max_tokens=0)) == (
+        "Feedback.max_tokens must be an integer >= 1, or None for the run's max_tokens (got 0)"
+    )
+
+
 def test_a_feedback_setting_a_list_of_stops_is_read_as_a_tuple() -> None:
     # A list is what a task author may well write; the request holds a tuple.
     said = Feedback("r", stop=[";", "."])  # type: ignore[arg-type]  # a list, as written
