@@ -221,9 +221,7 @@ def relocatable(python: str) -> Iterator[Path]:
         why = f"{python} finds no libpython of its own through a RUNPATH"
         if REQUIRE_EXTRAS:
             pytest.fail(f"{why} (MATHRL_REQUIRE_EXTRAS=1)")
-        pytest.skip(
-            reason=f"{why}: a static build, with nothing to relocate; nox, as CI, runs this"
-        )
+        pytest.skip(reason=f"{why}: a static build, nothing to relocate; nox, as CI, runs it")
     top = Path(tempfile.mkdtemp(prefix="mathrl-relocatable-", dir="/var/tmp"))
     try:
         top.chmod(0o755)
