@@ -366,8 +366,8 @@ class Player(Generic[P]):
         if toolbox is None:
             return None
         if isinstance(prompt, str):
-            wrong = BrokenContract("a task with tools must prompt with a conversation, whose chat "
-                               "template shows the model its tools")  # fmt: skip
+            wrong = BrokenContract("a task with tools must prompt with a conversation, whose "
+                                   "chat template shows the model its tools")  # fmt: skip
             raise TaskError(self.task, "make_prompt", wrong, prompt)
         session = await self._on_thread("tools", problem, partial(toolbox.open, problem))
         opened.append(session)
